@@ -1,0 +1,1 @@
+"""tuneloop agent package."""

@@ -1,0 +1,1 @@
+"""Deterministic execution: targets, load generator, metrics, verdicts. No LLM, no langgraph."""

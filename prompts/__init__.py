@@ -1,0 +1,1 @@
+"""tuneloop prompts package."""

@@ -1,0 +1,1 @@
+"""tuneloop simulator package."""

@@ -1,0 +1,99 @@
+"""Scenarios: versioned, seeded workload generators shared by the simulator and the load generator.
+
+A scenario is data (YAML in simulator/scenarios/ or any file path); the loop never changes it.
+Prompts are whitespace-separated words; the simulator counts one token per word, a real engine
+tokenises the same text its own way (the load generator records the engine's usage counts).
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+Task = Literal["copy", "chat", "code"]
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    name: str
+    version: int = Field(ge=1)
+    task: Task
+    input_len: int = Field(ge=1)
+    input_jitter: float = Field(0.0, ge=0.0, lt=1.0)  # uniform +- fraction of input_len
+    output_len: int = Field(ge=1)
+    prefix_share: float = Field(0.0, ge=0.0, lt=1.0)  # fraction of the input shared with earlier requests
+    prefix_groups: int = Field(0, ge=0)
+    min_request_hit: float | None = Field(None, ge=0.0, le=1.0)  # contract: each formal request's hit
+    seed: int = 0
+
+    @property
+    def data_version(self) -> str:
+        """Identity of the generated data: name, version, generator parameters."""
+        blob = self.model_dump_json().encode()
+        return f"{self.name}@v{self.version}:{hashlib.sha256(blob).hexdigest()[:12]}"
+
+    @property
+    def zero_cache(self) -> bool:
+        return self.prefix_share == 0.0
+
+
+class RequestSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    id: int
+    n_in: int  # input tokens (words)
+    n_out: int
+    prefix_group: int | None  # requests in one group share the first prefix_len tokens
+    prefix_len: int
+
+    def prompt(self, scenario: Scenario) -> str:
+        """The request's text: shared prefix words (per group) then words unique to the request."""
+        words: list[str] = []
+        if self.prefix_group is not None and self.prefix_len:
+            words += _words(f"{scenario.name}/{scenario.version}/p{self.prefix_group}", self.prefix_len)
+        words += _words(f"{scenario.name}/{scenario.version}/r{self.id}", self.n_in - len(words))
+        return " ".join(words)
+
+
+def _words(key: str, n: int) -> list[str]:
+    rng = random.Random(key)
+    return [f"w{rng.randrange(100000)}" for _ in range(n)]
+
+
+def generate(scenario: Scenario, n: int, warmup: int = 0, seed: int | None = None) -> list[RequestSpec]:
+    """Warm-up requests come first (ids < warmup) and prime every prefix group once."""
+    rng = random.Random(scenario.seed if seed is None else seed)
+    out: list[RequestSpec] = []
+    for i in range(warmup + n):
+        n_in = scenario.input_len
+        if scenario.input_jitter:
+            span = int(scenario.input_len * scenario.input_jitter)
+            n_in = max(1, scenario.input_len + rng.randint(-span, span))
+        group = None
+        prefix_len = 0
+        if scenario.prefix_groups and scenario.prefix_share:
+            group = i % scenario.prefix_groups
+            prefix_len = int(n_in * scenario.prefix_share)
+        out.append(RequestSpec(id=i, n_in=n_in, n_out=scenario.output_len, prefix_group=group, prefix_len=prefix_len))
+    return out
+
+
+def builtin_dir() -> Path:
+    return Path(str(resources.files("simulator").joinpath("scenarios")))
+
+
+@lru_cache(maxsize=64)
+def load(name_or_path: str) -> Scenario:
+    """A built-in scenario by name, or a YAML file by path."""
+    p = Path(name_or_path)
+    if not p.suffix:
+        p = builtin_dir() / f"{name_or_path}.yaml"
+    if not p.exists():
+        known = sorted(f.stem for f in builtin_dir().glob("*.yaml"))
+        raise FileNotFoundError(f"scenario {name_or_path!r}: no such file; built-in: {known}")
+    return Scenario.model_validate(yaml.safe_load(p.read_text()))
