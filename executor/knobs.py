@@ -62,6 +62,8 @@ class Knob(BaseModel):
 
     def coerce(self, value: Any) -> Any:
         """Return the value in the knob's type, or raise KnobError naming the knob and reason."""
+        if self.type == "enum" and isinstance(value, str) and value in (self.choices or ()):
+            return value  # an enum choice spelled "none" is a value, not an empty knob
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
             if self.nullable:
                 return None
