@@ -1,0 +1,270 @@
+"""The goal spec: what the user asked for, validated once, never changed by the loop.
+
+A goal fixes the objective, the constraints (the SLO), the scenario and the authority the loop has.
+It is frozen: the loop reads it, only a person can post a new goal. Every knob and value is checked
+against the one knob catalog, and every error names the field and the reason.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
+
+from executor.knobs import KnobError, catalog
+from executor.summary import Contract, Summary
+from state.errors import GoalError
+from state.space import default_space
+
+ActionClass = Literal["hot", "restart", "relayout", "topology", "rebuild", "quality_risk", "profile", "budget_extension"]
+ACTION_CLASSES: tuple[str, ...] = ActionClass.__args__  # type: ignore[attr-defined]
+Permission = Literal["auto", "ask", "deny"]
+DEFAULT_AUTHORISATION: dict[str, str] = {
+    "hot": "auto", "restart": "ask", "relayout": "ask", "topology": "ask", "rebuild": "deny",
+    "quality_risk": "ask", "profile": "ask", "budget_extension": "ask",
+}
+LATENCIES = ("ttft", "tpot", "itl", "e2e")
+STATS = ("mean", "p50", "p90", "p99")
+REPORTABLE = tuple(f"{m}_{s}_ms" for m in LATENCIES for s in STATS) + (
+    "achieved_concurrency", "qps", "goodput", "cache_hit", "output_tok_s", "output_tok_s_per_card", "queue_delay_p99_ms")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Objective(_Frozen):
+    metric: Literal["output_tok_s_per_card", "output_tok_s", "qps", "goodput"] = "output_tok_s_per_card"
+    window: Literal["native", "whole"] = "native"
+    direction: Literal["max"] = "max"
+
+    def value(self, summary: Summary) -> float | None:
+        """The objective figure of one run; None when the window has no figure (never 0)."""
+        w = summary.native if self.window == "native" else summary.whole
+        return None if w is None else getattr(w, self.metric)
+
+
+_LatencyLimits = create_model(  # type: ignore[call-overload]
+    "_LatencyLimits", __base__=_Frozen,
+    **{f"{m}_{s}_ms_lt": (float | None, Field(None, gt=0)) for m in LATENCIES for s in STATS},
+)
+
+
+class Constraints(_LatencyLimits):  # type: ignore[misc, valid-type]
+    """The SLO. Latency limits are strict (`_lt`): a mean TPOT of exactly 20 ms breaks `tpot_mean_ms_lt: 20`."""
+
+    all_succeed: bool = True
+    output_len: int | None = Field(None, ge=1)
+    cards: int | None = Field(None, ge=1)
+    min_cache_hit: float | None = Field(None, ge=0, le=1)
+
+    def latency_limits(self) -> dict[str, float]:
+        return {k: v for k, v in self.model_dump().items() if k.endswith("_ms_lt") and v is not None}
+
+    def violations(self, summary: Summary) -> list[str]:
+        """Every constraint the run broke, as readable lines; empty means the SLO holds."""
+        out: list[str] = []
+        for key, limit in self.latency_limits().items():
+            metric, stat = key.split("_")[:2]
+            got = getattr(getattr(summary, f"{metric}_ms"), stat)
+            if got is None:
+                out.append(f"{key}: no {metric} {stat} measured")
+            elif not got < limit:
+                out.append(f"{key}: {metric} {stat} {got:.3f} ms is not below {limit:g} ms")
+        if self.all_succeed and summary.n_failed:
+            out.append(f"all_succeed: {summary.n_failed} requests failed")
+        if self.output_len is not None and (summary.output_len_min, summary.output_len_max) != (self.output_len,) * 2:
+            out.append(f"output_len: outputs {summary.output_len_min}..{summary.output_len_max}, not all {self.output_len}")
+        if self.cards is not None and summary.cards < self.cards:
+            out.append(f"cards: {summary.cards} in use, goal needs {self.cards}")
+        if self.min_cache_hit is not None and (summary.cache_hit is None or summary.cache_hit < self.min_cache_hit):
+            out.append(f"min_cache_hit: cache hit {summary.cache_hit} below {self.min_cache_hit}")
+        return out
+
+
+class ExperimentProtocol(_Frozen):
+    screen_n: int = Field(320, ge=1)
+    confirm_n: int = Field(640, ge=1)
+    warmup: int = Field(0, ge=0)
+    native_min_requests: int = Field(128, ge=1)
+    native_min_seconds: float = Field(60.0, gt=0)
+    seeds: tuple[int, ...] = (0,)
+
+    @field_validator("confirm_n")
+    @classmethod
+    def _confirm_not_smaller(cls, v: int, info: ValidationInfo) -> int:
+        if v < info.data.get("screen_n", 0):
+            raise ValueError(f"confirm_n {v} is smaller than screen_n {info.data['screen_n']}")
+        return v
+
+
+class Budget(_Frozen):
+    card_hours: float = Field(gt=0)
+    experiments: int = Field(ge=1)
+    deadline: datetime | None = None
+
+
+class StopRules(_Frozen):
+    max_without_improvement: int = Field(4, ge=1)  # valid experiments in a row that changed nothing
+    min_gain_pct: float = Field(1.0, ge=0)  # a candidate must be expected to gain at least this much
+    stop_on_unknown: Literal[True] = True  # an UNKNOWN run state always stops the loop
+
+
+class GoalSpec(_Frozen):
+    name: str = Field(min_length=1, max_length=120, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    engine: str = "sim"
+    scenario: str
+    target: str = "sim"
+    sim_profile: str | None = "dsv4-flash-910c-p8d8"
+    objective: Objective = Objective()
+    constraints: Constraints
+    reported: tuple[str, ...] = ("ttft_mean_ms", "ttft_p90_ms")
+    start_knobs: dict[str, Any] = Field(default_factory=dict)
+    search_space: dict[str, tuple[Any, ...]] | None = None
+    protocol: ExperimentProtocol = ExperimentProtocol()
+    authorisation: dict[ActionClass, Permission] = Field(default_factory=lambda: dict(DEFAULT_AUTHORISATION))
+    budget: Budget
+    stop: StopRules = StopRules()
+
+    @field_validator("engine")
+    @classmethod
+    def _engine_known(cls, v: str) -> str:
+        known = sorted({e for k in catalog().knobs for e in k.engines} - {"bench"})
+        if v not in known:
+            raise ValueError(f"unknown engine {v!r}; known: {known}")
+        return v
+
+    @field_validator("scenario")
+    @classmethod
+    def _scenario_exists(cls, v: str) -> str:
+        from simulator.scenarios import load
+
+        try:
+            load(v)
+        except FileNotFoundError as e:
+            raise ValueError(str(e)) from None
+        return v
+
+    @field_validator("constraints")
+    @classmethod
+    def _output_len_matches(cls, v: Constraints, info: ValidationInfo) -> Constraints:
+        if v.output_len is not None and "scenario" in info.data:
+            from simulator.scenarios import load
+
+            want = load(info.data["scenario"]).output_len
+            if v.output_len != want:
+                raise ValueError(f"output_len {v.output_len} differs from scenario {info.data['scenario']!r} ({want})")
+        return v
+
+    @field_validator("reported")
+    @classmethod
+    def _reported_known(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [m for m in v if m not in REPORTABLE]
+        if bad:
+            raise ValueError(f"unknown metric(s) {bad}; known: {list(REPORTABLE)}")
+        return v
+
+    @field_validator("start_knobs")
+    @classmethod
+    def _start_valid(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        try:
+            return catalog().validate(v, engine=info.data.get("engine"))
+        except KnobError as e:
+            raise ValueError(f"{e.knob}: {e.reason}") from None
+
+    @field_validator("search_space")
+    @classmethod
+    def _space_valid(cls, v: dict[str, tuple[Any, ...]] | None, info: ValidationInfo) -> dict[str, tuple[Any, ...]] | None:
+        if v is None:
+            return None
+        out: dict[str, tuple[Any, ...]] = {}
+        engine = info.data.get("engine")
+        for name, values in v.items():
+            try:
+                knob = catalog().get(name)
+                if engine is not None and engine not in knob.engines and knob.cost_class != "hot":
+                    raise KnobError(name, f"not a knob of engine {engine!r}")
+                if not values:
+                    raise KnobError(name, "needs at least one value")
+                out[name] = tuple(knob.coerce(x) for x in values)
+            except KnobError as e:
+                raise ValueError(f"{e.knob}: {e.reason}") from None
+        return out
+
+    @field_validator("authorisation")
+    @classmethod
+    def _fill_authorisation(cls, v: dict[str, str]) -> dict[str, str]:
+        return dict(DEFAULT_AUTHORISATION) | dict(v)
+
+    # -- derived views -------------------------------------------------------------------------------
+    def space(self) -> dict[str, tuple[Any, ...]]:
+        """The search space in force: the goal's own, or the catalog's default for its engine."""
+        if self.search_space is not None:
+            return dict(self.search_space)
+        return {k: tuple(v) for k, v in default_space(self.engine).items()}
+
+    def start_station(self) -> dict[str, Any]:
+        """The full starting station: catalog defaults for the engine, overridden by start_knobs."""
+        return catalog().defaults(self.engine) | dict(self.start_knobs)
+
+    def contract(self) -> Contract:
+        """The scenario contract a valid run of this goal must keep (executor.verdict judges it)."""
+        from simulator.scenarios import load
+
+        sc = load(self.scenario)
+        return Contract(
+            output_len=self.constraints.output_len or sc.output_len,
+            all_succeed=self.constraints.all_succeed,
+            zero_cache=sc.zero_cache,
+            min_request_hit=sc.min_request_hit,
+            cards_required=self.constraints.cards,
+        )
+
+    def slos(self) -> dict[str, float]:
+        """Per-request SLOs for goodput (executor.metrics.summarize): `ttft_ms`, `tpot_ms`, `e2e_ms`, `itl_ms`."""
+        out: dict[str, float] = {}
+        for key, limit in self.constraints.latency_limits().items():
+            name = key.split("_")[0] + "_ms"
+            out[name] = min(limit, out.get(name, math.inf))
+        return out
+
+    def spec_hash(self) -> str:
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
+def _errors(e: ValidationError) -> list[tuple[str, str]]:
+    out = []
+    for err in e.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "(goal)"
+        msg = err["msg"].removeprefix("Value error, ")
+        out.append((field, msg))
+    return out
+
+
+def parse_goal(data: Any, source: str = "<goal>") -> GoalSpec:
+    """Validate a mapping as a goal; raises GoalError listing every field and reason."""
+    if not isinstance(data, dict):
+        raise GoalError(source, [("(goal)", f"expected a mapping, got {type(data).__name__}")])
+    try:
+        return GoalSpec.model_validate(data)
+    except ValidationError as e:
+        raise GoalError(source, _errors(e)) from None
+
+
+def load_goal(path: str | Path) -> GoalSpec:
+    """Read a goal from YAML or JSON (by suffix; YAML otherwise)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise GoalError(str(p), [("(file)", e.strerror or str(e))]) from None
+    try:
+        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise GoalError(str(p), [("(file)", f"not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: {e}")]) from None
+    return parse_goal(data, str(p))
