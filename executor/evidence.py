@@ -1,0 +1,170 @@
+"""Engine evidence: Prometheus scrapes during a load, and the digest the planner reasons over.
+
+The scraper polls each role=URL endpoint about once a second and appends EngineSamples to
+metrics.jsonl (labels folded into the name). The digest answers the planner's questions: is the
+prefill queue persistently non-empty, is decode at its batch limit, what is the spec acceptance,
+are prefill batches mostly tails? vLLM, SGLang and llama.cpp (`llamacpp:*`) names are understood;
+missing evidence is None, never 0.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import httpx
+
+from executor import records as rec
+from executor.records import EngineSample, JsonlWriter, PrefillBatch, RunInfo
+
+RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
+WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
+            "llamacpp:kv_cache_usage_ratio")
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Prometheus text exposition -> {name{labels}: value}; comments and malformed lines are skipped."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        try:
+            out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+        except ValueError:
+            continue
+    return out
+
+
+def base_value(values: dict[str, float], names: Iterable[str]) -> float | None:
+    """Sum of every series of the first metric name present (labels ignored)."""
+    for name in names:
+        hits = [v for k, v in values.items() if k == name or k.startswith(name + "{")]
+        if hits:
+            return float(sum(hits))
+    return None
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _series(samples: Sequence[EngineSample], role: str, names: Iterable[str]) -> list[float]:
+    names = tuple(names)
+    out = []
+    for s in samples:
+        if s.role == role or (s.role == "mixed" and role in ("prefill", "decode")):
+            v = base_value(s.values, names)
+            if v is not None:
+                out.append(v)
+    return out
+
+
+def _accept_length(samples: Sequence[EngineSample]) -> float | None:
+    direct = [v for s in samples if (v := base_value(s.values, ("sglang:spec_accept_length",))) is not None and v > 0]
+    if direct:
+        return _mean(direct)
+    first: dict[str, tuple[float, float]] = {}
+    last: dict[str, tuple[float, float]] = {}
+    for s in sorted(samples, key=lambda s: s.t):
+        d = base_value(s.values, ("vllm:spec_decode_num_drafts_total",))
+        a = base_value(s.values, ("vllm:spec_decode_num_accepted_tokens_total",))
+        if d is None or a is None:
+            continue
+        first.setdefault(s.instance, (d, a))
+        last[s.instance] = (d, a)
+    drafts = sum(last[i][0] - first[i][0] for i in last)
+    if drafts <= 0:
+        drafts = sum(last[i][0] for i in last)
+        acc = sum(last[i][1] for i in last)
+    else:
+        acc = sum(last[i][1] - first[i][1] for i in last)
+    return 1.0 + acc / drafts if drafts > 0 else None
+
+
+def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], breakdown: dict | None,
+           info: RunInfo | None, knobs: dict[str, Any] | None) -> dict[str, Any]:
+    """The evidence the planner reads (pinned keys; None where the evidence is missing)."""
+    knobs = knobs or {}
+    pw, dw = _series(samples, "prefill", WAITING), _series(samples, "decode", WAITING)
+    dr = _series(samples, "decode", RUNNING)
+    kv = [v for s in samples if (v := base_value(s.values, KV_USAGE)) is not None]
+    budget = knobs.get("max_num_batched_tokens") or knobs.get("chunked_prefill_size")
+    tail = None
+    if batches and budget:
+        tail = sum(1 for b in batches if b.n_tokens < budget / 8) / len(batches)
+    return {
+        "prefill_waiting_mean": _mean(pw),
+        "prefill_waiting_nonzero_share": _mean([1.0 if v > 0 else 0.0 for v in pw]),
+        "decode_waiting_mean": _mean(dw),
+        "decode_waiting_nonzero_share": _mean([1.0 if v > 0 else 0.0 for v in dw]),
+        "decode_running_mean": _mean(dr),
+        "decode_running_max": max(dr) if dr else None,
+        "decode_batch_limit": knobs.get("max_num_seqs") or knobs.get("max_running_requests"),
+        "kv_usage_max": max(kv) if kv else None,
+        "spec_accept_length": _accept_length(samples),
+        "prefill_batch_reqs_mean": _mean([b.n_reqs for b in batches]),
+        "prefill_batch_tokens_mean": _mean([b.n_tokens for b in batches]),
+        "prefill_tail_batch_share": tail,
+        "breakdown": dict(breakdown or {}),
+        "samples": len(samples),
+        "n_prefill_batches": len(batches),
+        "concurrency": info.concurrency if info else None,
+    }
+
+
+def digest_run(run_dir: Path, info: RunInfo | None = None, knobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """digest() over a run directory's files; knobs default to run.json's `knobs` when recorded."""
+    samples = list(rec.read_jsonl(run_dir / rec.METRICS, EngineSample))
+    batches = list(rec.read_jsonl(run_dir / rec.PREFILL_BATCHES, PrefillBatch))
+    bd = run_dir / rec.BREAKDOWN
+    breakdown = json.loads(bd.read_text()) if bd.exists() else {}
+    if knobs is None and info is not None:
+        knobs = (info.model_extra or {}).get("knobs") or {}
+    return digest(samples, batches, breakdown, info, knobs)
+
+
+def parse_endpoints(specs: Iterable[str]) -> list[tuple[str, str]]:
+    """`role=URL` strings -> [(role, url)]; a bad spec names itself and the reason."""
+    out = []
+    for spec in specs:
+        role, sep, url = spec.partition("=")
+        if not sep or role not in ("prefill", "decode", "mixed") or not url.startswith(("http://", "https://")):
+            raise ValueError(f"--metrics-url {spec!r}: expected role=URL with role prefill|decode|mixed "
+                             "and an http(s) URL")
+        out.append((role, url))
+    return out
+
+
+async def scrape_loop(endpoints: Sequence[tuple[str, str]], path: Path, t0_ns: int, stop: asyncio.Event,
+                      interval_s: float = 1.0) -> int:
+    """Poll every endpoint each interval until `stop` is set; returns samples written."""
+    n = 0
+    if not endpoints:
+        return 0
+    async with httpx.AsyncClient(timeout=max(interval_s, 0.5)) as client:
+        with JsonlWriter(path) as w:
+            while True:
+                tick = time.perf_counter_ns()
+                for i, (role, url) in enumerate(endpoints):
+                    try:
+                        r = await client.get(url)
+                        r.raise_for_status()
+                    except httpx.HTTPError:
+                        continue  # a missed scrape is a gap in the series, not a failed load
+                    t = (time.perf_counter_ns() - t0_ns) / 1e9
+                    w.write(EngineSample(t=t, role=role, instance=f"{role}{i}@{url}", values=parse_prometheus(r.text)))
+                    n += 1
+                left = interval_s - (time.perf_counter_ns() - tick) / 1e9
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=max(left, 0.0))
+                    return n
+                except asyncio.TimeoutError:
+                    pass

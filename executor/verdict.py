@@ -1,0 +1,88 @@
+"""Validity verdict: a pure function of the raw records, the run info and the scenario contract.
+
+Only a `valid` result may become a positive or a negative. Precedence: formal requests never sent
+(orchestration_fault) > statistics failed (collection_fault: re-summarise, never re-run) > broken
+contract (contract_violation, every broken rule listed with counts and request ids).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from executor.records import RequestRecord, RunInfo
+from executor.summary import Contract, Reason, Verdict
+
+MAX_IDS = 50  # request ids listed per reason; the count is always complete
+
+
+def _reason(code: str, message: str, ids: list[int]) -> Reason:
+    return Reason(code=code, message=message, count=len(ids), request_ids=sorted(ids)[:MAX_IDS])
+
+
+def _ids(ids: list[int]) -> str:
+    shown = ", ".join(str(i) for i in sorted(ids)[:10])
+    return shown + (", ..." if len(ids) > 10 else "")
+
+
+def contract_reasons(formal: Sequence[RequestRecord], contract: Contract) -> list[Reason]:
+    """Every broken rule of the scenario contract among the formal requests."""
+    out: list[Reason] = []
+    failed = [r.id for r in formal if not r.ok]
+    if contract.all_succeed and failed:
+        out.append(_reason("failed_requests", f"{len(failed)} request(s) failed: {_ids(failed)}", failed))
+    ok = [r for r in formal if r.ok]
+    want = contract.output_len
+    short = [r.id for r in ok if r.n_out is not None and r.n_out < want]
+    long_ = [r.id for r in ok if r.n_out is not None and r.n_out > want]
+    unknown = [r.id for r in ok if r.n_out is None]
+    if short:
+        out.append(_reason("short_output", f"{len(short)} output(s) shorter than {want} tokens: {_ids(short)}", short))
+    if long_:
+        out.append(_reason("long_output", f"{len(long_)} output(s) longer than {want} tokens: {_ids(long_)}", long_))
+    if unknown:
+        out.append(_reason("output_len_unknown",
+                           f"{len(unknown)} output(s) without usage.completion_tokens: {_ids(unknown)}", unknown))
+    if contract.zero_cache:
+        hit = [r.id for r in formal if r.n_cached]
+        if hit:
+            out.append(_reason("unexpected_cache_hit",
+                               f"{len(hit)} request(s) had cached tokens in a zero-cache scenario: {_ids(hit)}", hit))
+    if contract.min_request_hit is not None:
+        need = contract.min_request_hit
+        below = [r.id for r in formal if r.ok and r.n_cached is not None and r.n_in
+                 and r.n_cached / r.n_in < need]
+        blind = [r.id for r in formal if r.ok and (r.n_cached is None or not r.n_in)]
+        if below:
+            out.append(_reason("cache_hit_below",
+                               f"{len(below)} request(s) below the {need:.2%} per-request hit: {_ids(below)}", below))
+        if blind:
+            out.append(_reason("cache_hit_unknown",
+                               f"{len(blind)} request(s) reported no cached_tokens, hit cannot be shown: {_ids(blind)}",
+                               blind))
+    return out
+
+
+def judge(records: Sequence[RequestRecord], info: RunInfo, contract: Contract,
+          summary_error: str | None = None, n_cards: int | None = None) -> Verdict:
+    """The run's verdict with readable reasons; see the module docstring for the precedence."""
+    formal = [r for r in records if not r.warmup]
+    sent = [r for r in formal if r.t_send is not None]
+    missing = sorted(set(range(info.warmup, info.warmup + info.n)) - {r.id for r in formal})
+    unsent = [r.id for r in formal if r.t_send is None]
+    if len(sent) < max(contract.min_formal_sent, 1) or missing or unsent:
+        ids = missing + unsent
+        msg = (f"{len(ids)} of {info.n} formal request(s) never sent"
+               + (f" (no record: {_ids(missing)})" if missing else "")
+               + (f" (not sent: {_ids(unsent)})" if unsent else ""))
+        if not ids:
+            msg = f"only {len(sent)} formal request(s) sent, contract needs {contract.min_formal_sent}"
+        return Verdict(kind="orchestration_fault", reasons=[_reason("formal_not_sent", msg, ids)])
+    if summary_error is not None:
+        return Verdict(kind="collection_fault", reasons=[Reason(
+            code="statistics_failed", message=f"requests ran but statistics failed: {summary_error}; "
+                                              "re-summarise the raw file, do not re-run", count=len(sent))])
+    reasons = contract_reasons(formal, contract)
+    cards = n_cards if n_cards is not None else info.cards
+    if contract.cards_required is not None and cards < contract.cards_required:
+        reasons.append(Reason(code="cards_missing", count=contract.cards_required - cards,
+                              message=f"{cards} card(s) in use, the goal requires {contract.cards_required}"))
+    return Verdict(kind="contract_violation", reasons=reasons) if reasons else Verdict(kind="valid")
