@@ -1,0 +1,87 @@
+"""A station: one complete, reproducible configuration, frozen by a content hash.
+
+The hash covers the server knobs, load knobs, engine, data version and source identity, so
+"go back to the best station" means re-deploying exactly these bytes. The cost class of the
+difference between two stations decides whether deploy may reuse the warm service.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from executor.knobs import COST_ORDER, Catalog, catalog
+
+LOAD_KNOBS = ("concurrency", "request_rate")
+
+
+def _canon(v: Any) -> Any:
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"
+    return v
+
+
+class Station(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    engine: str
+    knobs: dict[str, Any]  # validated, complete (catalog defaults filled in for the engine)
+    scenario: str
+    data_version: str
+    source_identity: str
+    target: str
+
+    @property
+    def server_knobs(self) -> dict[str, Any]:
+        return {k: v for k, v in self.knobs.items() if k not in LOAD_KNOBS}
+
+    @property
+    def hash(self) -> str:
+        return content_hash(self.model_dump(mode="json"))
+
+    @property
+    def server_hash(self) -> str:
+        """Identity of the running service: what a restart would change (load knobs excluded)."""
+        return content_hash({"engine": self.engine, "knobs": self.server_knobs,
+                             "source": self.source_identity, "target": self.target})
+
+
+def content_hash(obj: Any) -> str:
+    blob = json.dumps(_walk(obj), sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _walk(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _walk(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_walk(v) for v in obj]
+    return _canon(obj)
+
+
+def full_knobs(knobs: dict[str, Any], engine: str, cat: Catalog | None = None) -> dict[str, Any]:
+    """Validate against the catalog for this engine and fill in its defaults (raises KnobError)."""
+    cat = cat or catalog()
+    given = cat.validate(dict(knobs), engine=engine)
+    return cat.defaults(engine) | given
+
+
+def change_cost(old: dict[str, Any] | None, new: dict[str, Any], cat: Catalog | None = None) -> str | None:
+    """The largest cost class among changed knobs; None when nothing changed; 'restart' from nothing."""
+    cat = cat or catalog()
+    if old is None:
+        return "restart"
+    worst: str | None = None
+    for name in sorted(set(old) | set(new)):
+        if _canon(old.get(name)) == _canon(new.get(name)):
+            continue
+        cls = cat.get(name).cost_class if name in cat else "restart"
+        if worst is None or COST_ORDER[cls] > COST_ORDER[worst]:
+            worst = cls
+    return worst
+
+
+def needs_restart(cost: str | None) -> bool:
+    return cost is not None and cost != "hot"

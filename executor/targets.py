@@ -1,0 +1,141 @@
+"""Target definitions: where experiments run (sim, local processes, an SSH-reached cluster).
+
+A targets YAML lists hosts with roles (prefill / decode / router / load), cards per node, the
+engine and launch template, the target-side run root and SSH options. Every string that ends up
+in a command line is checked here, so bad input fails with the field name and the reason.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Role = Literal["prefill", "decode", "router", "load", "mixed"]
+Engine = Literal["sim", "vllm", "vllm-ascend", "sglang", "mindie", "llamacpp"]
+SAFE = re.compile(r"^[A-Za-z0-9_./:@+,=%~-]+$")  # no spaces, quotes, $, ;, |, &, <, >, `, (, ), *, ?
+
+
+def check_safe(field: str, value: str) -> str:
+    """Refuse a value that a shell would interpret; names the field and the offending characters."""
+    if not value or not SAFE.match(value):
+        bad = sorted({c for c in value if not re.match(r"[A-Za-z0-9_./:@+,=%~-]", c)}) or ["(empty)"]
+        raise ValueError(f"{field}: {value!r} has characters not allowed here: {''.join(bad)!r}")
+    return value
+
+
+class Host(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    host: str
+    roles: tuple[Role, ...]
+    cards: int = Field(1, ge=0)
+    port: int = Field(8000, ge=1, le=65535)  # the service port on this host
+    devices: str | None = None  # e.g. "0,1,2,3" -> CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES
+
+    @field_validator("host", "devices")
+    @classmethod
+    def _safe(cls, v: str | None, info: Any) -> str | None:
+        return None if v is None else check_safe(info.field_name, v)
+
+
+class SshOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    user: str | None = None
+    port: int = Field(22, ge=1, le=65535)
+    known_hosts: str  # host-key verification is always on: a known_hosts file is required
+    client_keys: tuple[str, ...] = ()
+    keepalive_interval: float = Field(5.0, gt=0)
+    keepalive_count_max: int = Field(3, ge=1)
+    connect_timeout: float = Field(10.0, gt=0)
+    reconnect_attempts: int = Field(5, ge=1, le=50)
+
+
+class Target(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str
+    kind: Literal["sim", "local", "ssh"]
+    engine: Engine = "sim"
+    template: str | None = None  # default: the engine's own template
+    run_root: str = "/tmp/tuneloop-target"
+    hosts: tuple[Host, ...] = ()
+    ssh: SshOptions | None = None
+    model: str | None = None  # model path or name for real engines
+    profile: str = "dsv4-flash-910c-p8d8"  # simulator profile (sim engine)
+    time_scale: float = Field(50.0, gt=0)  # sim serve: simulated seconds per real second
+    tuneloop: tuple[str, ...] | None = None  # how to call tuneloop on the target (default: local python)
+    pd_connector: str | None = None  # KV connector override (vLLM / vLLM-Ascend)
+    extra_args: dict[str, tuple[str, ...]] = {}  # per role, appended verbatim as argv
+    env: dict[str, str] = {}
+    profiler_seconds: float = Field(5.0, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z0-9_.:-]+$", v):
+            raise ValueError(f"name: {v!r} may only hold letters, digits and _ . : -")
+        return v
+
+    @field_validator("run_root", "model")
+    @classmethod
+    def _paths(cls, v: str | None, info: Any) -> str | None:
+        return None if v is None else check_safe(info.field_name, v)
+
+    @model_validator(mode="after")
+    def _roles(self) -> "Target":
+        if self.kind == "ssh" and self.ssh is None:
+            raise ValueError("ssh: an ssh target needs ssh options with a known_hosts file")
+        if self.kind != "sim":
+            if not self.hosts:
+                raise ValueError("hosts: a local or ssh target needs at least one host")
+            if not self.hosts_for("load"):
+                raise ValueError("hosts: no host has the role 'load' (where the load generator runs)")
+            if self.engine not in ("sim", "llamacpp") and not self.model:
+                raise ValueError(f"model: engine {self.engine!r} needs a model path")
+        for k, v in self.env.items():
+            check_safe(f"env.{k}", k)
+        return self
+
+    def hosts_for(self, role: str) -> list[Host]:
+        return [h for h in self.hosts if role in h.roles]
+
+    @property
+    def cards(self) -> int:
+        """Cards in use by the serving roles (P + D, or mixed)."""
+        return sum(h.cards for h in self.hosts if set(h.roles) & {"prefill", "decode", "mixed"})
+
+    @property
+    def pd(self) -> bool:
+        return bool(self.hosts_for("prefill")) and bool(self.hosts_for("decode"))
+
+
+def builtin_sim(profile: str = "dsv4-flash-910c-p8d8", run_root: str | None = None) -> Target:
+    """The embedded default: the simulator in virtual time, no file needed."""
+    return Target(name="sim", kind="sim", engine="sim", profile=profile,
+                  run_root=run_root or "/tmp/tuneloop-target")
+
+
+class TargetsFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    targets: list[Target]
+
+
+def parse_targets(data: Any, source: str = "<targets>") -> dict[str, Target]:
+    try:
+        parsed = TargetsFile.model_validate(data)
+    except ValidationError as e:
+        lines = [f"  {'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
+        raise ValueError(f"invalid targets file {source}:\n" + "\n".join(lines)) from None
+    out: dict[str, Target] = {"sim": builtin_sim()}
+    for t in parsed.targets:
+        out[t.name] = t
+    return out
+
+
+def load_targets(path: str | Path | None = None) -> dict[str, Target]:
+    """Targets from a YAML file, plus the built-in `sim` target (which a file may override)."""
+    if path is None:
+        return {"sim": builtin_sim()}
+    p = Path(path)
+    return parse_targets(yaml.safe_load(p.read_text()), str(p))
