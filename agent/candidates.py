@@ -1,0 +1,255 @@
+"""Candidate cards (DESIGN.md §1): parent station + exactly one change + why, what, and what a negative rules out.
+
+A card is content-hashed twice: `experiment_key` names the experiment (scenario, resulting station,
+stage, N: the same key is never run twice) and `content_hash` covers everything a person is shown
+(an approval is bound to it). Moves are generated from the discrete search space: the neighbouring
+value of each knob, up and down, each tied to the hypothesis it tests.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, computed_field
+
+from executor.knobs import catalog
+
+Stage = Literal["screen", "confirm", "baseline"]
+
+
+def _canon(v: Any) -> Any:
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"
+    if isinstance(v, dict):
+        return {str(k): _canon(x) for k, x in sorted(v.items())}
+    if isinstance(v, (list, tuple)):
+        return [_canon(x) for x in v]
+    return v
+
+
+def digest(obj: Any, length: int = 16) -> str:
+    return hashlib.sha256(json.dumps(_canon(obj), sort_keys=True).encode()).hexdigest()[:length]
+
+
+def station_hash(knobs: dict[str, Any]) -> str:
+    """Content hash of a full station (server knobs + load knobs)."""
+    return digest(knobs)
+
+
+class Change(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    knob: str
+    old: Any = None
+    new: Any = None
+
+
+class CandidateCard(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    goal_id: str
+    scenario: str
+    parent_knobs: dict[str, Any]
+    change: Change | None = None  # None only for a baseline measurement of the parent itself
+    stage: Stage
+    n: int
+    hypothesis: str | None = None
+    mechanism: str
+    decision: str
+    expected_effect: str
+    negative_rules_out: str
+    cost_class: str
+    quality_risk: bool = False
+    planner: str = "deterministic"
+    note: str | None = None  # e.g. "retried: parent station changed"
+    value: float | None = None
+    est_card_hours: float | None = None
+
+    @property
+    def knobs(self) -> dict[str, Any]:
+        if self.change is None:
+            return dict(self.parent_knobs)
+        return {**self.parent_knobs, self.change.knob: self.change.new}
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def parent_station(self) -> str:
+        return station_hash(self.parent_knobs)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def station(self) -> str:
+        return station_hash(self.knobs)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def experiment_key(self) -> str:
+        return digest({"scenario": self.scenario, "station": self.station, "stage": self.stage, "n": self.n})
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def content_hash(self) -> str:
+        body = self.model_dump(exclude={"parent_station", "station", "experiment_key", "content_hash",
+                                        "value", "est_card_hours"})
+        return digest(body, 24)
+
+    def run_id(self) -> str:
+        return f"{self.goal_id}-{self.stage}-{self.experiment_key}"
+
+    def title(self) -> str:
+        if self.change is None:
+            return f"{self.stage} N={self.n}: measure the parent station"
+        c = self.change
+        return f"{self.stage} N={self.n}: {c.knob} {c.old!r} -> {c.new!r}"
+
+
+class MoveRule(BaseModel):
+    """What changing one knob in one direction tests, and how much it might gain if the hypothesis holds."""
+
+    model_config = ConfigDict(frozen=True)
+    hypotheses: tuple[str, ...] = ()
+    gain: float = 0.05  # likely relative gain on the objective if the hypothesis holds
+    mechanism: str = "changes the knob's resource allocation"
+    decision: str = "whether this knob limits the objective here"
+    expected: str = "a small change in output tok/s per card"
+    rules_out: str = "this knob as a lever at the parent station"
+    tradeoff: bool = False  # may lose on the objective but win on latency (kept on the frontier)
+
+
+RULES: dict[tuple[str, str], MoveRule] = {
+    ("max_prefill_reqs", "up"): MoveRule(
+        hypotheses=("prefill_supply",), gain=0.3,
+        mechanism="more requests per prefill pass amortise the fixed per-pass cost and fill the tail chunks",
+        decision="whether prefill batch composition, not decode concurrency, limits throughput",
+        expected="+20-40 % output tok/s per card if prefill supply is the bottleneck; TPOT about unchanged",
+        rules_out="per-pass prefill overhead as the limit: prefill supply would need more P instances or budget"),
+    ("max_num_batched_tokens", "up"): MoveRule(
+        hypotheses=("prefill_supply",), gain=0.12,
+        mechanism="a larger prefill token budget processes more prompt tokens per pass",
+        decision="whether the prefill chunk size limits prefill supply",
+        expected="+5-15 % if prefill is compute-underused per pass; TTFT of long prompts may fall",
+        rules_out="chunk size as the prefill limit"),
+    ("num_prefill_instances", "up"): MoveRule(
+        hypotheses=("prefill_supply",), gain=0.25,
+        mechanism="more prefill instances add prefill capacity", decision="P/D ratio",
+        expected="higher throughput if prefill bound; fewer cards for decode",
+        rules_out="the P/D ratio as the limit"),
+    ("num_decode_instances", "up"): MoveRule(
+        hypotheses=("decode_capacity",), gain=0.25,
+        mechanism="more decode instances add decode capacity", decision="P/D ratio",
+        expected="higher throughput if decode bound", rules_out="the P/D ratio as the limit"),
+    ("max_num_seqs", "up"): MoveRule(
+        hypotheses=("decode_capacity",), gain=0.2,
+        mechanism="a larger decode batch admits waiting requests", decision="whether the decode batch cap binds",
+        expected="+10-25 % if decode runs at its cap with waiting requests; TPOT rises",
+        rules_out="the decode batch cap as the limit"),
+    ("gpu_memory_utilization", "up"): MoveRule(
+        hypotheses=("decode_capacity",), gain=0.1,
+        mechanism="more KV capacity admits more running sequences", decision="whether KV capacity binds",
+        expected="gain only if KV usage is near full", rules_out="KV capacity as the limit"),
+    ("concurrency", "up"): MoveRule(
+        hypotheses=("client_supply",), gain=0.2,
+        mechanism="a higher concurrency cap lets the client keep more requests in flight",
+        decision="whether the client starves the server", expected="higher throughput if achieved concurrency ≈ C; TPOT rises",
+        rules_out="the client's concurrency cap as the limit"),
+    ("concurrency", "down"): MoveRule(
+        hypotheses=("latency_bound",), gain=0.03, tradeoff=True,
+        mechanism="fewer requests in flight shorten queues: lower TTFT, TPOT and E2E, a longer steady state",
+        decision="the throughput/latency trade-off point", expected="lower whole-run throughput, lower latency, maybe a valid native window",
+        rules_out="a free latency win at this concurrency"),
+    ("request_rate", "up"): MoveRule(
+        hypotheses=("client_supply",), gain=0.15,
+        mechanism="a higher arrival rate feeds the concurrency cap", decision="whether the sender's rate limits",
+        expected="higher throughput if QPS ≈ r", rules_out="the arrival rate as the limit"),
+    ("speculative_method", "up"): MoveRule(
+        hypotheses=("latency_bound", "decode_capacity"), gain=0.2,
+        mechanism="MTP draft heads produce several tokens per decode step",
+        decision="whether speculative decoding pays on this task", expected="lower TPOT, higher decode throughput on copy tasks",
+        rules_out="speculative decoding on this task"),
+    ("num_speculative_tokens", "up"): MoveRule(
+        hypotheses=("latency_bound", "decode_capacity"), gain=0.1,
+        mechanism="a wider draft accepts more tokens per step when acceptance is high",
+        decision="the draft width", expected="higher decode throughput if acceptance stays high",
+        rules_out="a wider draft at this acceptance"),
+    ("num_speculative_tokens", "down"): MoveRule(
+        hypotheses=("spec_acceptance",), gain=0.1,
+        mechanism="a narrower draft wastes fewer device cycles on rejected tokens",
+        decision="the draft width", expected="gain only if acceptance length is low", rules_out="draft waste as the limit"),
+    ("index_cache_reuse", "up"): MoveRule(
+        hypotheses=("latency_bound", "decode_capacity"), gain=0.15,
+        mechanism="reusing the index cache across layers cuts decode compute (accuracy risk)",
+        decision="whether the quality-risk speed-up is worth an accuracy evaluation",
+        expected="lower TPOT, higher throughput; quality must be evaluated", rules_out="index cache reuse here"),
+    ("expert_layout", "up"): MoveRule(
+        hypotheses=("expert_imbalance",), gain=0.15,
+        mechanism="a static EPLB layout evens expert load across ranks",
+        decision="whether expert imbalance costs device time", expected="higher decode throughput if imbalance is large",
+        rules_out="expert placement as the limit"),
+    ("parallel", "up"): MoveRule(
+        hypotheses=("client_supply", "decode_capacity"), gain=0.2,
+        mechanism="more server slots batch more sequences per step", decision="the server's batch width",
+        expected="higher throughput, higher TPOT", rules_out="the slot count as the limit"),
+}
+
+
+def rule_for(knob: str, direction: str) -> MoveRule:
+    return RULES.get((knob, direction)) or MoveRule()
+
+
+def _order_key(v: Any) -> tuple[int, Any]:
+    if v is None:
+        return (1, 0)  # None (= unlimited) sorts above every number
+    if isinstance(v, bool):
+        return (0, int(v))
+    if isinstance(v, (int, float)):
+        return (0, v)
+    return (0, 0)
+
+
+def neighbours(knob: str, current: Any, values: list[Any]) -> list[tuple[str, Any]]:
+    """The next value up and down in the knob's discrete list (enums: every other choice counts as 'up')."""
+    k = catalog().get(knob) if knob in catalog() else None
+    if k is not None and k.type == "enum":
+        default = k.default
+        return [("up" if v != default else "down", v) for v in values if v != current]
+    if k is not None and k.type == "bool":
+        return [("up" if v else "down", v) for v in values if v != current]
+    nums = sorted({_order_key(v): v for v in values}.items())
+    cur = _order_key(current)
+    up = [v for key, v in nums if key > cur]
+    down = [v for key, v in nums if key < cur]
+    out: list[tuple[str, Any]] = []
+    if up:
+        out.append(("up", up[0]))
+    if down:
+        out.append(("down", down[-1]))
+    return out
+
+
+def build_card(goal_id: str, scenario: str, parent: dict[str, Any], knob: str | None, new: Any, *,
+               stage: Stage, n: int, direction: str = "up", planner: str = "deterministic",
+               **over: Any) -> CandidateCard:
+    """A card for one change (or a baseline of `parent` when knob is None), worded from the move rules."""
+    if knob is None:
+        fields: dict[str, Any] = dict(
+            mechanism="measure the parent station in the same scenario and N, so the comparison is like for like",
+            decision="the reference figure for comparisons at this N", expected_effect="none: a reference",
+            negative_rules_out="nothing (a reference is never a negative)", cost_class="hot", hypothesis=None)
+        fields.update(over)
+        return CandidateCard(goal_id=goal_id, scenario=scenario, parent_knobs=dict(parent), change=None,
+                             stage=stage, n=n, planner=planner, **fields)
+    rule = rule_for(knob, direction)
+    kdef = catalog().get(knob)
+    fields = dict(mechanism=rule.mechanism, decision=rule.decision, expected_effect=rule.expected,
+                  negative_rules_out=rule.rules_out, cost_class=kdef.cost_class, quality_risk=kdef.quality_risk,
+                  hypothesis=rule.hypotheses[0] if rule.hypotheses else None)
+    fields.update(over)
+    return CandidateCard(goal_id=goal_id, scenario=scenario, parent_knobs=dict(parent),
+                         change=Change(knob=knob, old=parent.get(knob, kdef.default), new=new),
+                         stage=stage, n=n, planner=planner, **fields)
+
+
+def with_stage(card: CandidateCard, stage: Stage, n: int) -> CandidateCard:
+    """The same change re-staged (screen -> confirm at the goal's confirm N)."""
+    return card.model_copy(update={"stage": stage, "n": n, "value": None})
+

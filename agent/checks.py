@@ -1,0 +1,104 @@
+"""The same deterministic checks for every proposal, whoever wrote it (rules or an LLM).
+
+Each check returns a refusal line (check name + reason) or nothing; a card passes when the list is empty.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from agent.candidates import CandidateCard, _canon
+from agent.history import History
+from executor.knobs import KnobError, catalog
+
+
+def _eq(a: Any, b: Any) -> bool:
+    return _canon(a) == _canon(b)
+
+
+def estimate(card: CandidateCard, history: History) -> float:
+    """Card-hours this card would cost; a restart only when the warm service runs another server config."""
+    from executor.station import change_cost
+
+    cost = change_cost(history.warm_knobs, card.knobs)
+    needs = cost is not None and cost != "hot"
+    cls = card.cost_class if card.change is not None else (cost or "hot")
+    return history.cost.estimate(cls, card.n, history.goal.protocol.warmup, needs_restart=needs)
+
+
+def check(card: CandidateCard, history: History) -> list[str]:
+    """Refusals for this card; empty = accepted."""
+    out: list[str] = []
+    goal = history.goal
+    cat = catalog()
+    if card.goal_id != history.goal_id or card.scenario != goal.scenario:
+        out.append(f"goal: card is for {card.goal_id}/{card.scenario}, not {history.goal_id}/{goal.scenario}")
+    if card.change is None:
+        if card.stage != "baseline":
+            out.append("one_change: a screen or confirm card must change exactly one knob")
+    else:
+        c = card.change
+        diff = [k for k in set(card.knobs) | set(card.parent_knobs)
+                if not _eq(card.knobs.get(k), card.parent_knobs.get(k))]
+        if len(diff) != 1:
+            out.append(f"one_change: {len(diff)} knobs differ from the parent ({sorted(diff)})")
+        if c.knob not in cat:
+            out.append(f"knob_exists: {c.knob!r} is not in the knob catalog")
+            return out
+        knob = cat.get(c.knob)
+        if goal.engine not in knob.engines and knob.cost_class != "hot":
+            out.append(f"knob_exists: {c.knob} is not a knob of engine {goal.engine!r}")
+        try:
+            knob.coerce(c.new)
+        except KnobError as e:
+            out.append(f"in_range: {e}")
+        space = goal.space()
+        if c.knob not in space:
+            out.append(f"in_range: {c.knob} is not in the goal's search space")
+        elif not any(_eq(c.new, v) for v in space[c.knob]):
+            out.append(f"in_range: {c.knob}={c.new!r} is not one of the goal's values {list(space[c.knob])}")
+        if not _eq(c.old, card.parent_knobs.get(c.knob, knob.default)):
+            out.append(f"one_change: old value {c.old!r} is not the parent's {card.parent_knobs.get(c.knob)!r}")
+        try:
+            cat.validate(dict(card.knobs), engine=goal.engine)
+        except KnobError as e:
+            if "first" in e.reason:
+                out.append(f"dependencies: {e}")
+            elif not any(x.startswith("in_range") for x in out):
+                out.append(f"in_range: {e}")
+        for neg in history.negatives:
+            if neg.applies(c.knob, c.new, card.scenario, history.data_version, card.parent_station,
+                           history.source_identity) and card.stage == "screen":
+                out.append(f"known_negative: {c.knob}={c.new!r} was negative under the same conditions "
+                           f"({neg.experiment_key}: {neg.reason})")
+        if card.stage == "screen" and card.parent_station != history.best_station:
+            out.append("parent: a screen starts from the current best station")
+        if card.quality_risk != knob.quality_risk:
+            out.append(f"quality_risk: {c.knob} quality risk is {knob.quality_risk}")
+    if card.stage == "screen" and card.n != goal.protocol.screen_n:
+        out.append(f"protocol: screen N must be {goal.protocol.screen_n}, not {card.n}")
+    if card.stage == "confirm" and card.n != goal.protocol.confirm_n:
+        out.append(f"protocol: confirm N must be {goal.protocol.confirm_n}, not {card.n}")
+    if card.experiment_key in history.finished_keys:
+        out.append(f"not_finished: experiment {card.experiment_key} already ran")
+    if history.experiments_left < 1:
+        out.append("affordable: no experiments left in the budget")
+    cost = estimate(card, history)
+    if cost > history.budget_left_card_hours:
+        out.append(f"affordable: ~{cost:.2f} card-h estimated, {history.budget_left_card_hours:.2f} left")
+    return out
+
+
+def retry_note(card: CandidateCard, history: History) -> str | None:
+    """When a change was negative under other conditions, say which changed (a retry is then allowed)."""
+    if card.change is None:
+        return None
+    for neg in history.negatives:
+        if neg.knob == card.change.knob and _eq(neg.value, card.change.new):
+            changed = [name for name, a, b in (
+                ("parent station", neg.parent_station, card.parent_station),
+                ("data version", neg.data_version, history.data_version),
+                ("source identity", neg.source_identity, history.source_identity),
+                ("scenario", neg.scenario, card.scenario)) if a != b]
+            if changed:
+                return f"retrying a negative ({neg.experiment_key}): {', '.join(changed)} changed"
+    return None

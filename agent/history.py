@@ -1,0 +1,126 @@
+"""What the planner knows: finished experiments, negatives with their conditions, the best station, budget.
+
+Built by the loop from the store (the record of truth) before every planning step; the planner takes a
+History and returns the next card or None (ask/tell). Everything here is plain frozen data.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.candidates import CandidateCard, station_hash
+from agent.value import CostModel
+from executor.summary import Summary
+
+Decision = Literal[
+    "reference",  # a baseline measurement of a station
+    "negative",  # valid, and worse (or broke the SLO): never repeated under the same conditions
+    "promising",  # screen passed: confirm next
+    "new_best",  # confirmed and better: the new deployable best station
+    "tradeoff",  # confirmed, loses on the objective but wins on latency: kept on the frontier
+    "quality_pending",  # confirmed and better, but a quality-risk change not yet evaluated
+    "quality_failed",  # faster, but its quality evaluation failed: never deployable
+    "fault",  # orchestration or collection fault: not a result, never a negative
+    "invalid",  # contract violation: not a result, never a negative
+]
+
+
+class Figures(BaseModel):
+    """The figures one valid run is compared by; a missing window is None, never 0."""
+
+    model_config = ConfigDict(frozen=True)
+    n: int
+    whole: float | None = None  # objective metric in the whole window
+    native: float | None = None  # objective metric in the native window (None if the window was invalid)
+    whole_s: float | None = None
+    native_s: float | None = None
+    native_n: int | None = None
+    ttft_mean: float | None = None
+    ttft_p90: float | None = None
+    tpot_mean: float | None = None
+    e2e_mean: float | None = None
+    slo_violations: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, s: Summary, metric: str, violations: list[str]) -> "Figures":
+        return cls(n=s.n_formal, whole=getattr(s.whole, metric) if s.whole else None,
+                   native=getattr(s.native, metric) if s.native else None,
+                   whole_s=s.whole.duration if s.whole else None, native_s=s.native.duration if s.native else None,
+                   native_n=s.native.n_requests if s.native else None, ttft_mean=s.ttft_ms.mean,
+                   ttft_p90=s.ttft_ms.p90, tpot_mean=s.tpot_ms.mean, e2e_mean=s.e2e_ms.mean,
+                   slo_violations=list(violations))
+
+
+class Outcome(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    card: CandidateCard
+    verdict: str
+    decision: Decision
+    figures: Figures | None = None
+    reason: str = ""
+    card_hours: float = 0.0
+    run_id: str | None = None
+    summary: Summary | None = None
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    costs: list[Any] = Field(default_factory=list)
+
+
+class Negative(BaseModel):
+    """A valid negative with the conditions it was found under."""
+
+    model_config = ConfigDict(frozen=True)
+    knob: str
+    value: Any
+    scenario: str
+    data_version: str
+    parent_station: str
+    source_identity: str
+    experiment_key: str
+    reason: str = ""
+
+    def applies(self, knob: str, value: Any, scenario: str, data_version: str, parent_station: str,
+                source_identity: str) -> bool:
+        return (self.knob, self.value, self.scenario, self.data_version, self.parent_station, self.source_identity) == (
+            knob, value, scenario, data_version, parent_station, source_identity)
+
+
+class History(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    goal_id: str
+    goal: Any  # state.goal.GoalSpec (frozen)
+    data_version: str
+    source_identity: str = "sim"
+    best_knobs: dict[str, Any]
+    warm_knobs: dict[str, Any] | None = None  # the station the service is running now
+    outcomes: list[Outcome] = Field(default_factory=list)
+    negatives: list[Negative] = Field(default_factory=list)
+    budget_left_card_hours: float
+    experiments_left: int
+    cost: CostModel = CostModel()
+    planner_notes: list[str] = Field(default_factory=list)
+
+    @property
+    def best_station(self) -> str:
+        return station_hash(self.best_knobs)
+
+    @property
+    def finished_keys(self) -> set[str]:
+        return {o.card.experiment_key for o in self.outcomes}
+
+    def reference(self, knobs: dict[str, Any], n: int) -> Outcome | None:
+        """The latest valid measurement of exactly this station at exactly this N."""
+        h = station_hash(knobs)
+        for o in reversed(self.outcomes):
+            if o.verdict == "valid" and o.figures is not None and o.card.station == h and o.card.n == n:
+                return o
+        return None
+
+    def latest_valid(self, knobs: dict[str, Any]) -> Outcome | None:
+        h = station_hash(knobs)
+        best = None
+        for o in self.outcomes:
+            if o.verdict == "valid" and o.card.station == h and o.summary is not None:
+                if best is None or o.card.n >= best.card.n:
+                    best = o
+        return best

@@ -1,0 +1,103 @@
+"""Judge one finished run against its reference at the same N: pure, so every rule is testable alone.
+
+Only a `valid` verdict can become a result. Figures are compared only at equal N and in the same window
+(the objective's window when both runs have it, else the whole window for both); a percentage across
+different N is never computed. A run that loses on the objective but wins clearly on every latency
+figure is a trade-off, kept on the frontier rather than thrown away.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from agent.candidates import CandidateCard
+from agent.history import Decision, Figures, History, Outcome
+
+LATENCY_WIN = 0.05  # every latency mean at least 5 % lower counts as a latency win
+CLEAR_LOSS = 0.02  # beyond run-to-run noise (~1-2 %)
+
+
+class Comparison(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    window: str | None  # "native" | "whole" | None (no common window)
+    gain: float | None  # relative, candidate vs reference, same N and window
+    latency_win: bool
+
+
+def compare(cand: Figures, ref: Figures, window: str) -> Comparison:
+    if cand.n != ref.n:
+        raise ValueError(f"refusing to compare N={cand.n} with N={ref.n} as a percentage")
+    used, gain = None, None
+    order = [window, "whole"] if window == "native" else ["whole"]
+    for w in order:
+        a, b = getattr(cand, w), getattr(ref, w)
+        if a is not None and b is not None and b > 0:
+            used, gain = w, a / b - 1.0
+            break
+    lat = [(cand.ttft_mean, ref.ttft_mean), (cand.tpot_mean, ref.tpot_mean), (cand.e2e_mean, ref.e2e_mean)]
+    latency_win = all(a is not None and b and a <= b * (1 - LATENCY_WIN) for a, b in lat)
+    return Comparison(window=used, gain=gain, latency_win=latency_win)
+
+
+def decide(card: CandidateCard, verdict: str, figures: Figures | None, history: History) -> tuple[Decision, str]:
+    """The decision for one finished run of `card` (screen, confirm or baseline)."""
+    if verdict in ("orchestration_fault", "collection_fault"):
+        return "fault", f"{verdict}: a tooling fault, not a result"
+    if verdict != "valid":
+        return "invalid", f"{verdict}: broke the scenario contract, not a result"
+    assert figures is not None
+    if card.stage == "baseline":
+        return "reference", f"reference at N={card.n}"
+    goal = history.goal
+    if figures.slo_violations:
+        return "negative", "breaks the SLO: " + "; ".join(figures.slo_violations)
+    ref = history.reference(card.parent_knobs, card.n)
+    if ref is None or ref.figures is None:
+        return "fault", f"no valid reference of the parent at N={card.n}: cannot judge"
+    cmp = compare(figures, ref.figures, goal.objective.window)
+    if cmp.gain is None:
+        return "negative", "no common window with the reference"
+    pct = f"{cmp.gain:+.2%} {cmp.window} vs parent at N={card.n}"
+    min_gain = goal.stop.min_gain_pct / 100.0
+    if cmp.gain >= min_gain:
+        if card.stage == "screen":
+            return "promising", f"screen {pct}: confirm at N={goal.protocol.confirm_n}"
+        if card.quality_risk:
+            return "quality_pending", f"confirmed {pct}; performance-positive, quality pending"
+        return "new_best", f"confirmed {pct}: new best station"
+    if cmp.latency_win and cmp.gain > -0.25:
+        if card.stage == "screen":
+            return "promising", f"screen {pct} with lower TTFT, TPOT and E2E: confirm as a trade-off"
+        return "tradeoff", f"confirmed {pct} with lower TTFT, TPOT and E2E: a trade-off on the frontier"
+    return "negative", f"{card.stage} {pct}" + (" (a clear loss)" if cmp.gain <= -CLEAR_LOSS else " (no gain beyond noise)")
+
+
+def frontier(outcomes: list[Outcome], n: int) -> list[dict[str, Any]]:
+    """Valid, SLO-meeting stations at one N that no other beats on throughput and every latency mean.
+
+    Whole and native stay separate columns; native is None where the window was invalid.
+    """
+    rows: dict[str, Outcome] = {}
+    for o in outcomes:
+        if o.verdict == "valid" and o.figures and o.card.n == n and not o.figures.slo_violations:
+            if o.decision in ("reference", "new_best", "tradeoff", "quality_pending"):
+                rows[o.card.station] = o
+    def dominated(a: Figures, b: Figures) -> bool:
+        keys = ("ttft_mean", "tpot_mean", "e2e_mean")
+        if a.whole is None or b.whole is None or any(getattr(x, k) is None for x in (a, b) for k in keys):
+            return False
+        return (b.whole >= a.whole and all(getattr(b, k) <= getattr(a, k) for k in keys)
+                and (b.whole > a.whole or any(getattr(b, k) < getattr(a, k) for k in keys)))
+    out = []
+    for h, o in rows.items():
+        if any(dominated(o.figures, p.figures) for k, p in rows.items() if k != h):  # type: ignore[arg-type]
+            continue
+        f = o.figures
+        assert f is not None
+        out.append({"station": h, "knobs": o.card.knobs, "n": n, "whole": f.whole, "whole_s": f.whole_s,
+                    "native": f.native, "native_s": f.native_s, "native_n": f.native_n,
+                    "ttft_mean_ms": f.ttft_mean, "tpot_mean_ms": f.tpot_mean, "e2e_mean_ms": f.e2e_mean,
+                    "status": "quality pending" if o.decision == "quality_pending" else o.decision,
+                    "run_id": o.run_id})
+    return sorted(out, key=lambda r: -(r["whole"] or 0.0))
