@@ -52,10 +52,14 @@ stop_dir() {  # stop the process group recorded in DIR/pid, TERM then KILL
   [ -n "$pid" ] || return 0
   kill -s TERM -- "-$pid" 2>/dev/null || return 0
   i=0
-  while kill -0 -- "-$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+  while [ "$(alive "$1")" = 1 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
   kill -s KILL -- "-$pid" 2>/dev/null || true
 }
-alive() { pid=$(cat "$1/pid" 2>/dev/null || true); [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo 1 || echo 0; }
+alive() {  # a zombie (exited, not yet reaped) is not alive
+  pid=$(cat "$1/pid" 2>/dev/null || true)
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || { echo 0; return; }
+  case "$(ps -o stat= -p "$pid" 2>/dev/null)" in Z*) echo 0 ;; *) echo 1 ;; esac
+}
 show() { [ -f "$1" ] && tr -d '\n' < "$1" || printf -- '-'; }
 case "$ACTION" in
   fence) lock; fence "-" ;;

@@ -1,0 +1,220 @@
+"""The one small interface every target speaks, and the launcher-driven half shared by local and ssh.
+
+Errors, as a tree:
+
+    TransportError
+     ├── Transient          connection lost / timed out: safe to retry a repeatable step
+     ├── StaleLaunch        the target's launcher refused our epoch (a newer lease holder exists)
+     ├── AlreadyClaimed     the run directory exists: this run was launched before (never launch twice)
+     └── LaunchFailed       a service could not start; carries the server's own error text
+"""
+from __future__ import annotations
+
+import abc
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from executor.launcher import ALREADY_CLAIMED_RC, STALE_EPOCH_RC, SCRIPT, parse_kv, script_name
+from executor.targets import Target
+from executor.templates import ServiceSpec, svc_dir
+
+
+class TransportError(Exception):
+    pass
+
+
+class Transient(TransportError):
+    pass
+
+
+class StaleLaunch(TransportError):
+    pass
+
+
+class AlreadyClaimed(TransportError):
+    pass
+
+
+class LaunchFailed(TransportError):
+    pass
+
+
+class CommandResult(NamedTuple):
+    rc: int | None  # None: the channel was lost, which is not success
+    stdout: str
+    stderr: str
+
+
+@dataclass(frozen=True)
+class Markers:
+    claimed: bool
+    pid: int | None = None
+    alive: bool = False
+    rc: int | None = None
+    done: bool = False
+    epoch: int | None = None
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    station: str | None
+    pid: int | None
+    alive: bool
+    rc: int | None
+
+
+class LoadPlan(BaseModel):
+    """Everything one load run needs, whichever transport runs it."""
+
+    model_config = ConfigDict(frozen=True)
+    endpoint: str
+    scenario: str
+    n: int
+    warmup: int = 0
+    concurrency: int
+    request_rate: float
+    arrival: str = "constant"
+    burstiness: float = 1.0
+    seed: int = 0
+    knobs: dict[str, Any] = Field(default_factory=dict)  # full station (the sim target simulates with it)
+    faults: tuple[str, ...] = ()
+    metrics: dict[str, str] = Field(default_factory=dict)
+
+
+def _int(v: str | None) -> int | None:
+    return int(v) if v not in (None, "", "-") else None
+
+
+class LauncherTransport(abc.ABC):
+    """Local and SSH targets: every side effect goes through the target-side launcher script."""
+
+    def __init__(self, target: Target):
+        self.target = target
+        self.root = target.run_root
+        self._installed = False
+
+    # -- what a concrete transport supplies ---------------------------------------------------
+    @abc.abstractmethod
+    async def run(self, argv: list[str], timeout: float = 60.0) -> CommandResult: ...
+
+    @abc.abstractmethod
+    async def put_text(self, path: str, text: str, mode: int = 0o644) -> None: ...
+
+    @abc.abstractmethod
+    async def fetch_dir(self, remote: str, local: Path) -> None: ...
+
+    async def close(self) -> None:
+        return None
+
+    # -- the shared interface -----------------------------------------------------------------
+    @property
+    def script(self) -> str:
+        return f"{self.root}/{script_name()}"
+
+    async def setup(self) -> None:
+        """Install the launcher (content-hashed name, so an existing copy is the same script)."""
+        if self._installed:
+            return
+        res = await self.run(["test", "-f", self.script])
+        if res.rc != 0:
+            await self.run(["mkdir", "-p", self.root])
+            await self.put_text(self.script, SCRIPT, 0o755)
+        self._installed = True
+
+    async def _launcher(self, epoch: int, action: str, *args: str, timeout: float = 60.0) -> CommandResult:
+        await self.setup()
+        res = await self.run(["sh", self.script, self.root, str(epoch), action, *args], timeout=timeout)
+        if res.rc is None:
+            raise Transient(f"launcher {action}: connection lost before an exit status came back")
+        if res.rc == STALE_EPOCH_RC:
+            raise StaleLaunch(res.stderr.strip())
+        if res.rc == ALREADY_CLAIMED_RC:
+            raise AlreadyClaimed(res.stderr.strip())
+        if res.rc != 0:
+            raise TransportError(f"launcher {action} failed (rc={res.rc}): {res.stderr.strip()[-2000:]}")
+        return res
+
+    async def fence(self, epoch: int) -> None:
+        await self._launcher(epoch, "fence")
+
+    async def start_service(self, svc: ServiceSpec, station: str, epoch: int) -> None:
+        d = svc_dir(self.target, svc.name)
+        if svc.files:
+            await self.run(["mkdir", "-p", d])
+            for name, text in svc.files.items():
+                await self.put_text(f"{d}/{name}", text)
+        env = [f"{k}={v}" for k, v in sorted(svc.env.items())]
+        argv = (["env", *env] if env else []) + list(svc.argv)
+        await self._launcher(epoch, "service", svc.name, station, "--", *argv)
+
+    async def stop_service(self, svc: ServiceSpec, epoch: int) -> None:
+        await self._launcher(epoch, "stop", svc.name, timeout=120.0)
+
+    async def service_state(self, svc: ServiceSpec) -> ServiceState:
+        res = await self._launcher(0, "svcstate", svc.name)
+        kv = parse_kv(res.stdout)
+        st = kv.get("station")
+        return ServiceState(station=None if st in (None, "-") else st, pid=_int(kv.get("pid")),
+                            alive=kv.get("alive") == "1", rc=_int(kv.get("rc")))
+
+    async def service_log(self, svc: ServiceSpec, tail: int = 4000) -> str:
+        res = await self.run(["tail", "-c", str(tail), f"{svc_dir(self.target, svc.name)}/log"])
+        return res.stdout
+
+    async def health(self, svc: ServiceSpec, timeout: float = 2.0) -> bool:
+        url = f"http://{svc.host}:{svc.port}{svc.health_path}"
+        try:
+            async with httpx.AsyncClient(timeout=timeout) as c:
+                return (await c.get(url)).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def load_argv(self, key: str, plan: LoadPlan) -> list[str]:
+        out = f"{self.root}/runs/{key}/out"
+        argv = list(self.target.tuneloop or ("tuneloop",)) + [
+            "load", "run", "--endpoint", plan.endpoint, "--scenario", plan.scenario, "--n", str(plan.n),
+            "--concurrency", str(plan.concurrency), "--rate", _rate(plan.request_rate), "--out", out,
+            "--warmup", str(plan.warmup), "--arrival", plan.arrival, "--burstiness", repr(plan.burstiness)]
+        for role, url in sorted(plan.metrics.items()):
+            argv += ["--metrics-url", f"{role}={url}"]
+        return argv
+
+    async def launch(self, key: str, plan: LoadPlan, epoch: int) -> int:
+        res = await self._launcher(epoch, "run", key, "--", *self.load_argv(key, plan))
+        return int(res.stdout.strip().splitlines()[-1])
+
+    async def launch_argv(self, key: str, argv: list[str], epoch: int) -> int:
+        """A detached run of any command (profiler windows, relayout steps, tests)."""
+        res = await self._launcher(epoch, "run", key, "--", *argv)
+        return int(res.stdout.strip().splitlines()[-1])
+
+    async def poll(self, key: str) -> Markers:
+        kv = parse_kv((await self._launcher(0, "poll", key)).stdout)
+        if kv.get("claimed") != "1":
+            return Markers(claimed=False)
+        return Markers(claimed=True, pid=_int(kv.get("pid")), alive=kv.get("alive") == "1", rc=_int(kv.get("rc")),
+                       done=kv.get("done") == "1", epoch=_int(kv.get("epoch")))
+
+    async def fetch(self, key: str, dest: Path) -> Path:
+        await self.fetch_dir(f"{self.root}/runs/{key}/out", dest)
+        return dest
+
+    async def run_log(self, key: str, tail: int = 4000) -> str:
+        return (await self.run(["tail", "-c", str(tail), f"{self.root}/runs/{key}/log"])).stdout
+
+    async def launch_log(self) -> str:
+        return (await self.run(["cat", f"{self.root}/launch.log"])).stdout
+
+
+def _rate(r: float) -> str:
+    return "inf" if r == float("inf") else repr(float(r))
+
+
+def remote_command(argv: list[str]) -> str:
+    """The one place a remote shell string is built: shlex.join of validated argv, never formatting."""
+    return shlex.join(argv)
