@@ -33,7 +33,8 @@ SUMMARY = "summary.json"
 
 
 class RunInfo(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # request_rate may be inf: write it as the JSON constant Infinity (pydantic reads it back), not null
+    model_config = ConfigDict(extra="allow", ser_json_inf_nan="constants")
     scenario: str
     scenario_version: int
     n: int
