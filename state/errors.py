@@ -6,6 +6,7 @@
      │    └── Stale                 the card changed since it was shown (approval bound to an old hash)
      ├── InvalidTransition          a status change the lifecycle does not allow (e.g. done -> running)
      ├── StaleEpoch                 a fenced write carried an epoch that is not the lease's current one
+     ├── NotValid                   only a `valid` result may become a negative (faults never do)
      └── GoalError (ValueError)     a goal spec was refused; `.errors` lists (field, reason)
 """
 from __future__ import annotations
@@ -37,6 +38,10 @@ class StaleEpoch(StateError):
     def __init__(self, target: str, epoch: int, current: int):
         super().__init__(f"target {target!r}: epoch {epoch} refused, the lease's current epoch is {current}")
         self.target, self.epoch, self.current = target, epoch, current
+
+
+class NotValid(StateError):
+    pass
 
 
 class GoalError(StateError, ValueError):

@@ -1,0 +1,101 @@
+"""Engine and transactions of the store: SQLite (one file, several processes) or PostgreSQL.
+
+SQLite: WAL, a busy timeout, foreign keys, and write transactions opened with BEGIN IMMEDIATE so
+that a read-check-write (a lease, an approval) holds the write lock from its first read.
+PostgreSQL: READ COMMITTED plus row locks (SELECT ... FOR UPDATE) where a check must hold.
+"""
+from __future__ import annotations
+
+import json
+import math
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+from sqlalchemy.pool import StaticPool
+
+BUSY_TIMEOUT_MS = 30_000
+
+
+def canon(obj: Any) -> Any:
+    """JSON-safe copy: non-finite floats become the strings 'inf' / '-inf' / 'nan' (PostgreSQL's
+    json refuses Infinity); tuples become lists."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {str(k): canon(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [canon(v) for v in obj]
+    if isinstance(obj, datetime):
+        return obj.isoformat()
+    return obj
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(canon(obj), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def make_engine(url: str) -> Engine:
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        memory = u.database in (None, "", ":memory:")
+        if not memory:
+            Path(u.database).parent.mkdir(parents=True, exist_ok=True)
+        kw: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000}}
+        if memory:
+            kw["poolclass"] = StaticPool
+        engine = create_engine(u, json_serializer=dumps, **kw)
+        _sqlite_events(engine, wal=not memory)
+        return engine
+    return create_engine(u, json_serializer=dumps, pool_pre_ping=True)
+
+
+def _sqlite_events(engine: Engine, wal: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _rec: Any) -> None:
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (pysqlite's own handling is too lazy)
+        cur = dbapi_conn.cursor()
+        if wal:
+            cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("immediate") else "BEGIN")
+
+
+class Database:
+    """Owns the engine; hands out short transactions. Write transactions take the write lock early."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.engine = make_engine(url)
+        self._writer = self.engine.execution_options(immediate=True)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with Session(self.engine, expire_on_commit=False) as s, s.begin():
+            yield s
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        with Session(self._writer, expire_on_commit=False) as s, s.begin():
+            yield s
+
+    def dispose(self) -> None:
+        self.engine.dispose()

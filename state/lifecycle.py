@@ -1,0 +1,57 @@
+"""Status lifecycles of candidates, runs and goals, checked in ONE place (optuna's TrialState style).
+
+Every status change in the store goes through `check(entity, old, new)`; nothing else decides
+which transitions are legal.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from state.errors import InvalidTransition
+
+CandidateStatus = Literal["proposed", "awaiting_approval", "approved", "rejected", "running", "done", "failed",
+                          "unknown", "cancelled"]
+RunStatus = Literal["pending", "running", "done", "failed", "unknown"]
+GoalStatus = Literal["running", "waiting", "paused", "stopped", "done"]
+
+TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
+    "candidate": {
+        "proposed": frozenset({"awaiting_approval", "approved", "rejected", "cancelled"}),
+        "awaiting_approval": frozenset({"approved", "rejected", "cancelled"}),
+        "approved": frozenset({"running", "cancelled"}),
+        # a fault resumes at the failed phase: failed -> running again
+        "running": frozenset({"done", "failed", "unknown"}),
+        "failed": frozenset({"running", "cancelled"}),
+        "unknown": frozenset({"running", "done", "failed", "cancelled"}),
+        "done": frozenset(),
+        "rejected": frozenset(),
+        "cancelled": frozenset(),
+    },
+    "run": {
+        "pending": frozenset({"running", "failed", "unknown"}),
+        "running": frozenset({"done", "failed", "unknown"}),
+        "failed": frozenset({"running"}),
+        "unknown": frozenset({"running", "done", "failed"}),
+        "done": frozenset(),
+    },
+    "goal": {
+        "running": frozenset({"waiting", "paused", "stopped", "done"}),
+        "waiting": frozenset({"running", "paused", "stopped", "done"}),
+        "paused": frozenset({"running", "stopped"}),
+        "stopped": frozenset({"running"}),  # a person may restart a stopped goal (resume, one more round)
+        "done": frozenset({"running"}),
+    },
+}
+TERMINAL_CANDIDATE = frozenset({"done", "rejected", "cancelled"})
+
+
+def check(entity: str, old: str, new: str) -> None:
+    """Raise InvalidTransition unless old -> new is allowed; a no-op change (old == new) is allowed."""
+    table = TRANSITIONS[entity]
+    if new not in table:
+        raise InvalidTransition(entity, old, new, sorted(table.get(old, ())))
+    if old == new:
+        return
+    allowed = table.get(old, frozenset())
+    if new not in allowed:
+        raise InvalidTransition(entity, old, new, sorted(allowed))
