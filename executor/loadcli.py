@@ -1,0 +1,115 @@
+"""`tuneloop load`: run a load standalone (detached beside a server), summarise and export its raw files."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="Load generator: run, summarize, export.")
+
+
+def _rate(text: str) -> float:
+    try:
+        r = float(text)
+    except ValueError:
+        raise typer.BadParameter(f"--rate {text!r}: a number of requests/s or inf") from None
+    if not r > 0:
+        raise typer.BadParameter(f"--rate {text!r}: must be > 0 (or inf)")
+    return r
+
+
+@app.command("run")
+def run_cmd(
+    endpoint: str = typer.Option(..., help="server base URL (http://host:port) or a full /v1/... URL"),
+    scenario: str = typer.Option(..., help="scenario name or YAML path (simulator/scenarios)"),
+    n: int = typer.Option(..., help="formal requests"),
+    concurrency: int = typer.Option(..., help="concurrency cap C"),
+    rate: str = typer.Option("inf", help="arrival rate r in requests/s, or inf"),
+    out: Path = typer.Option(..., help="run directory (created)"),
+    warmup: int = typer.Option(0, help="warm-up requests, excluded from the figures"),
+    arrival: str = typer.Option("constant", help="constant | poisson | gamma"),
+    burstiness: float = typer.Option(1.0, help="gamma shape (1 = Poisson)"),
+    api: str = typer.Option("completions", help="completions | chat"),
+    model: Optional[str] = typer.Option(None, help="model name; default: the first of /v1/models"),
+    cards: int = typer.Option(1, help="cards in use (P + D), for per-card figures"),
+    seed: int = typer.Option(0, help="seed of the arrival process"),
+    metrics_url: List[str] = typer.Option([], help="role=URL of an engine /metrics (role prefill|decode|mixed)"),
+    timeout_s: float = typer.Option(3600.0, help="per-request timeout (s)"),
+    continuous_usage: bool = typer.Option(True, help="ask for usage in every chunk (vLLM continuous_usage_stats)"),
+) -> None:
+    """Send the scenario's requests; append raw records as they finish; then write rc and done."""
+    from executor.evidence import parse_endpoints
+    from executor.loadgen import LoadConfig, run
+
+    try:
+        cfg = LoadConfig(endpoint=endpoint, n=n, concurrency=concurrency, request_rate=_rate(rate), warmup=warmup,
+                         arrival=arrival, burstiness=burstiness, api=api, model=model, seed=seed,
+                         timeout_s=timeout_s, continuous_usage=continuous_usage,
+                         metrics_urls=tuple(parse_endpoints(metrics_url)))
+        cfg.check()
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    rc = run(cfg, scenario, out, cards=cards)
+    raise typer.Exit(rc)
+
+
+@app.command("summarize")
+def summarize_cmd(
+    run_dir: Path = typer.Argument(..., help="run directory with run.json and requests.jsonl"),
+    json_out: bool = typer.Option(False, "--json", help="print Summary + Verdict as JSON"),
+    slo: List[str] = typer.Option([], help="SLO for goodput, e.g. tpot_ms=20"),
+) -> None:
+    """Summarise (re-runnable) and judge a run directory; exit 3 on a collection failure."""
+    from executor.collect import CollectionError, summarize_run
+    from executor.metrics import format_summary
+
+    slos = {}
+    for s in slo:
+        k, _, v = s.partition("=")
+        try:
+            slos[k] = float(v)
+        except ValueError:
+            raise typer.BadParameter(f"--slo {s!r}: expected name=milliseconds") from None
+    try:
+        summary, verdict = summarize_run(run_dir, slos=slos or None)
+    except (CollectionError, ValueError) as e:
+        typer.echo(f"collection_fault: {e}", err=True)
+        raise typer.Exit(3)
+    if json_out:
+        typer.echo(json.dumps({"summary": summary.model_dump(mode="json"), "verdict": verdict.model_dump()}, indent=1))
+        return
+    typer.echo(format_summary(summary))
+    typer.echo(f"verdict: {verdict.kind}")
+    for r in verdict.reasons:
+        typer.echo(f"  {r.code} ({r.count}): {r.message}")
+
+
+@app.command("export")
+def export_cmd(
+    run_dir: Path = typer.Argument(...),
+    fmt: str = typer.Option("vllm", "--format", help="vllm (bench serve result JSON) | csv (per request)"),
+    out: Optional[Path] = typer.Option(None, help="file to write; default stdout"),
+) -> None:
+    """Export a run as a `vllm bench serve` result JSON or a per-request CSV."""
+    from executor.collect import load_run
+    from executor.exports import requests_csv, vllm_result
+
+    info, records = load_run(run_dir)
+    if fmt == "vllm":
+        text = json.dumps(vllm_result(records, info), indent=1, default=lambda x: None if math.isinf(x) else x)
+    elif fmt == "csv":
+        text = requests_csv(records)
+    else:
+        raise typer.BadParameter(f"--format {fmt!r}: vllm or csv")
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text)
+
+
+if __name__ == "__main__":
+    app()

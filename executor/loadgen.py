@@ -1,0 +1,254 @@
+"""The load generator: an asyncio OpenAI-compatible streaming client that writes raw records.
+
+One dispatcher walks the arrival schedule (t_sched), takes a slot of the concurrency cap C
+(t_send), and starts the request; each finished request is appended to requests.jsonl and flushed
+at once, so a crash loses no finished request. Summarising is a separate step (executor.collect).
+
+Input token counts come back from the server in `usage.prompt_tokens` (the simulator counts words);
+against a real engine that offers `/tokenize` (vLLM, SGLang, llama.cpp), `tokenize_counts` gives the
+exact count of a prompt before sending. Output length is fixed with max_tokens + min_tokens +
+ignore_eos, and usage is asked for with stream_options.include_usage (plus vLLM's
+continuous_usage_stats, which lets the client know how many tokens each chunk carried).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import httpx
+
+from executor import records as rec
+from executor.evidence import scrape_loop
+from executor.records import JsonlWriter, RequestRecord, RunInfo
+from executor.sse import DONE, SSEParser
+
+ARRIVALS = ("constant", "poisson", "gamma")
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    endpoint: str  # base URL (http://host:port) or a full /v1/... URL
+    n: int
+    concurrency: int
+    request_rate: float = math.inf
+    warmup: int = 0
+    arrival: str = "constant"
+    burstiness: float = 1.0
+    api: str = "completions"
+    model: str | None = None
+    seed: int = 0
+    timeout_s: float = 3600.0
+    continuous_usage: bool = True
+    metrics_urls: tuple[tuple[str, str], ...] = ()
+    extra_body: dict = field(default_factory=dict)
+
+    def check(self) -> None:
+        for name, ok, why in (("n", self.n >= 1, "must be >= 1"), ("concurrency", self.concurrency >= 1, "must be >= 1"),
+                              ("request_rate", self.request_rate > 0, "must be > 0 (inf allowed)"),
+                              ("warmup", self.warmup >= 0, "must be >= 0"),
+                              ("arrival", self.arrival in ARRIVALS, f"must be one of {ARRIVALS}"),
+                              ("burstiness", self.burstiness > 0, "must be > 0"),
+                              ("api", self.api in ("completions", "chat"), "must be completions or chat"),
+                              ("endpoint", self.endpoint.startswith(("http://", "https://")), "must be an http(s) URL")):
+            if not ok:
+                raise ValueError(f"{name}={getattr(self, name)!r}: {why}")
+
+    def url(self) -> str:
+        if "/v1/" in self.endpoint:
+            return self.endpoint
+        return self.endpoint.rstrip("/") + ("/v1/completions" if self.api == "completions" else "/v1/chat/completions")
+
+
+def schedule(n: int, rate: float, arrival: str = "constant", burstiness: float = 1.0, seed: int = 0) -> list[float]:
+    """Send times (s from the formal start): constant 1/r gaps, Poisson, or gamma with shape = burstiness."""
+    if math.isinf(rate):
+        return [0.0] * n
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        out.append(t)
+        if arrival == "constant":
+            t += 1.0 / rate
+        elif arrival == "poisson":
+            t += rng.expovariate(rate)
+        else:
+            t += rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+    return out
+
+
+def body(cfg: LoadConfig, model: str, prompt: str, n_out: int) -> dict:
+    opts = {"include_usage": True}
+    if cfg.continuous_usage:
+        opts["continuous_usage_stats"] = True
+    b = {"model": model, "max_tokens": n_out, "min_tokens": n_out, "ignore_eos": True, "stream": True,
+         "stream_options": opts, "temperature": 0.0}
+    if cfg.api == "chat":
+        b["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        b["prompt"] = prompt
+    b.update(cfg.extra_body)
+    return b
+
+
+def _content(choice: dict, api: str) -> str | None:
+    if api == "chat":
+        return (choice.get("delta") or {}).get("content")
+    return choice.get("text")
+
+
+async def send_one(client: httpx.AsyncClient, cfg: LoadConfig, payload: dict, r: RequestRecord, t0: int) -> RequestRecord:
+    """Stream one request into `r` (t_sched/t_send already set); every failure is recorded, never raised."""
+    now = lambda: (time.perf_counter_ns() - t0) / 1e9  # noqa: E731
+    times, toks, last_cum = r.chunk_times, [], 0
+    per_chunk_known = cfg.continuous_usage
+    try:
+        async with client.stream("POST", cfg.url(), json=payload) as resp:
+            r.http_status = resp.status_code
+            if resp.status_code != 200:
+                text = (await resp.aread()).decode(errors="replace")[:300]
+                r.error = f"HTTP {resp.status_code}: {text}"
+                return r
+            parser, done = SSEParser(), False
+            async for raw in resp.aiter_raw():
+                for data in parser.feed(raw):
+                    if data == DONE:
+                        done = True
+                        continue
+                    obj = json.loads(data)
+                    if "error" in obj and not obj.get("choices"):
+                        err = obj["error"]
+                        r.error = "stream error: " + (err.get("message", str(err)) if isinstance(err, dict) else str(err))
+                        return r
+                    usage = obj.get("usage")
+                    choices = obj.get("choices") or []
+                    if choices:
+                        c = choices[0]
+                        if _content(c, cfg.api):
+                            times.append(now())
+                            if usage and usage.get("completion_tokens") is not None:
+                                toks.append(usage["completion_tokens"] - last_cum)
+                                last_cum = usage["completion_tokens"]
+                            else:
+                                per_chunk_known = False
+                        if c.get("finish_reason"):
+                            r.finish_reason = c["finish_reason"]
+                    if usage:
+                        r.n_in = usage.get("prompt_tokens", r.n_in)
+                        r.n_out = usage.get("completion_tokens", r.n_out)
+                        details = usage.get("prompt_tokens_details") or {}
+                        if details.get("cached_tokens") is not None:
+                            r.n_cached = details["cached_tokens"]
+            if not done and r.finish_reason is None:
+                r.error = "stream ended without finish_reason or [DONE]"
+                return r
+            if per_chunk_known and toks and sum(toks) == r.n_out:
+                r.chunk_tokens = toks
+            r.ok = r.finish_reason is not None
+            if not r.ok:
+                r.error = "no finish_reason in stream"
+    except (httpx.HTTPError, json.JSONDecodeError, OSError, UnicodeDecodeError) as e:
+        r.error = f"{type(e).__name__}: {e}"
+    finally:
+        r.t_end = now()
+    return r
+
+
+async def discover_model(client: httpx.AsyncClient, endpoint: str) -> str:
+    base = endpoint.split("/v1/")[0].rstrip("/")
+    resp = await client.get(base + "/v1/models")
+    resp.raise_for_status()
+    return resp.json()["data"][0]["id"]
+
+
+async def tokenize_counts(client: httpx.AsyncClient, endpoint: str, model: str, prompts: Sequence[str]) -> list[int]:
+    """Exact input token counts from an engine's /tokenize endpoint (vLLM, SGLang, llama.cpp shapes)."""
+    base = endpoint.split("/v1/")[0].rstrip("/")
+    out = []
+    for p in prompts:
+        resp = await client.post(base + "/tokenize", json={"model": model, "prompt": p, "content": p})
+        resp.raise_for_status()
+        j = resp.json()
+        out.append(j["count"] if "count" in j else len(j.get("tokens", [])))
+    return out
+
+
+async def run_load(cfg: LoadConfig, prompts, run_dir: Path, info: RunInfo) -> int:
+    """Warm-up (excluded, awaited), then the formal load; records appended as they finish. Returns rc."""
+    cfg.check()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rec.write_atomic(run_dir / rec.PID, f"{os.getpid()}\n")
+    rec.write_atomic(run_dir / rec.RUN_INFO, info.model_dump_json(indent=1))
+    limits = httpx.Limits(max_connections=cfg.concurrency + 4, max_keepalive_connections=cfg.concurrency + 4)
+    timeout = httpx.Timeout(cfg.timeout_s, connect=30.0)
+    t0 = time.perf_counter_ns()
+    now = lambda: (time.perf_counter_ns() - t0) / 1e9  # noqa: E731
+    stop = asyncio.Event()
+    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+        model = cfg.model or await discover_model(client, cfg.endpoint)
+        scraper = asyncio.create_task(scrape_loop(cfg.metrics_urls, run_dir / rec.METRICS, t0, stop))
+        sem = asyncio.Semaphore(cfg.concurrency)
+        with JsonlWriter(run_dir / rec.REQUESTS) as w:
+            async def go(spec, r):
+                try:
+                    w.write(await send_one(client, cfg, body(cfg, model, prompts(spec), spec.n_out), r, t0))
+                finally:
+                    sem.release()
+
+            async def phase(specs, times, warm: bool):
+                start, tasks = now(), []
+                for spec, ts in zip(specs, times):
+                    t_sched = start + ts
+                    if t_sched > now():
+                        await asyncio.sleep(t_sched - now())
+                    await sem.acquire()
+                    r = RequestRecord(id=spec.id, warmup=warm, t_sched=t_sched, t_send=now(),
+                                      n_out_expected=spec.n_out)
+                    tasks.append(asyncio.create_task(go(spec, r)))
+                await asyncio.gather(*tasks)
+
+            specs = prompts.specs
+            try:
+                if cfg.warmup:
+                    await phase(specs[:cfg.warmup], [0.0] * cfg.warmup, True)
+                await phase(specs[cfg.warmup:], schedule(cfg.n, cfg.request_rate, cfg.arrival, cfg.burstiness,
+                                                         cfg.seed), False)
+            finally:
+                stop.set()
+                await scraper
+    return 0
+
+
+class ScenarioPrompts:
+    """Request specs of a scenario with their text made lazily (a 128K-word prompt is costly to build)."""
+
+    def __init__(self, scenario, n: int, warmup: int, seed: int | None = None):
+        from simulator import scenarios
+
+        self.scenario = scenarios.load(scenario) if isinstance(scenario, str) else scenario
+        self.specs = scenarios.generate(self.scenario, n, warmup=warmup, seed=seed)
+
+    def __call__(self, spec) -> str:
+        return spec.prompt(self.scenario)
+
+
+def run(cfg: LoadConfig, scenario: str, run_dir: Path, cards: int = 1, extra_info: dict | None = None) -> int:
+    """Blocking entry point: run the load, then write rc and the done marker (rc 1 on a crash of the client)."""
+    prompts = ScenarioPrompts(scenario, cfg.n, cfg.warmup)
+    sc = prompts.scenario
+    info = RunInfo(scenario=scenario, scenario_version=sc.version, n=cfg.n, warmup=cfg.warmup,
+                   concurrency=cfg.concurrency, request_rate=cfg.request_rate, arrival=cfg.arrival,
+                   burstiness=cfg.burstiness, cards=cards, seed=cfg.seed, endpoint=cfg.endpoint,
+                   output_len=sc.output_len, api=cfg.api, data_version=sc.data_version, **(extra_info or {}))
+    rc = 1
+    try:
+        rc = asyncio.run(run_load(cfg, prompts, Path(run_dir), info))
+    finally:
+        rec.mark_done(Path(run_dir), rc)
+    return rc
