@@ -1,0 +1,162 @@
+"""STATE.md: the short state file beside the store, rewritten atomically on every transition.
+
+It says what a person (or the loop after a restart) needs at a glance: the instruction and the
+authorisation in force, the best station, the frontier, the running experiment and phase, the
+budget, and why the loop waits or stopped. The loop reads back only `instruction` and
+`authorisation` (`parse_state`). Nothing secret is ever written: a redaction pass runs last.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from state.db import canon
+
+_SECRET_PATTERNS = [
+    re.compile(r"sk-[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._\-~+/=]{8,}"),
+    re.compile(r"(?i)\b(password|passwd|secret|token|api[_-]?key|access[_-]?key)(\s*[=:]\s*)(\"?)[^\s\",|]+"),
+    re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"),  # user:password@ in URLs
+]
+
+
+def redact(text: str) -> str:
+    """Replace anything that looks like a credential with [redacted]."""
+    for pat in _SECRET_PATTERNS:
+        if pat.groups >= 3:
+            text = pat.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}[redacted]", text)
+        else:
+            text = pat.sub("[redacted]", text)
+    return text
+
+
+class StateView(BaseModel):
+    """What the loop reads back from STATE.md."""
+
+    model_config = ConfigDict(frozen=True)
+    goal_id: str | None
+    status: str | None
+    instruction: dict[str, Any] | None
+    authorisation: dict[str, str]
+
+
+def _fmt(v: float | None, digits: int = 2) -> str:
+    return "" if v is None else f"{v:.{digits}f}"
+
+
+def _figures(store: Any, run_id: str | None) -> dict[str, Any]:
+    res = store.get_result(run_id) if run_id else None
+    summ = res.result.summary if res else None
+    if summ is None:
+        return {}
+    return {
+        "n": summ.n_formal,
+        "whole": summ.whole.output_tok_s_per_card if summ.whole else None,
+        "native": summ.native.output_tok_s_per_card if summ.native else None,
+        "native_n": summ.native.n_requests if summ.native else None,
+        "native_s": summ.native.duration if summ.native else None,
+        "tpot": summ.tpot_ms.mean,
+        "ttft_p90": summ.ttft_ms.p90,
+    }
+
+
+def render_state(store: Any, goal_id: str) -> str:
+    """The whole STATE.md text for one goal, from the store alone."""
+    goal = store.get_goal(goal_id)
+    instr = store.current_instruction(goal_id)
+    budget = store.budget(goal_id)
+    best = store.best(goal_id)
+    lines = [f"# tuneloop state: goal {goal.id} ({goal.name})", "",
+             "<!-- rewritten atomically on every transition; the loop reads back `instruction` and `authorisation` -->",
+             "", f"- status: {goal.status}", f"- why: {goal.status_reason or '-'}"]
+    idata = None
+    if instr is not None:
+        idata = {"kind": instr.kind, "count": instr.count, "remaining": instr.remaining, "knobs": instr.knobs,
+                 "restore": instr.restore, "who": instr.who, "id": instr.id}
+    lines.append(f"- instruction: {json.dumps(canon(idata), sort_keys=True)}")
+    lines.append("- authorisation: " + ", ".join(f"{k}={v}" for k, v in goal.spec.authorisation.items()))
+    deadline = budget.deadline.isoformat() if budget.deadline else "-"
+    lines.append(f"- budget: {budget.card_hours_used:.3f} of {budget.card_hours_limit:.3f} card-hours used "
+                 f"({budget.card_hours_left:.3f} left); experiments {budget.experiments_used} of "
+                 f"{budget.experiments_limit} ({budget.experiments_left} left); deadline {deadline}")
+    running = [r for r in store.runs(goal_id) if r.status in ("pending", "running", "unknown")]
+    if running:
+        for r in running:
+            ph = store.phases(r.id)
+            where = f"{ph[-1].phase} ({ph[-1].event}, {ph[-1].status})" if ph else "not started"
+            lines.append(f"- running: run {r.id} candidate {r.candidate_id} {r.stage} N={r.n} [{r.status}] phase {where}")
+    else:
+        lines.append("- running: none")
+    if best and best.station_hash:
+        st = store.get_station(best.station_hash)
+        f = _figures(store, best.run_id)
+        knobs = ", ".join(f"{k}={v}" for k, v in sorted(st.knobs.items()))
+        lines.append(f"- best station: {st.hash} (run {best.run_id}, {best.kind}); "
+                     f"native {_fmt(f.get('native'))} / whole {_fmt(f.get('whole'))} tok/s/card at N={f.get('n', '')}")
+        lines.append(f"  - knobs: {knobs}")
+        lines.append(f"  - restore: tuneloop restore {st.hash}")
+    else:
+        lines.append("- best station: none yet")
+    lines += ["", "## Frontier (valid stations; whole and native in separate columns, empty = no valid window)", "",
+              "| station | decision | run | N | whole tok/s/card | native tok/s/card | native N | native s "
+              "| mean TPOT ms | TTFT P90 ms |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for d in store.frontier(goal_id):
+        f = _figures(store, d.run_id)
+        lines.append(f"| {d.station_hash or ''} | {d.kind} | {d.run_id or ''} | {f.get('n', '')} | {_fmt(f.get('whole'))} "
+                     f"| {_fmt(f.get('native'))} | {f.get('native_n') or ''} | {_fmt(f.get('native_s'), 1)} "
+                     f"| {_fmt(f.get('tpot'))} | {_fmt(f.get('ttft_p90'))} |")
+    return redact("\n".join(lines) + "\n")
+
+
+def default_path(store: Any) -> Path:
+    """STATE.md beside a SQLite store file; in the working directory for a server database."""
+    url = str(store.url)
+    if url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
+        return Path(url[len("sqlite:///"):]).parent / "STATE.md"
+    return Path("STATE.md")
+
+
+def write_state(store: Any, goal_id: str, path: str | Path | None = None) -> Path:
+    """Render and replace STATE.md atomically: readers see the old file or the new one, never a mix."""
+    p = Path(path) if path is not None else default_path(store)
+    text = render_state(store, goal_id)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, p)
+    return p
+
+
+_LINE = re.compile(r"^- (status|instruction|authorisation): (.*)$")
+_GOAL = re.compile(r"^# tuneloop state: goal (\S+)")
+
+
+def parse_state(text: str) -> StateView:
+    """Read back the fields the loop takes its authority from."""
+    goal_id = status = None
+    instruction: dict[str, Any] | None = None
+    auth: dict[str, str] = {}
+    for line in text.splitlines():
+        if m := _GOAL.match(line):
+            goal_id = m.group(1)
+        elif m := _LINE.match(line):
+            key, val = m.groups()
+            if key == "status":
+                status = val.strip()
+            elif key == "instruction":
+                instruction = json.loads(val)
+            else:
+                auth = dict(part.strip().split("=", 1) for part in val.split(",") if "=" in part)
+    return StateView(goal_id=goal_id, status=status, instruction=instruction, authorisation=auth)
+
+
+def read_state(path: str | Path) -> StateView:
+    return parse_state(Path(path).read_text(encoding="utf-8"))

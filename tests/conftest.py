@@ -1,0 +1,87 @@
+"""Shared fixtures: `pg_url` (a fresh PostgreSQL schema per test) and `store` (SQLite and PostgreSQL).
+
+PostgreSQL comes from TUNELOOP_TEST_PG_URL (exported by `make test`). Without it a PostgreSQL test
+fails under CI=true and is skipped otherwise.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Iterator
+
+import pytest
+
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def _pg_base() -> str:
+    url = os.environ.get("TUNELOOP_TEST_PG_URL")
+    if not url:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("TUNELOOP_TEST_PG_URL is not set under CI=true: PostgreSQL tests cannot run (make services)")
+        pytest.skip("TUNELOOP_TEST_PG_URL not set (run `make test` to start PostgreSQL)")
+    return url
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A PostgreSQL URL whose search_path is a fresh schema, dropped after the test."""
+    import sqlalchemy as sa
+
+    base = _pg_base()
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base)
+    with admin.begin() as c:
+        c.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    sep = "&" if "?" in base else "?"
+    try:
+        yield f"{base}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as c:
+            c.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """A fresh database URL, once per backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'state.db'}"
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def store(store_url: str):
+    from state.store import Store
+
+    s = Store(store_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def make_result():
+    """Factory of TrialResults with just the figures the state layer reads (tok/s/card, TPOT, N)."""
+    from executor.summary import Dist, Summary, Verdict, WindowFigures
+    from executor.trial import CostEntry, TrialResult
+
+    def window(kind: str, per_card: float, n: int, dur: float) -> WindowFigures:
+        return WindowFigures(kind=kind, start=0.0, end=dur, duration=dur, n_requests=n, output_tokens=per_card * 16 * dur,
+                             output_tok_s=per_card * 16, output_tok_s_per_card=per_card, qps=n / dur,
+                             achieved_concurrency=100.0)
+
+    def make(run_id: str, *, verdict: str = "valid", whole: float = 200.0, native: float | None = 210.0, n: int = 640,
+             tpot: float = 10.0, load_s: float = 120.0, cards: int = 16, station_hash: str | None = None):
+        summary = Summary(n_total=n, n_formal=n, n_sent=n, n_ok=n, n_failed=0, cards=cards, concurrency=128,
+                          request_rate=6.0, whole=window("whole", whole, n, load_s),
+                          native=window("native", native, n * 3 // 4, 90.0) if native is not None else None,
+                          native_reason=None if native is not None else "window 50.7 s < 60 s",
+                          ttft_ms=Dist(n=n, mean=900.0, p90=1500.0), tpot_ms=Dist(n=n, mean=tpot, p90=tpot * 1.2),
+                          itl_ms=Dist(n=n), e2e_ms=Dist(n=n), queue_delay_ms=Dist(n=n), output_len_min=1024,
+                          output_len_max=1024)
+        return TrialResult(run_id=run_id, verdict=Verdict(kind=verdict), summary=summary if verdict == "valid" else None,
+                           costs=[CostEntry(what="restart", seconds=300.0, cards=cards),
+                                  CostEntry(what="load", seconds=load_s, cards=cards)],
+                           station_hash=station_hash)
+
+    return make
