@@ -1,0 +1,245 @@
+"""The loop's nodes: observe → diagnose → propose → authorise → execute → judge → decide → observe … → stop.
+
+Each node reads what it needs from the store (the record of truth), does one thing, writes its outcome
+back, and names where the graph goes next. Graph state holds only ids and small JSON (msgpack-safe).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, TypedDict
+
+from langgraph.types import Command
+
+from agent import approval
+from agent.candidates import CandidateCard, build_card
+from agent.checks import check, estimate
+from agent.history import Figures, History
+from agent.judgement import decide as judge_run
+from agent.planner import DeterministicPlanner, diagnosis_for
+from agent.record import CHANGED, KIND, OPEN_STATUSES, build_history, card_of, card_record, conditions, outcome_data
+from executor.trial import TrialSpec
+from state.authorisation import instruction_effect
+
+FAULT_RETRIES = 2  # re-entries of run_trial for one run after a fault (it resumes at the failed phase)
+
+
+class LoopState(TypedDict, total=False):
+    goal_id: str
+    candidate_id: int | None
+    run_id: str | None
+    stop_reason: str | None
+    stop_status: str | None
+    diagnosis: str | None
+
+
+@dataclass
+class Loop:
+    """Everything the nodes share: the store, the executor, the planner and the run's options."""
+
+    store: Any
+    executor: Any
+    goal_id: str
+    planner: Any = field(default_factory=DeterministicPlanner)
+    auto_approve: bool = False
+    who: str = "tuneloop run"
+    faults: Callable[[CandidateCard, int], list[str]] | None = None  # fault injection (tests)
+    on_event: Callable[[str, dict[str, Any]], None] = lambda phase, info: None
+    state_file: Any = None  # callable(store, goal_id, **info) that rewrites STATE.md
+    notes: list[str] = field(default_factory=list)
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def history(self) -> History:
+        return build_history(self.store, self.goal_id, self.notes)
+
+    def event(self, phase: str, **info: Any) -> None:
+        self.on_event(phase, info)
+        if self.state_file is not None:
+            try:
+                self.state_file(self.store, self.goal_id, phase=phase, **info)
+            except Exception as e:  # the state file must never stop the loop
+                self.notes.append(f"state file not written: {e}")
+
+    def _gate(self) -> tuple[str, str] | None:
+        """(status, reason) when an instruction or an UNKNOWN run forbids new work; else None."""
+        unknown = self.store.runs(self.goal_id, status="unknown")
+        if unknown:
+            return "stopped", f"run {unknown[0].id} is in an UNKNOWN state: no new work until a person resolves it"
+        ins = self.store.current_instruction(self.goal_id)
+        effect = instruction_effect(ins)
+        if effect == "pause":
+            return "paused", f"paused by {ins.who}"
+        if effect == "stop":
+            if ins.kind == "one_more_round":
+                return "stopped", f"instruction fulfilled: {ins.count} more round(s) ran"
+            return "stopped", f"stopped by {ins.who}"
+        return None
+
+    # -- nodes ---------------------------------------------------------------------------------------
+    def observe(self, state: LoopState) -> Command[Literal["diagnose", "stop"]]:
+        gate = self._gate()
+        if gate:
+            return Command(goto="stop", update={"stop_status": gate[0], "stop_reason": gate[1]})
+        goal = self.store.get_goal(self.goal_id)
+        if goal.status != "running":
+            self.store.set_goal_status(self.goal_id, "running", "loop running")
+        self.event("observe")
+        return Command(goto="diagnose")
+
+    def diagnose(self, state: LoopState) -> Command[Literal["propose"]]:
+        diag = diagnosis_for(self.history())
+        text = diag.text() if diag else None
+        self.event("diagnose", diagnosis=text)
+        return Command(goto="propose", update={"diagnosis": text})
+
+    def propose(self, state: LoopState) -> Command[Literal["authorise", "stop"]]:
+        open_ = [c for c in self.store.candidates(self.goal_id) if c.status in OPEN_STATUSES]
+        if open_:  # an experiment was started before a restart: finish it, never plan a second one
+            cand = open_[0]
+            self.event("propose", card=cand.card, resumed=True)
+            return Command(goto="authorise", update={"candidate_id": cand.id})
+        history = self.history()
+        card = self._instructed_card(history)
+        plan = None
+        if card is None:
+            plan = self.planner.ask(history)
+            if plan.fallback:
+                self.store.record_decision(self.goal_id, "note", text=f"LLM planner fell back: {plan.fallback}")
+            card = plan.card
+        if card is None:
+            reason = (plan.stop_reason if plan else None) or "the planner has nothing to propose"
+            return Command(goto="stop", update={"stop_status": "done", "stop_reason": reason})
+        rec = card_record(card)
+        if plan is not None and plan.diagnosis is not None:
+            rec["diagnosis"] = plan.diagnosis.model_dump(mode="json")
+            rec["ranked"] = [list(r) for r in plan.ranked[:8]]
+        cand = self.store.add_candidate(self.goal_id, rec)
+        self.event("propose", card=rec)
+        return Command(goto="authorise", update={"candidate_id": cand.id})
+
+    def _instructed_card(self, history: History) -> CandidateCard | None:
+        """"One more round at C90": the instruction's knobs as the next experiment."""
+        ins = self.store.current_instruction(self.goal_id)
+        if ins is None or ins.kind != "one_more_round" or not ins.knobs:
+            return None
+        knob, value = next(iter(sorted(ins.knobs.items())))
+        proto = history.goal.protocol
+        for stage, n in (("screen", proto.screen_n), ("confirm", proto.confirm_n)):
+            card = build_card(self.goal_id, history.goal.scenario, history.best_knobs, knob, value, stage=stage, n=n,
+                              planner="instruction", note=f"instruction by {ins.who}")
+            if card.experiment_key not in history.finished_keys and not check(card, history):
+                return card
+        return None
+
+    def authorise(self, state: LoopState) -> Command[Literal["execute", "observe", "stop"]]:
+        cand = self.store.get_candidate(state["candidate_id"])
+        if cand.status in ("running", "failed", "unknown"):
+            return Command(goto="execute")  # authorised before a restart
+        card = card_of(cand.card)
+        history = self.history()
+        decision, why = approval.authorise(self.store, self.goal_id, cand.id, cand.card, cand.card_hash,
+                                           auto_approve=self.auto_approve, who=self.who,
+                                           estimate=estimate(card, history))
+        if decision == "approve":
+            self.event("authorise", card=cand.card, why=why)
+            return Command(goto="execute")
+        status = "cancelled" if decision == "deny" else None
+        if status:
+            self.store.set_candidate_status(cand.id, status, why)
+        self.store.record_decision(self.goal_id, "note", candidate_id=cand.id,
+                                   text=f"{card.title()} not run: {decision} ({why})")
+        return Command(goto="observe", update={"candidate_id": None})
+
+    def execute(self, state: LoopState) -> Command[Literal["judge", "stop"]]:
+        gate = self._gate()
+        if gate:  # pause is honoured between phases: the card stays approved, nothing launched
+            return Command(goto="stop", update={"stop_status": gate[0], "stop_reason": gate[1]})
+        cand = self.store.get_candidate(state["candidate_id"])
+        card = card_of(cand.card)
+        history = self.history()
+        goal = history.goal
+        n_runs = len(self.store.runs(self.goal_id))
+        spec = TrialSpec(run_id=card.run_id(), goal_id=self.goal_id, target=goal.target, scenario=goal.scenario,
+                         knobs=card.knobs, parent_knobs=history.warm_knobs, stage=card.stage, n=card.n,
+                         warmup=goal.protocol.warmup, seed=goal.protocol.seeds[0],
+                         faults=list(self.faults(card, n_runs)) if self.faults else [])
+        self.store.create_run(spec, candidate_id=cand.id)
+        if cand.status != "running":
+            self.store.set_candidate_status(cand.id, "running")
+        self.event("execute", card=cand.card, run_id=spec.run_id)
+        result = self.executor.run_trial(spec)
+        tries = 0
+        while result.verdict.kind in ("collection_fault", "orchestration_fault") and tries < FAULT_RETRIES:
+            tries += 1  # the executor resumes at the failed phase: re-collect, never re-run a finished load
+            self.event("execute", card=cand.card, run_id=spec.run_id, retry=tries, fault=result.verdict.kind)
+            result = self.executor.run_trial(spec.model_copy(update={"faults": []}))
+        if self.store.get_result(spec.run_id) is None or self.store.get_result(spec.run_id).verdict != result.verdict.kind:
+            self.store.record_result(result, goal_id=self.goal_id)
+        run = self.store.get_run(spec.run_id)
+        if run.status == "unknown":
+            self.store.set_candidate_status(cand.id, "unknown", "run state UNKNOWN")
+            return Command(goto="stop", update={"stop_status": "stopped",
+                                                "stop_reason": f"run {spec.run_id} is in an UNKNOWN state"})
+        return Command(goto="judge", update={"run_id": spec.run_id})
+
+    def judge(self, state: LoopState) -> Command[Literal["decide"]]:
+        cand = self.store.get_candidate(state["candidate_id"])
+        card = card_of(cand.card)
+        res = self.store.get_result(state["run_id"]).result
+        history = self.history()
+        goal = history.goal
+        figures = None
+        if res.verdict.kind == "valid" and res.summary is not None:
+            figures = Figures.of(res.summary, goal.objective.metric, goal.constraints.violations(res.summary))
+        outcome, reason = judge_run(card, res.verdict.kind, figures, history)
+        reasons = "; ".join(r.message for r in res.verdict.reasons)
+        text = f"{card.title()}: {reason}" + (f" [{reasons}]" if reasons else "")
+        knobs = card.knobs
+        self.store.record_decision(self.goal_id, KIND[outcome], candidate_id=cand.id, run_id=res.run_id,
+                                   station_hash=res.station_hash, changed=outcome in CHANGED, text=text,
+                                   data=outcome_data(outcome, res.verdict.kind, figures, knobs))
+        if outcome == "negative" and card.change is not None:
+            self.store.add_negative(card.change.knob, card.change.new, conditions(card, history), goal_id=self.goal_id,
+                                    run_id=res.run_id, candidate_id=cand.id, reason=reason)
+        if outcome == "quality_pending":
+            self._quality_gate(cand.id, card, res)
+        final = "done" if outcome not in ("fault",) else "failed"
+        self.store.set_candidate_status(cand.id, final, reason)
+        if final == "failed":  # a fault is not a result; the card is closed without becoming a negative
+            self.store.set_candidate_status(cand.id, "cancelled", "fault: retries exhausted")
+        self.event("judge", card=cand.card, outcome=outcome, reason=text)
+        return Command(goto="decide")
+
+    def _quality_gate(self, candidate_id: int, card: CandidateCard, res: Any) -> None:
+        """A quality-risk change becomes the deployable best only after its evaluation passes."""
+        goal = self.store.get_goal(self.goal_id).spec
+        if goal.target != "sim" or not goal.sim_profile:
+            return  # no evaluation available here: it stays "performance-positive, quality pending"
+        from simulator import profiles, quality
+
+        q = quality.evaluate(profiles.load(goal.sim_profile), card.knobs, seed=goal.protocol.seeds[0])
+        kind = "quality_passed" if q.passed else "quality_failed"
+        text = f"quality evaluation of {card.title()}: score {q.score:.4g} vs baseline {q.baseline:.4g} -> " + (
+            "passed: deployable" if q.passed else "failed: never deployable")
+        self.store.record_decision(self.goal_id, kind, candidate_id=candidate_id, run_id=res.run_id,
+                                   station_hash=res.station_hash, changed=q.passed, text=text,
+                                   data={"knobs": card.knobs} if q.passed else {"detail": str(q.detail)})
+
+    def decide(self, state: LoopState) -> Command[Literal["observe"]]:
+        ins = self.store.current_instruction(self.goal_id)
+        if ins is not None and ins.kind == "one_more_round":
+            self.store.consume_round(self.goal_id)
+        self.event("decide")
+        return Command(goto="observe", update={"candidate_id": None, "run_id": None})
+
+    def stop(self, state: LoopState) -> dict[str, Any]:
+        status = state.get("stop_status") or "done"
+        reason = state.get("stop_reason") or "stopped"
+        goal = self.store.get_goal(self.goal_id)
+        if goal.status != status:
+            try:
+                self.store.set_goal_status(self.goal_id, status, reason)
+            except Exception:
+                self.store.set_goal_status(self.goal_id, "stopped", reason)
+        self.store.record_decision(self.goal_id, "stop", text=reason, data={"status": status})
+        self.event("stop", reason=reason, status=status)
+        return {"stop_reason": reason, "stop_status": status}

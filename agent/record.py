@@ -1,0 +1,95 @@
+"""Between the loop and the store: cards, outcomes and negatives written to and read back from `state.store`.
+
+The store is the record of truth (LangGraph checkpoints are not): every planning step rebuilds the
+History from here, so a restarted `tuneloop run` sees exactly what finished, what was approved and
+what is still open.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from agent.candidates import CandidateCard
+from agent.history import Figures, History, Negative, Outcome
+from agent.value import CostModel
+from state.snapshots import Conditions
+
+# planner decision -> the store's decision kind
+KIND = {"reference": "baseline", "negative": "negative", "promising": "promising", "new_best": "new_best",
+        "tradeoff": "tradeoff", "quality_pending": "quality_pending", "quality_failed": "quality_failed",
+        "fault": "fault", "invalid": "fault"}
+CHANGED = ("new_best", "tradeoff", "quality_pending")
+OPEN_STATUSES = ("proposed", "awaiting_approval", "approved", "running", "failed", "unknown")
+
+
+def card_record(card: CandidateCard) -> dict[str, Any]:
+    """The card as stored (and shown): its fields plus the store's index keys."""
+    d = card.model_dump(mode="json")
+    d.update({"knob": card.change.knob if card.change else None,
+              "value": card.change.new if card.change else None, "parent_hash": card.parent_station})
+    return d
+
+
+def card_of(stored: dict[str, Any]) -> CandidateCard:
+    keep = set(CandidateCard.model_fields)
+    return CandidateCard.model_validate({k: v for k, v in stored.items() if k in keep})
+
+
+def outcome_data(outcome: str, verdict: str, figures: Figures | None, knobs: dict[str, Any]) -> dict[str, Any]:
+    return {"outcome": outcome, "verdict": verdict, "knobs": knobs,
+            "figures": figures.model_dump(mode="json") if figures else None}
+
+
+def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None) -> History:
+    goal = store.get_goal(goal_id)
+    spec = goal.spec
+    cands = {c.id: c for c in store.candidates(goal_id)}
+    outcomes: list[Outcome] = []
+    best_knobs = spec.start_station()
+    warm = None
+    data_version, source = _scenario_version(spec.scenario), "sim"
+    for d in store.decisions(goal_id):
+        data = d.data or {}
+        if d.kind in ("baseline", "new_best", "quality_passed") and data.get("knobs") is not None:
+            best_knobs = dict(data["knobs"])
+        if "outcome" not in data or d.candidate_id not in cands:
+            continue
+        card = card_of(cands[d.candidate_id].card)
+        res = store.get_result(d.run_id) if d.run_id else None
+        tr = res.result if res else None
+        if tr is not None:
+            data_version = tr.data_version or data_version
+            source = tr.source_identity or source
+            if tr.healthy_after and data["verdict"] != "orchestration_fault":
+                warm = card.knobs
+        figs = Figures.model_validate(data["figures"]) if data.get("figures") else None
+        outcomes.append(Outcome(card=card, verdict=data["verdict"], decision=data["outcome"], figures=figs,
+                                reason=d.text, run_id=d.run_id, summary=tr.summary if tr else None,
+                                evidence=tr.evidence if tr else {}, costs=list(tr.costs) if tr else [],
+                                card_hours=tr.card_hours if tr else 0.0))
+    negatives = [Negative(knob=n.knob, value=n.value, scenario=n.conditions.scenario,
+                          data_version=n.conditions.data_version or "", parent_station=n.conditions.parent_hash or "",
+                          source_identity=n.conditions.source_identity or "", experiment_key=n.run_id or str(n.id),
+                          reason=n.reason)
+                 for n in store.negatives(scenario=spec.scenario)]
+    budget = store.budget(goal_id)
+    runs = {r.id: r.n for r in store.runs(goal_id)}
+    per_run: dict[str, list[Any]] = {}
+    for e in store.ledger(goal_id):
+        per_run.setdefault(e.run_id, []).append(e)
+    cards = spec.constraints.cards or 16
+    cost = CostModel.learn(cards, [(runs.get(rid, 0), es) for rid, es in per_run.items()])
+    return History(goal_id=goal_id, goal=spec, data_version=data_version, source_identity=source,
+                   best_knobs=best_knobs, warm_knobs=warm, outcomes=outcomes, negatives=negatives,
+                   budget_left_card_hours=budget.card_hours_left, experiments_left=budget.experiments_left,
+                   cost=cost, planner_notes=list(extra_notes or []))
+
+
+def conditions(card: CandidateCard, history: History) -> Conditions:
+    return Conditions(scenario=card.scenario, parent_hash=card.parent_station,
+                      source_identity=history.source_identity, data_version=history.data_version)
+
+
+def _scenario_version(name: str) -> str:
+    from simulator.scenarios import load
+
+    return load(name).data_version
