@@ -84,6 +84,7 @@ class LoadPlan(BaseModel):
     knobs: dict[str, Any] = Field(default_factory=dict)  # full station (the sim target simulates with it)
     faults: tuple[str, ...] = ()
     metrics: dict[str, str] = Field(default_factory=dict)
+    cards: int = 1
 
 
 def _int(v: str | None) -> int | None:
@@ -179,7 +180,8 @@ class LauncherTransport(abc.ABC):
         argv = list(self.target.tuneloop or ("tuneloop",)) + [
             "load", "run", "--endpoint", plan.endpoint, "--scenario", plan.scenario, "--n", str(plan.n),
             "--concurrency", str(plan.concurrency), "--rate", _rate(plan.request_rate), "--out", out,
-            "--warmup", str(plan.warmup), "--arrival", plan.arrival, "--burstiness", repr(plan.burstiness)]
+            "--warmup", str(plan.warmup), "--arrival", plan.arrival, "--burstiness", repr(plan.burstiness),
+            "--cards", str(plan.cards), "--seed", str(plan.seed)]
         for role, url in sorted(plan.metrics.items()):
             argv += ["--metrics-url", f"{role}={url}"]
         return argv

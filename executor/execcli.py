@@ -1,0 +1,103 @@
+"""`tuneloop exec ...` and `tuneloop restore`: the executor from the command line.
+
+    tuneloop exec run SPEC.json      run (or finish) one trial; prints the TrialResult JSON
+    tuneloop exec resume             finish every unfinished run after a crash
+    tuneloop exec phases RUN_ID      the run's phase journal
+    tuneloop exec unknown            targets marked UNKNOWN (no work issued to them)
+    tuneloop restore STATION         re-deploy a frozen station (hash or run id) and check its health
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(help="Deterministic executor: durable phases, fenced leases, resume after a crash.",
+                  no_args_is_help=True)
+
+StoreOpt = typer.Option(None, "--store", help="state store URL (default $TUNELOOP_DB or sqlite:///tuneloop.db)")
+TargetsOpt = typer.Option(None, "--targets", help="targets YAML (the built-in `sim` target needs none)")
+RootOpt = typer.Option(None, "--runs-root", help="executor run directories (default $TUNELOOP_RUNS_ROOT or .tuneloop/runs)")
+HolderOpt = typer.Option(None, "--holder", help="lease holder name (default $TUNELOOP_HOLDER or host:executor)")
+
+
+def _executor(store: Optional[str], targets: Optional[Path], runs_root: Optional[Path], holder: Optional[str]):
+    from executor.phases import ExecSettings
+    from executor.runner import Executor
+    from executor.targets import load_targets
+    from state.store import Store
+
+    url = store or os.environ.get("TUNELOOP_DB") or "sqlite:///tuneloop.db"
+    settings = ExecSettings.from_env(runs_root=runs_root, holder=holder)
+    try:
+        tg = load_targets(targets)
+    except (ValueError, OSError) as e:
+        raise typer.BadParameter(str(e), param_hint="--targets") from None
+    return Executor(Store(url), tg, settings)
+
+
+@app.command("run")
+def run_cmd(spec: Path = typer.Argument(..., help="TrialSpec JSON file"), store: Optional[str] = StoreOpt,
+            targets: Optional[Path] = TargetsOpt, runs_root: Optional[Path] = RootOpt,
+            holder: Optional[str] = HolderOpt) -> None:
+    """Run one trial through every phase; idempotent on the spec's run_id."""
+    from pydantic import ValidationError
+
+    from executor.trial import TrialSpec
+
+    try:
+        ts = TrialSpec.model_validate_json(spec.read_text())
+    except (OSError, ValidationError) as e:
+        raise typer.BadParameter(f"{spec}: {e}", param_hint="SPEC") from None
+    result = _executor(store, targets, runs_root, holder).run_trial(ts)
+    typer.echo(result.model_dump_json(indent=1))
+    raise typer.Exit(0 if result.verdict.kind == "valid" else 3)
+
+
+@app.command("resume")
+def resume_cmd(store: Optional[str] = StoreOpt, targets: Optional[Path] = TargetsOpt,
+               runs_root: Optional[Path] = RootOpt, holder: Optional[str] = HolderOpt) -> None:
+    """Finish unfinished runs: load done -> collect; never started -> start; ambiguous -> UNKNOWN."""
+    ex = _executor(store, targets, runs_root, holder)
+    for r in ex.resume_all():
+        typer.echo(json.dumps({"run_id": r.run_id, "verdict": r.verdict.kind, "error": r.error}))
+    for tgt, why in ex.unknown_targets().items():
+        typer.echo(f"UNKNOWN target {tgt}: {why.strip()} (no work is issued to it)", err=True)
+
+
+@app.command("phases")
+def phases_cmd(run_id: str, store: Optional[str] = StoreOpt) -> None:
+    """Print the run's phase journal, one record per line."""
+    from executor.journal import as_record
+    from state.store import Store
+
+    for r in Store(store or os.environ.get("TUNELOOP_DB") or "sqlite:///tuneloop.db").phases(run_id):
+        typer.echo(as_record(r).model_dump_json())
+
+
+@app.command("unknown")
+def unknown_cmd(runs_root: Optional[Path] = RootOpt, clear: Optional[str] = typer.Option(None, help="clear this target")) -> None:
+    """List (or clear) targets whose last run's state is UNKNOWN."""
+    from executor.phases import ExecSettings
+
+    root = Path(ExecSettings.from_env(runs_root=runs_root).runs_root) / "_unknown"
+    if clear:
+        (root / f"{clear}.txt").unlink(missing_ok=True)
+    for p in sorted(root.glob("*.txt")) if root.exists() else []:
+        typer.echo(f"{p.stem}: {p.read_text().strip()}")
+
+
+def restore_cmd(station: str = typer.Argument(..., help="station hash (or a run id whose station to restore)"),
+                store: Optional[str] = StoreOpt, targets: Optional[Path] = TargetsOpt,
+                runs_root: Optional[Path] = RootOpt, holder: Optional[str] = HolderOpt) -> None:
+    """Go back to a frozen station: re-deploy exactly its knobs and check that it is healthy."""
+    ex = _executor(store, targets, runs_root, holder)
+    try:
+        out = ex.restore(station)
+    except LookupError as e:
+        raise typer.BadParameter(str(e), param_hint="STATION") from None
+    typer.echo(json.dumps(out, indent=1))
+    raise typer.Exit(0 if out.get("healthy") else 3)
