@@ -242,6 +242,9 @@ def _errors(e: ValidationError) -> list[tuple[str, str]]:
     for err in e.errors():
         field = ".".join(str(p) for p in err["loc"]) or "(goal)"
         msg = err["msg"].removeprefix("Value error, ")
+        if field in ("start_knobs", "search_space") and ": " in msg:  # name the knob in the field path
+            knob, msg = msg.split(": ", 1)
+            field = f"{field}.{knob}"
         out.append((field, msg))
     return out
 
