@@ -62,7 +62,7 @@ class CandidateCard(BaseModel):
     quality_risk: bool = False
     planner: str = "deterministic"
     note: str | None = None  # e.g. "retried: parent station changed"
-    value: float | None = None
+    score: float | None = None  # the planner's rough value estimate
     est_card_hours: float | None = None
 
     @property
@@ -90,7 +90,7 @@ class CandidateCard(BaseModel):
     @property
     def content_hash(self) -> str:
         body = self.model_dump(exclude={"parent_station", "station", "experiment_key", "content_hash",
-                                        "value", "est_card_hours"})
+                                        "score", "est_card_hours"})
         return digest(body, 24)
 
     def run_id(self) -> str:
@@ -251,5 +251,5 @@ def build_card(goal_id: str, scenario: str, parent: dict[str, Any], knob: str | 
 
 def with_stage(card: CandidateCard, stage: Stage, n: int) -> CandidateCard:
     """The same change re-staged (screen -> confirm at the goal's confirm N)."""
-    return card.model_copy(update={"stage": stage, "n": n, "value": None})
+    return card.model_copy(update={"stage": stage, "n": n, "score": None})
 

@@ -123,7 +123,7 @@ class LLMPlanner:
             return self._fall_back(base, f"proposal {card.title()} refused: " + "; ".join(refusals))
         cost = estimate(card, history)
         v = value_of(card, rule_for(proposal.knob, _direction(proposal.knob, card.change.old, new)), base.diagnosis, cost, history.budget_left_card_hours)
-        card = card.model_copy(update={"value": v.value, "est_card_hours": round(cost, 4),
+        card = card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
                                        "note": retry_note(card, history)})
         return Plan(card=card, diagnosis=base.diagnosis, ranked=[(card.title(), v.value, "proposed by the LLM")],
                     llm_hypotheses=[h.model_dump() for h in proposal.hypotheses])

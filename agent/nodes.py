@@ -23,6 +23,10 @@ from state.authorisation import instruction_effect
 FAULT_RETRIES = 2  # re-entries of run_trial for one run after a fault (it resumes at the failed phase)
 
 
+def _unknown(result: Any) -> bool:
+    return any(r.code == "unknown_state" for r in result.verdict.reasons)
+
+
 class LoopState(TypedDict, total=False):
     goal_id: str
     candidate_id: int | None
@@ -158,7 +162,8 @@ class Loop:
         history = self.history()
         goal = history.goal
         n_runs = len(self.store.runs(self.goal_id))
-        spec = TrialSpec(run_id=card.run_id(), goal_id=self.goal_id, target=goal.target, scenario=goal.scenario,
+        known = {r.id: r for r in self.store.runs(self.goal_id)}.get(card.run_id())
+        spec = TrialSpec.model_validate(known.spec) if known is not None else TrialSpec(run_id=card.run_id(), goal_id=self.goal_id, target=goal.target, scenario=goal.scenario,
                          knobs=card.knobs, parent_knobs=history.warm_knobs, stage=card.stage, n=card.n,
                          warmup=goal.protocol.warmup, seed=goal.protocol.seeds[0],
                          faults=list(self.faults(card, n_runs)) if self.faults else [])
@@ -166,20 +171,46 @@ class Loop:
         if cand.status != "running":
             self.store.set_candidate_status(cand.id, "running")
         self.event("execute", card=cand.card, run_id=spec.run_id)
-        result = self.executor.run_trial(spec)
-        tries = 0
-        while result.verdict.kind in ("collection_fault", "orchestration_fault") and tries < FAULT_RETRIES:
-            tries += 1  # the executor resumes at the failed phase: re-collect, never re-run a finished load
-            self.event("execute", card=cand.card, run_id=spec.run_id, retry=tries, fault=result.verdict.kind)
-            result = self.executor.run_trial(spec.model_copy(update={"faults": []}))
-        if self.store.get_result(spec.run_id) is None or self.store.get_result(spec.run_id).verdict != result.verdict.kind:
-            self.store.record_result(result, goal_id=self.goal_id)
         run = self.store.get_run(spec.run_id)
-        if run.status == "unknown":
+        if run.status in ("pending", "failed", "unknown"):
+            self.store.set_run_status(spec.run_id, "running")
+        try:
+            result = self.executor.run_trial(spec)
+            tries = 0
+            while result.verdict.kind in ("collection_fault", "orchestration_fault") and tries < FAULT_RETRIES \
+                    and not _unknown(result):
+                tries += 1  # the executor resumes at the failed phase: re-collect, never re-run a finished load
+                self.event("execute", card=cand.card, run_id=spec.run_id, retry=tries, fault=result.verdict.kind)
+                result = self.executor.run_trial(spec)
+        except Exception as e:  # TargetUnknown, a lost lease, a broken target: the run's state is not known
+            self.store.set_run_status(spec.run_id, "unknown", f"{type(e).__name__}: {e}")
             self.store.set_candidate_status(cand.id, "unknown", "run state UNKNOWN")
             return Command(goto="stop", update={"stop_status": "stopped",
-                                                "stop_reason": f"run {spec.run_id} is in an UNKNOWN state"})
+                                                "stop_reason": f"run {spec.run_id} is in an UNKNOWN state: {e}"})
+        if _unknown(result):
+            self.store.set_run_status(spec.run_id, "unknown", result.error)
+            self.store.set_candidate_status(cand.id, "unknown", "run state UNKNOWN")
+            return Command(goto="stop", update={"stop_status": "stopped",
+                                                "stop_reason": f"run {spec.run_id} is in an UNKNOWN state: {result.error}"})
+        self._put_station(spec.run_id)
+        self.store.record_result(result, goal_id=self.goal_id)
+        self.store.set_run_status(spec.run_id, "done" if result.verdict.kind != "orchestration_fault" else "failed",
+                                  result.verdict.kind, station_hash=result.station_hash)
         return Command(goto="judge", update={"run_id": spec.run_id})
+
+    def _put_station(self, run_id: str) -> None:
+        """The frozen station of a run goes into the store, so "go back to the best" has its bytes."""
+        from executor.station import Station
+
+        try:
+            frozen = self.executor.station_of(run_id)
+        except (OSError, ValueError, AttributeError):
+            return
+        fields = {k: frozen[k] for k in Station.model_fields if k in frozen}
+        try:
+            self.store.put_station(Station.model_validate(fields))
+        except Exception as e:  # a station that cannot be stored must not lose the result
+            self.notes.append(f"station of {run_id} not stored: {e}")
 
     def judge(self, state: LoopState) -> Command[Literal["decide"]]:
         cand = self.store.get_candidate(state["candidate_id"])
@@ -190,6 +221,11 @@ class Loop:
         figures = None
         if res.verdict.kind == "valid" and res.summary is not None:
             figures = Figures.of(res.summary, goal.objective.metric, goal.constraints.violations(res.summary))
+        done = [d for d in self.store.decisions(self.goal_id) if d.run_id == res.run_id and "outcome" in (d.data or {})]
+        if done:  # judged before a restart: never judge (or count) a run twice
+            if cand.status not in ("done", "cancelled"):
+                self.store.set_candidate_status(cand.id, "done", done[0].text)
+            return Command(goto="decide")
         outcome, reason = judge_run(card, res.verdict.kind, figures, history)
         reasons = "; ".join(r.message for r in res.verdict.reasons)
         text = f"{card.title()}: {reason}" + (f" [{reasons}]" if reasons else "")

@@ -76,7 +76,7 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
                 continue
             cost = estimate(card, history)
             v = value_of(card, rule_for(knob, direction), diag, cost, history.budget_left_card_hours)
-            out.append((card.model_copy(update={"value": v.value, "est_card_hours": round(cost, 4),
+            out.append((card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
                                                 "note": retry_note(card, history)}), v))
     out.sort(key=lambda cv: (-cv[1].value, cv[0].title()))
     return out

@@ -1,0 +1,81 @@
+"""One invocation of the loop for one goal: open (or continue) the goal, run the graph to a stop or an approval.
+
+Restarting with the same goal spec and store continues the same goal: the store says what finished and
+what was approved, so nothing is repeated and no approval is asked twice.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from agent.graph import build_graph, checkpointer, run_config
+from agent.nodes import Loop
+from agent.planner import DeterministicPlanner
+
+
+@dataclass
+class SessionResult:
+    goal_id: str
+    status: str  # done | stopped | paused | waiting (for an approval)
+    reason: str
+    waiting_for: dict[str, Any] | None = None  # the interrupt payload (card, candidate_id, card_hash)
+    state_path: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def default_store_url(goal_path: str | Path | None = None) -> str:
+    return "sqlite:///" + str(Path(".tuneloop") / "tuneloop.db")
+
+
+def make_planner(llm_base_url: str | None, llm_model: str = "tuneloop-planner", api_key: str | None = None) -> Any:
+    if not llm_base_url:
+        return DeterministicPlanner()
+    from agent.llm import LLMPlanner
+
+    return LLMPlanner(llm_base_url, model=llm_model, api_key=api_key or "not-needed")
+
+
+def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planner: Any = None,
+                executor: Any = None, faults: Callable | None = None, resume: Any = None,
+                on_event: Callable[[str, dict[str, Any]], None] | None = None, who: str = "tuneloop run",
+                goal_id: str | None = None) -> SessionResult:
+    """Run the loop for `spec` until it stops or waits for a person; `resume` answers a pending approval."""
+    from langgraph.types import Command
+
+    from executor.runner import Executor
+    from state.statefile import write_state
+    from state.store import Store
+
+    store = Store(store_url)
+    try:
+        goal = store.get_goal(goal_id) if goal_id else store.open_goal(spec)
+        executor = executor or Executor(store)
+        state_path: list[str] = []
+
+        def state_file(st: Any, gid: str, **info: Any) -> None:
+            state_path[:] = [str(write_state(st, gid))]
+
+        loop = Loop(store=store, executor=executor, goal_id=goal.id, planner=planner or DeterministicPlanner(),
+                    auto_approve=auto_approve, who=who, faults=faults,
+                    on_event=on_event or (lambda phase, info: None), state_file=state_file)
+        with checkpointer(store.url if hasattr(store, "url") else store_url) as saver:
+            graph = build_graph(loop, saver)
+            cfg = run_config(goal.id)
+            pending = graph.get_state(cfg).interrupts if resume is not None else ()
+            inp: Any = Command(resume=resume) if pending else {"goal_id": goal.id}
+            out = graph.invoke(inp, cfg, durability="sync")
+            interrupts = out.get("__interrupt__") if isinstance(out, dict) else None
+        if interrupts:
+            payload = interrupts[0].value
+            reason = f"waiting for approval of candidate {payload.get('candidate_id')}: {payload.get('why')}"
+            if store.get_goal(goal.id).status == "running":
+                store.set_goal_status(goal.id, "waiting", reason)
+            state_file(store, goal.id)
+            return SessionResult(goal.id, "waiting", reason, waiting_for=payload,
+                                 state_path=state_path[0] if state_path else None, notes=loop.notes)
+        g = store.get_goal(goal.id)
+        return SessionResult(goal.id, g.status, out.get("stop_reason") or g.status_reason or "",
+                             state_path=state_path[0] if state_path else None, notes=loop.notes)
+    finally:
+        store.close()
