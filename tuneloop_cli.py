@@ -12,16 +12,27 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(sim_app, name="sim", help="The embedded simulated PD-disaggregated cluster.")
+app.command("run")(__import__("agent.runcli", fromlist=["run"]).run)
 
 
 @app.command()
 def demo() -> None:
-    """Run the main job on the embedded default target (the simulator), 16K copy scenario."""
-    from simulator.cli import run as sim_run
+    """Run the tuning loop on the embedded default: simulator target, 16K copy scenario, deterministic
+    planner, auto-approval (examples/goal-16k.yaml), with a fresh store under .tuneloop/demo/."""
+    import shutil
+    from pathlib import Path
 
-    sim_run(profile="dsv4-flash-910c-p8d8", scenario="copy16k-zero-cache", n=640, concurrency=128,
-            request_rate="6", knob=["max_prefill_reqs=1"], seed=0, out=None, arrival="constant", burstiness=1.0,
-            warmup=0, fault=[], json_out=False)
+    from agent.runcli import run as loop_run
+
+    root = Path(".tuneloop/demo")
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    import os
+
+    os.environ.setdefault("TUNELOOP_RUNS_ROOT", str(root / "runs"))
+    goal = Path(__file__).resolve().parent / "examples" / "goal-16k.yaml"
+    loop_run(goal=goal, db=f"sqlite:///{root / 'tuneloop.db'}", auto_approve=True, llm_base_url=None,
+             llm_model="tuneloop-planner", fault=[])
 
 
 def main() -> None:
