@@ -1,0 +1,316 @@
+"""The simulated PD-disaggregated cluster: one core, driven in virtual time.
+
+Batch mode (`engine.simulate`) and the HTTP server both drive a Cluster: `submit` requests at a
+time, `run_until(t)` to advance, read back first-token / chunk / finish events. Deterministic per seed.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from executor.records import EngineSample, PrefillBatch
+from simulator.decode import DecodeInstance
+from simulator.faults import Faults
+from simulator.prefill import PrefillInstance
+from simulator.prefix_cache import PrefixCache
+from simulator.profiles import Profile
+from simulator.request import SimRequest
+
+
+class Event(NamedTuple):
+    """kind: first (n_tokens=1, n_cached) | chunk (n_tokens) | finish (n_out, finish_reason)."""
+
+    kind: str
+    req_id: int
+    t: float
+    n_tokens: int = 0
+    n_cached: int | None = None
+    n_out: int | None = None
+    finish_reason: str | None = None
+
+
+class Cluster:
+    def __init__(self, profile: Profile, knobs: dict[str, Any], seed: int = 0, faults: Faults | None = None,
+                 task: str | None = None, stream: bool = True):
+        self.profile = profile
+        self.knobs = profile.knobs(knobs)
+        self.seed = seed
+        self.faults = faults or Faults()
+        self.faults.check_launch()
+        self.healthy = not self.faults.never_healthy
+        self.task = task or profile.default_task
+        self.stream = stream
+        k = self.knobs
+        self.cards = profile.cards(k)
+        rng = np.random.default_rng(seed)
+        self._run_factor = float(np.exp(rng.normal(0.0, profile.noise_run_sigma)))
+        self._jitter = np.exp(rng.normal(0.0, profile.noise_step_sigma, 4096)).tolist()
+        self._jit_i = 0
+        spec_k = int(k["num_speculative_tokens"]) if k["speculative_method"] != "none" else 0
+        gmu = float(k["gpu_memory_utilization"])
+        dc = profile.decode_cost
+        kv_cap = int(dc.kv_tokens_at_full_memory * max(0.0, gmu - dc.weights_memory_fraction)
+                     / (1.0 - dc.weights_memory_fraction))
+        self.prefill = [
+            PrefillInstance(f"p{i}", profile.prefill.dp, profile.prefill_cost, int(k["max_num_batched_tokens"]),
+                            k["max_prefill_reqs"], int(k["long_prefill_token_threshold"]),
+                            PrefixCache(profile.prefill_cost.prefix_cache_tokens, bool(k["enable_prefix_caching"])))
+            for i in range(int(k["num_prefill_instances"]))
+        ]
+        self.decode = [
+            DecodeInstance(f"d{i}", dc, int(k["max_num_seqs"]), kv_cap, spec_k, profile.acceptance[self.task],
+                           str(k["expert_layout"]), bool(k["index_cache_reuse"]), np.random.default_rng([seed, i]))
+            for i in range(int(k["num_decode_instances"]))
+        ]
+        self.now = 0.0
+        self._heap: list[tuple[float, int, str, Any]] = []
+        self._seq = 0
+        self._p_pending = [False] * len(self.prefill)
+        self._d_pending = [False] * len(self.decode)
+        self._p_inflight = [0] * len(self.prefill)  # prefilled, KV transfer under way
+        self.requests: dict[int, SimRequest] = {}
+        self.finished: list[SimRequest] = []  # drained by batch mode
+        self._streaming: dict[int, SimRequest] = {}
+        self.batches: list[PrefillBatch] = []
+        self.submitted = 0
+
+    # -- public API -------------------------------------------------------------------------
+    def submit(self, req_id: int, n_in: int, n_out: int, block_hashes: list[int], t: float,
+               formal: bool = True) -> None:
+        """A request arrives at the router at virtual time t (>= the cluster's clock)."""
+        if n_in < 1 or n_out < 1:
+            raise ValueError(f"request {req_id}: n_in and n_out must be >= 1, got {n_in}, {n_out}")
+        t = max(t, self.now)
+        f = self.faults
+        r = random.Random(self.seed * 1_000_003 + req_id)
+        u_miss, u_trunc, u_len = r.random(), r.random(), r.random()
+        no_cache = formal and u_miss < f.cache_miss
+        reason = "length"
+        if formal and u_trunc < f.truncate and n_out > 1:
+            n_out = max(1, int(n_out * (0.3 + 0.6 * u_len)))
+            reason = "stop"
+        req = SimRequest(req_id, n_in, n_out, block_hashes, t, formal, no_cache, reason)
+        req.emitted = -1
+        self.requests[req_id] = req
+        self.submitted += 1
+        i = self._route_prefill(req)
+        req.p_inst = i
+        inst = self.prefill[i]
+        match = 0 if no_cache else inst.cache.match(block_hashes[: (n_in - 1) // 64])
+        inst.enqueue(req, n_in - match * 64)
+        if inst.busy_until is None and not self._p_pending[i]:
+            self._p_pending[i] = True
+            self._push(t, "ps", i)
+        if self.stream:
+            self._streaming[req_id] = req
+
+    def next_event_time(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def run_until(self, t: float) -> list[Event]:
+        """Advance the clock to t; return the client-visible events with times <= t, in time order."""
+        while self._heap and self._heap[0][0] <= t:
+            self._process_next()
+        self.now = max(self.now, t)
+        return self._stream_events(t) if self.stream else []
+
+    def advance(self) -> float | None:
+        """Process every event at the earliest pending time (batch mode); returns that time."""
+        if not self._heap:
+            return None
+        return self._process_next()
+
+    # -- event loop -------------------------------------------------------------------------
+    def _push(self, t: float, kind: str, payload: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, payload))
+
+    def _noise(self) -> float:
+        self._jit_i += 1
+        return self._run_factor * self._jitter[self._jit_i & 4095]
+
+    def _process_next(self) -> float:
+        t0 = self._heap[0][0]
+        while self._heap and self._heap[0][0] == t0:
+            t, _, kind, x = heapq.heappop(self._heap)
+            self.now = t
+            if kind == "p":
+                self._prefill_end(x, t)
+            elif kind == "ps":
+                self._p_pending[x] = False
+                self._prefill_start(x, t)
+            elif kind == "x":
+                self._transfer_done(x, t)
+            elif kind == "d":
+                self._decode_end(x, t)
+            elif kind == "ds":
+                self._d_pending[x] = False
+                self._decode_start(x, t)
+        return t0
+
+    def _prefill_start(self, i: int, t: float) -> None:
+        inst = self.prefill[i]
+        if inst.busy_until is not None:
+            return
+        end = inst.start_step(t, self._noise())
+        if end is not None:
+            self._push(end, "p", i)
+
+    def _prefill_end(self, i: int, t: float) -> None:
+        inst = self.prefill[i]
+        t_start = inst.step_start
+        done, log = inst.end_step()
+        for name, chunks in log:
+            self.batches.append(PrefillBatch(t_start=t_start, t_end=t, instance=name, n_reqs=len(chunks),
+                                             n_tokens=sum(chunks), chunks=chunks))
+        tr = self.profile.transfer
+        for req in done:
+            req.t_prefill_end = t
+            j = min(range(len(self.decode)),
+                    key=lambda d: (self.decode[d].batch + len(self.decode[d].waiting) + self.decode[d].inbound, d))
+            req.d_inst = j
+            self.decode[j].inbound += 1
+            self._p_inflight[i] += 1
+            dt = tr.latency_s + req.n_in * tr.kv_bytes_per_token / (tr.bandwidth_gb_s * 1e9) * (1 - tr.overlap)
+            self._push(t + dt, "x", req)
+        self._prefill_start(i, t)
+
+    def _transfer_done(self, req: SimRequest, t: float) -> None:
+        req.t_ready = t
+        self._p_inflight[req.p_inst] -= 1
+        d = self.decode[req.d_inst]
+        d.inbound -= 1
+        d.waiting.append(req)
+        if d.busy_until is None and not self._d_pending[req.d_inst]:
+            self._d_pending[req.d_inst] = True
+            self._push(t, "ds", req.d_inst)
+
+    def _decode_start(self, j: int, t: float) -> None:
+        d = self.decode[j]
+        if d.busy_until is not None:
+            return
+        for req in d.admit(t):
+            if req.s_end == req.s0:
+                self.finished.append(req)
+        end = d.start_step(t, self._noise())
+        if end is not None:
+            self._push(end, "d", j)
+
+    def _decode_end(self, j: int, t: float) -> None:
+        self.finished.extend(self.decode[j].end_step())
+        self._decode_start(j, t)
+
+    # -- online streaming -------------------------------------------------------------------
+    def _stream_events(self, t: float) -> list[Event]:
+        out: list[Event] = []
+        gone: list[int] = []
+        for rid, req in self._streaming.items():
+            if req.t_admit is None or req.t_admit > t:
+                continue
+            d = self.decode[req.d_inst]
+            if req.emitted < 0:
+                out.append(Event("first", rid, req.t_admit, 1, n_cached=req.n_cached))
+                req.emitted = 0
+            steps = len(req.tokens)
+            while req.emitted < steps and req.s0 + req.emitted + 1 < len(d.step_end) \
+                    and d.step_end[req.s0 + req.emitted + 1] <= t:
+                out.append(Event("chunk", rid, d.step_end[req.s0 + req.emitted + 1],
+                                 int(req.tokens[req.emitted])))
+                req.emitted += 1
+            if req.emitted == steps and req.t_finish is not None and req.t_finish <= t:
+                out.append(Event("finish", rid, req.t_finish, n_out=req.n_out, finish_reason=req.finish_reason))
+                gone.append(rid)
+        for rid in gone:
+            del self._streaming[rid]
+            self.requests.pop(rid, None)
+        out.sort(key=lambda e: (e.t, e.req_id, e.kind != "first", e.kind == "finish"))
+        return out
+
+    # -- routing ----------------------------------------------------------------------------
+    def _route_prefill(self, req: SimRequest) -> int:
+        """Cache-aware: the instance holding the longest prefix, then the least queued work."""
+        best, key = 0, None
+        for i, inst in enumerate(self.prefill):
+            m = 0 if req.no_cache else inst.cache.match(req.hashes[:64]) if req.hashes else 0
+            k = (-m, sum(inst.load), i)
+            if key is None or k < key:
+                best, key = i, k
+        return best
+
+    # -- observability ----------------------------------------------------------------------
+    def snapshot(self) -> list[tuple[str, str, dict[str, float]]]:
+        """(role, instance, Prometheus name -> value) for every instance at the current clock."""
+        out = []
+        for i, p in enumerate(self.prefill):
+            waiting = p.waiting()
+            out.append(("prefill", p.name, {
+                "vllm:num_requests_running": float(p.running()),
+                "vllm:num_requests_waiting": float(waiting),
+                "vllm:kv_cache_usage_perc": p.cache.usage,
+                "vllm:prefix_cache_queries_total": float(p.cache.queries),
+                "vllm:prefix_cache_hits_total": float(p.cache.hits),
+                "vllm:prompt_tokens_total": float(p.prompt_tokens),
+                "sglang:num_running_reqs": float(p.running()),
+                "sglang:num_queue_reqs": float(waiting),
+                "sglang:num_prefill_prealloc_queue_reqs": float(waiting),
+                "sglang:num_prefill_inflight_queue_reqs": float(self._p_inflight[i]),
+                "sglang:cache_hit_rate": p.cache.hits / p.cache.queries if p.cache.queries else 0.0,
+            }))
+        for d in self.decode:
+            steps = d.resident_steps()
+            gen = d.generated_tokens()
+            drafts = steps if d.k else 0
+            accepted = max(0.0, gen - d.success - d.batch - steps) if d.k else 0.0
+            out.append(("decode", d.name, {
+                "vllm:num_requests_running": float(d.batch),
+                "vllm:num_requests_waiting": float(len(d.waiting)),
+                "vllm:kv_cache_usage_perc": d.kv_usage(),
+                "vllm:num_preemptions_total": 0.0,
+                "vllm:generation_tokens_total": float(gen),
+                "vllm:request_success_total": float(d.success),
+                "vllm:spec_decode_num_drafts_total": float(drafts),
+                "vllm:spec_decode_num_draft_tokens_total": float(drafts * d.k),
+                "vllm:spec_decode_num_accepted_tokens_total": float(accepted),
+                "sglang:num_running_reqs": float(d.batch),
+                "sglang:num_queue_reqs": float(len(d.waiting)),
+                "sglang:token_usage": d.kv_usage(),
+                "sglang:num_decode_prealloc_queue_reqs": float(len(d.waiting)),
+                "sglang:num_decode_transfer_queue_reqs": float(d.inbound),
+                "sglang:spec_accept_length": (1 + accepted / drafts) if drafts else 1.0,
+            }))
+        return out
+
+    def samples(self, t: float) -> list[EngineSample]:
+        return [EngineSample(t=t, role=role, instance=name, values=v) for role, name, v in self.snapshot()]
+
+    def metrics_text(self, t: float | None = None) -> str:
+        """Prometheus text exposition of snapshot(), labelled by role and instance."""
+        if t is not None and t > self.now:
+            self.run_until(t)
+        series: dict[str, list[str]] = {}
+        for role, name, values in self.snapshot():
+            for metric, v in values.items():
+                series.setdefault(metric, []).append(f'{metric}{{role="{role}",instance="{name}"}} {v:.6g}')
+        lines: list[str] = []
+        for metric, rows in series.items():
+            lines.append(f"# TYPE {metric} {'counter' if metric.endswith('_total') else 'gauge'}")
+            lines += rows
+        return "\n".join(lines) + "\n"
+
+    def breakdown(self, elapsed: float) -> dict[str, dict[str, float]]:
+        """Instance-seconds per role: compute / communication / scheduling / idle (the profile evidence)."""
+        out: dict[str, dict[str, float]] = {}
+        for role, insts in (("prefill", self.prefill), ("decode", self.decode)):
+            busy = sum(x.busy_s for x in insts)
+            sched = sum(x.sched_s for x in insts)
+            comm = sum(x.comm_s for x in insts)
+            total = elapsed * len(insts)
+            out[role] = {"instances": float(len(insts)), "elapsed_s": elapsed,
+                         "compute_s": busy - sched - comm, "communication_s": comm, "scheduling_s": sched,
+                         "idle_s": max(0.0, total - busy),
+                         "busy_share": busy / total if total > 0 else 0.0}
+        return out

@@ -1,0 +1,136 @@
+"""Batch mode: a benchmark client (N requests, cap C, rate r, warm-up first) against a Cluster.
+
+`simulate` returns a SimRun with the same raw files a real load run leaves behind, plus the
+simulator's own ground truth; `write_run_dir` lays them out per executor.records.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from executor import records as rec
+from executor.records import EngineSample, PrefillBatch, RequestRecord, RunInfo
+from simulator import scenarios as sc
+from simulator import truth as truth_mod
+from simulator.client import schedule
+from simulator.cluster import Cluster
+from simulator.faults import STATS_FAILURE_MARKER, Faults, SimHealthError
+from simulator.prefix_cache import spec_block_hashes
+from simulator.profiles import Profile
+
+
+@dataclass
+class SimRun:
+    info: RunInfo
+    records: list[RequestRecord]
+    samples: list[EngineSample]
+    batches: list[PrefillBatch]
+    breakdown: dict[str, Any]
+    truth: dict[str, Any]
+    cards: int
+    knobs: dict[str, Any] = field(default_factory=dict)
+    rc: int = 0
+    faults: Faults = field(default_factory=Faults)
+
+
+def _record(cluster: Cluster, req, spec: sc.RequestSpec, t_sched: float, t_send: float, warm: bool) -> RequestRecord:
+    times, toks = cluster.decode[req.d_inst].chunks(req)
+    return RequestRecord.model_construct(
+        id=spec.id, warmup=warm, t_sched=t_sched, t_send=t_send, chunk_times=times, chunk_tokens=toks,
+        n_in=req.n_in, n_cached=req.n_cached, n_out=req.n_out, n_out_expected=spec.n_out,
+        finish_reason=req.finish_reason, http_status=200, ok=True, error=None)
+
+
+def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any], n: int, warmup: int = 0,
+             seed: int = 0, faults: Faults | None = None, arrival: str = "constant",
+             burstiness: float = 1.0) -> SimRun:
+    """One load run in virtual time; raises SimLaunchError / SimHealthError before any request."""
+    scen = sc.load(scenario) if isinstance(scenario, str) else scenario
+    if n < 1:
+        raise ValueError(f"n: must be >= 1, got {n}")
+    if warmup < 0:
+        raise ValueError(f"warmup: must be >= 0, got {warmup}")
+    faults = faults or Faults()
+    eff = profile.knobs(knobs)
+    c = int(eff["concurrency"])
+    rate = float(eff["request_rate"])
+    cluster = Cluster(profile, knobs, seed=seed, faults=faults, task=scen.task, stream=False)
+    if not cluster.healthy:
+        raise SimHealthError("simulated engine never became healthy (fault never_healthy)")
+    specs = sc.generate(scen, n, warmup)
+    crash_idx = None if faults.crash_at is None else min(n, int(faults.crash_at * n))
+    records: list[RequestRecord] = []
+    samples: list[EngineSample] = []
+    state = {"next_sample": 0.0, "t": 0.0}
+    crashed = False
+
+    def run_phase(phase: list[sc.RequestSpec], t_sched: list[float], warm: bool) -> bool:
+        pending = deque(zip(phase, t_sched))
+        inflight: dict[int, tuple[sc.RequestSpec, float, float]] = {}
+        while pending or inflight:
+            t_send = max(pending[0][1], state["t"]) if pending and len(inflight) < c else math.inf
+            t_ev = cluster.next_event_time()
+            t_ev = math.inf if t_ev is None else t_ev
+            t_s = state["next_sample"]
+            if t_send <= t_ev and t_send <= t_s:
+                spec, ts = pending.popleft()
+                if not warm and crash_idx is not None and spec.id - warmup >= crash_idx:
+                    state["t"] = t_send
+                    return False
+                hashes = spec_block_hashes(spec.id, spec.n_in, spec.prefix_group, spec.prefix_len)
+                cluster.submit(spec.id, spec.n_in, spec.n_out, hashes, t_send, formal=not warm)
+                inflight[spec.id] = (spec, ts, t_send)
+                state["t"] = t_send
+            elif t_ev <= t_s:
+                state["t"] = cluster.advance()
+                for req in cluster.finished:
+                    spec, ts, tsend = inflight.pop(req.id)
+                    records.append(_record(cluster, req, spec, ts, tsend, warm))
+                cluster.finished.clear()
+            else:
+                cluster.run_until(t_s)
+                samples.extend(cluster.samples(t_s))
+                state["next_sample"] = t_s + 1.0
+        return True
+
+    if warmup:
+        run_phase(specs[:warmup], [0.0] * warmup, True)
+    start = state["t"]
+    formal = specs[warmup:]
+    ok = run_phase(formal, schedule(n, rate, arrival, burstiness, seed, start), False)
+    crashed = not ok
+    end = state["t"]
+    samples.extend(cluster.samples(end))
+    info = RunInfo(scenario=scen.name, scenario_version=scen.version, n=n, warmup=warmup, concurrency=c,
+                   request_rate=rate, arrival=arrival, burstiness=burstiness, cards=cluster.cards, seed=seed,
+                   endpoint=f"sim://{profile.name}", output_len=scen.output_len,
+                   profile=profile.name, data_version=scen.data_version, cards_required=cluster.cards,
+                   knobs={k: v for k, v in eff.items()}, faults=faults.as_list())
+    records.sort(key=lambda r: r.id)
+    tr = truth_mod.compute(records, c, cluster.cards)
+    tr["crashed"] = crashed
+    return SimRun(info=info, records=records, samples=samples, batches=cluster.batches,
+                  breakdown=cluster.breakdown(end), truth=tr, cards=cluster.cards, knobs=eff,
+                  rc=1 if crashed else 0, faults=faults)
+
+
+def write_run_dir(run: SimRun, run_dir: Path) -> None:
+    """All run-dir files of executor.records, then rc and the done marker (last)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rec.write_atomic(run_dir / rec.RUN_INFO, run.info.model_dump_json(indent=1))
+    for name, rows in ((rec.REQUESTS, run.records), (rec.METRICS, run.samples),
+                       (rec.PREFILL_BATCHES, run.batches)):
+        path = run_dir / name
+        path.unlink(missing_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(r.model_dump_json() + "\n" for r in rows))
+    rec.write_atomic(run_dir / rec.BREAKDOWN, json.dumps(run.breakdown, indent=1))
+    rec.write_atomic(run_dir / "truth.json", json.dumps(run.truth, indent=1, default=str))
+    if run.faults.stats_failure:
+        rec.write_atomic(run_dir / STATS_FAILURE_MARKER, "injected stats_failure\n")
+    rec.mark_done(run_dir, run.rc)

@@ -1,0 +1,114 @@
+"""A prefill instance: DP ranks in lockstep, chunked prefill with a token budget and a request cap."""
+from __future__ import annotations
+
+from collections import deque
+
+from simulator.prefix_cache import PrefixCache
+from simulator.profiles import PrefillCost
+from simulator.request import SimRequest
+
+
+class PrefillInstance:
+    def __init__(self, name: str, dp: int, cost: PrefillCost, budget: int, cap: int | None,
+                 long_threshold: int, cache: PrefixCache):
+        self.name = name
+        self.cost = cost
+        self.budget = budget
+        self.cap = cap
+        self.long_threshold = long_threshold
+        self.cache = cache
+        self.queues: list[deque[SimRequest]] = [deque() for _ in range(dp)]
+        self.load = [0] * dp  # uncached tokens queued per rank (dispatch balance)
+        self.busy_until: float | None = None
+        self.current: list[list[tuple[SimRequest, int]]] = []  # batches of the step in flight
+        self.step_start = 0.0
+        self.prompt_tokens = 0
+        self.busy_s = 0.0
+        self.sched_s = 0.0
+        self.comm_s = 0.0
+
+    def enqueue(self, req: SimRequest, est_uncached: int) -> None:
+        rank = min(range(len(self.queues)), key=lambda r: (self.load[r], len(self.queues[r]), r))
+        req.rank = rank
+        req.remaining = est_uncached
+        self.queues[rank].append(req)
+        self.load[rank] += est_uncached
+
+    def waiting(self) -> int:
+        running = {id(r) for b in self.current for r, _ in b}
+        return sum(1 for q in self.queues for r in q if id(r) not in running)
+
+    def running(self) -> int:
+        return sum(len(b) for b in self.current)
+
+    def has_work(self) -> bool:
+        return any(self.queues)
+
+    def _form(self, queue: deque[SimRequest]) -> list[tuple[SimRequest, int]]:
+        """vLLM-style: FCFS, each request takes min(remaining, threshold, budget left), up to the cap."""
+        budget = self.budget
+        batch: list[tuple[SimRequest, int]] = []
+        for req in queue:
+            if budget <= 0 or (self.cap is not None and len(batch) >= self.cap):
+                break
+            if not req.looked_up:
+                req.looked_up = True
+                req.n_cached = 0 if req.no_cache else self.cache.lookup(req.hashes, req.n_in)
+                if req.no_cache:
+                    self.cache.queries += req.n_in
+                self.load[req.rank] += (req.n_in - req.n_cached) - req.remaining
+                req.remaining = req.n_in - req.n_cached
+                req.ctx = req.n_cached
+            take = min(req.remaining, budget)
+            if self.long_threshold > 0:
+                take = min(take, self.long_threshold)
+            batch.append((req, take))
+            budget -= take
+        return batch
+
+    def rank_time(self, batch: list[tuple[SimRequest, int]]) -> float:
+        c = self.cost
+        n_sum = 0
+        attn = 0.0
+        for req, n in batch:
+            n_sum += n
+            attn += n * (req.ctx + n / 2)
+        return c.a + c.b * n_sum + c.c * attn
+
+    def start_step(self, t: float, noise: float) -> float | None:
+        """Form every rank's batch; return the step's end time (slowest rank), or None when idle."""
+        batches = [self._form(q) if q else [] for q in self.queues]
+        times = [self.rank_time(b) for b in batches if b]
+        if not times:
+            self.current = []
+            return None
+        dt = max(times) * noise
+        self.current = batches
+        self.step_start = t
+        self.busy_until = t + dt
+        self.busy_s += dt
+        self.sched_s += min(self.cost.sched_s, dt)
+        self.comm_s += (dt - min(self.cost.sched_s, dt)) * self.cost.comm_share
+        return self.busy_until
+
+    def end_step(self) -> tuple[list[SimRequest], list[tuple[str, list[int]]]]:
+        """Apply the step: returns requests whose prefill completed and (rank name, chunks) per batch."""
+        done: list[SimRequest] = []
+        log: list[tuple[str, list[int]]] = []
+        for rank, batch in enumerate(self.current):
+            if not batch:
+                continue
+            q = self.queues[rank]
+            for req, n in batch:
+                req.remaining -= n
+                req.ctx += n
+                self.load[rank] -= n
+                self.prompt_tokens += n
+                if req.remaining <= 0:
+                    q.remove(req)
+                    done.append(req)
+                    self.cache.insert(req.hashes)
+            log.append((f"{self.name}.dp{rank}", [n for _, n in batch]))
+        self.current = []
+        self.busy_until = None
+        return done, log

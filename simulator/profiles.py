@@ -1,0 +1,142 @@
+"""Profiles: a simulated deployment as data (layout, engine defaults, step-time coefficients, costs).
+
+A profile YAML in simulator/profiles/ (or any path) says how many prefill/decode instances there are,
+what an engine does when a knob is not given (`defaults`), where the field report started
+(`start_knobs`), and the coefficients of the step-time shapes of REFERENCE.md §4.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from executor.knobs import catalog
+
+
+class Role(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    instances: int = Field(ge=1)
+    cards_per_instance: int = Field(ge=1)
+    dp: int = Field(1, ge=1)  # data-parallel ranks per instance, stepping in lockstep
+
+
+class PrefillCost(BaseModel):
+    """t_P = a + b·Σn + c·Σ n·(ctx + n/2) per DP rank; the slowest rank sets the step."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    a: float = Field(ge=0)
+    b: float = Field(ge=0)
+    c: float = Field(ge=0)
+    sched_s: float = Field(0.0, ge=0)  # host-side scheduling per step (part of a, reported apart)
+    comm_share: float = Field(0.2, ge=0, le=1)  # share of compute time that is collective communication
+    prefix_cache_tokens: int = Field(ge=0)  # per instance
+
+
+class DecodeCost(BaseModel):
+    """t_D = (a + b·B·(k+1) + c·ΣKV)·IF + k·(a_draft + b_draft·B), IF = MoE imbalance."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    a: float = Field(ge=0)
+    b: float = Field(ge=0)
+    c: float = Field(ge=0)
+    a_draft: float = Field(0.0, ge=0)
+    b_draft: float = Field(0.0, ge=0)
+    sched_s: float = Field(0.0, ge=0)
+    comm_share: float = Field(0.2, ge=0, le=1)
+    ep: int = Field(1, ge=1)  # expert-parallel ranks (1 = dense model: no imbalance term)
+    topk: int = Field(1, ge=1)
+    if_static: dict[str, float] = {"dynamic": 1.0, "static_eplb": 1.0}
+    index_cache_reuse_saving: float = Field(0.0, ge=0, lt=1)  # share of a+c time saved
+    kv_tokens_at_full_memory: int = Field(ge=1)  # KV tokens per instance if all free memory held KV
+    weights_memory_fraction: float = Field(ge=0, lt=1)  # of device memory, per card
+
+
+class Transfer(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    latency_s: float = Field(ge=0)
+    kv_bytes_per_token: float = Field(ge=0)
+    bandwidth_gb_s: float = Field(gt=0)
+    overlap: float = Field(0.5, ge=0, le=1)  # share of the transfer hidden behind the last chunk
+
+
+class Costs(BaseModel):
+    """Device seconds the executor charges for each kind of change."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    restart_s: float = Field(ge=0)
+    weight_load_s: float = Field(ge=0)
+    warmup_s: float = Field(ge=0)
+    relayout_s: float = Field(ge=0)
+
+
+class QualityModel(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    baseline: float = Field(gt=0, le=1)  # accuracy of the unmodified model on the eval set
+    tolerance: float = Field(ge=0)  # largest drop that still passes
+    index_cache_reuse_drop: float = Field(ge=0)
+    noise: float = Field(0.0, ge=0)
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str
+    description: str = ""
+    default_task: str = "copy"  # MTP acceptance used when the caller does not say (HTTP mode)
+    prefill: Role
+    decode: Role
+    defaults: dict[str, Any]  # engine defaults for server knobs (catalog names)
+    start_knobs: dict[str, Any] = {}  # the starting station (server + load knobs)
+    prefill_cost: PrefillCost
+    decode_cost: DecodeCost
+    transfer: Transfer
+    acceptance: dict[str, float]  # per-position MTP acceptance α by task type
+    costs: Costs
+    quality: QualityModel
+    noise_run_sigma: float = Field(0.012, ge=0)
+    noise_step_sigma: float = Field(0.01, ge=0)
+
+    @model_validator(mode="after")
+    def _knobs_in_catalog(self) -> "Profile":
+        cat = catalog()
+        cat.validate(self.defaults, engine="sim")
+        cat.validate(self.start_knobs, engine="sim")
+        for task in ("copy", "chat", "code"):
+            if not 0.0 <= self.acceptance.get(task, -1.0) < 1.0:
+                raise ValueError(f"acceptance.{task}: must be given in [0, 1)")
+        return self
+
+    def knobs(self, overrides: dict[str, Any] | None = None, start: bool = False) -> dict[str, Any]:
+        """Effective knobs: catalog defaults < profile engine defaults (< start_knobs) < overrides."""
+        cat = catalog()
+        base = cat.defaults("sim") | {"num_prefill_instances": self.prefill.instances,
+                                      "num_decode_instances": self.decode.instances} | self.defaults
+        if start:
+            base |= self.start_knobs
+        return base | cat.validate(dict(overrides or {}), engine="sim")
+
+    def cards(self, knobs: dict[str, Any]) -> int:
+        return (int(knobs["num_prefill_instances"]) * self.prefill.cards_per_instance
+                + int(knobs["num_decode_instances"]) * self.decode.cards_per_instance)
+
+
+def builtin_dir() -> Path:
+    return Path(str(resources.files("simulator").joinpath("profiles")))
+
+
+def names() -> list[str]:
+    return sorted(p.stem for p in builtin_dir().glob("*.yaml"))
+
+
+@lru_cache(maxsize=32)
+def load(name_or_path: str) -> Profile:
+    """A built-in profile by name, or a YAML file by path."""
+    p = Path(name_or_path)
+    if not p.suffix:
+        p = builtin_dir() / f"{name_or_path}.yaml"
+    if not p.exists():
+        raise FileNotFoundError(f"profile {name_or_path!r}: no such file; built-in: {names()}")
+    return Profile.model_validate(yaml.safe_load(p.read_text()))
