@@ -132,7 +132,7 @@ class Executor:
         recs = [as_record(r) for r in self.store.phases(spec.run_id)]
         res = work / RESULT
         if finished(recs) and res.exists():
-            stored = TrialResult.model_validate_json(res.read_text())
+            stored = load_result(res)
             if stored.verdict.kind != "collection_fault":
                 return stored
         if spec.target not in self.targets:
@@ -230,7 +230,7 @@ class _Run:
         return result
 
     def save(self, result: TrialResult) -> None:
-        rec.write_atomic(self.work / RESULT, result.model_dump_json(indent=1))
+        rec.write_atomic(self.work / RESULT, dump_result(result))
 
     async def lock(self) -> None:
         tgt = self.spec.target
@@ -299,7 +299,7 @@ class _Run:
             self.rendered = render(self.target, self.station, tuple(self.spec.faults))
         except ValueError as e:
             raise PhaseFailure("invalid_station", str(e)) from None
-        frozen = self.station.model_dump(mode="json") | {"hash": self.station.hash}
+        frozen = self.station.model_dump(mode="python") | {"hash": self.station.hash}  # python mode keeps inf
         rec.write_atomic(self.work / "station.json", json.dumps(frozen, indent=1, sort_keys=True))
         rec.write_atomic(self.work / "rendered.json", self.rendered.model_dump_json(indent=1))
         return {"station_hash": self.station.hash, "server_hash": self.station.server_hash, "source_identity": source,
@@ -546,6 +546,15 @@ async def profile_window(transport: Any, rendered: Rendered | None, seconds: flo
 def _unknown_result(spec: TrialSpec, why: str) -> TrialResult:
     v = Verdict(kind="orchestration_fault", reasons=[Reason(code="unknown_state", message=f"UNKNOWN: {why}")])
     return TrialResult(run_id=spec.run_id, verdict=v, healthy_after=False, failed_phase="load", error=f"UNKNOWN: {why}")
+
+
+def dump_result(result: TrialResult) -> str:
+    """JSON that keeps inf (an infinite request rate) as Infinity, so the file round-trips."""
+    return json.dumps(result.model_dump(mode="python"), indent=1, default=str)
+
+
+def load_result(p: Path) -> TrialResult:
+    return TrialResult.model_validate(json.loads(p.read_text()))
 
 
 def _read_json(p: Path) -> Any:

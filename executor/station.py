@@ -39,7 +39,7 @@ class Station(BaseModel):
 
     @property
     def hash(self) -> str:
-        return content_hash(self.model_dump(mode="json"))
+        return content_hash(self.model_dump(mode="python"))
 
     @property
     def server_hash(self) -> str:

@@ -87,7 +87,8 @@ def _env(target: Target, host: Host, visible: str) -> dict[str, str]:
 # ---- tuneloop sim serve -------------------------------------------------------------------------
 
 def render_sim(target: Target, station: Station, faults: tuple[str, ...] = ()) -> Rendered:
-    host = (target.hosts_for("mixed") or target.hosts_for("prefill") or list(target.hosts))[0]
+    hosts = target.hosts_for("mixed") or target.hosts_for("prefill") or list(target.hosts)
+    host = hosts[0] if hosts else Host(host="sim", roles=("mixed", "load"), cards=0, port=1)  # virtual-time target
     argv = list(target.tuneloop or ("tuneloop",)) + ["sim", "serve", "--profile", target.profile, "--scenario-free",
                                                      "--port", str(host.port), "--time-scale", _fmt(target.time_scale)]
     for flag, value in knob_flags(station.server_knobs, "sim", "mixed"):

@@ -108,7 +108,6 @@ class SimTransport:
             if final.exists():
                 self._log(f"refused run {key} epoch={epoch} already-claimed")
                 raise AlreadyClaimed(f"run {key} already claimed on this target")
-            self._log(f"start-run {key} epoch={epoch}")
         partial = self.root / "runs" / f".{key}.partial"
         if partial.exists():
             shutil.rmtree(partial)
@@ -117,8 +116,12 @@ class SimTransport:
         crashpoint("load", "mid")
         (partial / "epoch").write_text(f"{epoch}\n")
         rec.mark_done(partial, 0)
-        os.replace(partial, final)
-        self._log(f"end-run {key} epoch={epoch} rc=0")
+        with self._fenced(epoch, key):  # the claim is the rename: visible complete or not at all
+            if final.exists():
+                raise AlreadyClaimed(f"run {key} already claimed on this target")
+            os.replace(partial, final)
+            self._log(f"start-run {key} epoch={epoch}")
+            self._log(f"end-run {key} epoch={epoch} rc=0")
         return os.getpid()
 
     def _simulate(self, plan: LoadPlan, out: Path) -> None:

@@ -1,0 +1,154 @@
+"""The executor on the sim target with the real Store: phases, warm reuse, faults, restore, refusals."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from executor.journal import as_record
+from executor.phases import ExecSettings
+from executor.runner import Executor
+from executor.trial import PHASES, TrialSpec
+from state.store import Store
+
+SCENARIO = """name: tiny-copy
+version: 1
+task: copy
+input_len: 512
+output_len: 64
+seed: 7
+"""
+
+
+@pytest.fixture
+def scenario(tmp_path) -> str:
+    p = tmp_path / "tiny-copy.yaml"
+    p.write_text(SCENARIO)
+    return str(p)
+
+
+@pytest.fixture
+def ex(tmp_path) -> Executor:
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    yield Executor(store, settings=ExecSettings(runs_root=tmp_path / "runs", holder="t:ex", lease_ttl_s=30))
+    store.close()
+
+
+def spec(scenario: str, run_id: str, **kw) -> TrialSpec:
+    base = dict(run_id=run_id, goal_id="g", target="sim", scenario=scenario, n=24, seed=3,
+                knobs={"concurrency": 8, "request_rate": "inf"})
+    return TrialSpec.model_validate(base | kw)
+
+
+def journal(ex: Executor, run_id: str):
+    return [as_record(r) for r in ex.store.phases(run_id)]
+
+
+def launches(ex: Executor) -> list[str]:
+    log = ex.root / "_targets" / "sim" / "launch.log"
+    return [line.split()[1:3] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_valid_run_records_every_phase_and_is_idempotent(ex, scenario):
+    r = ex.run_trial(spec(scenario, "r1"))
+    assert r.verdict.kind == "valid", r.verdict
+    assert r.summary is not None and r.summary.n_ok == 24 and r.healthy_after
+    recs = journal(ex, "r1")
+    seen = [(x.phase, x.event, x.status) for x in recs]
+    for ph in PHASES:
+        assert (ph, "intent", "started") in seen and (ph, "outcome", "ok") in seen, ph
+    assert [x.phase for x in recs if x.event == "intent"] == list(PHASES)
+    assert all(x.epoch == recs[1].epoch for x in recs[1:])  # everything after the lock carries its epoch
+    assert {c.what for c in r.costs} >= {"restart", "weight_load", "warmup", "load"}
+    assert r.station_hash and r.source_identity.startswith("simulator:") and r.data_version.startswith("tiny-copy@v1")
+    again = ex.run_trial(spec(scenario, "r1"))
+    assert again == r and len(journal(ex, "r1")) == len(recs)
+    assert launches(ex).count(["start-run", "r1.load"]) == 1
+    with pytest.raises(ValueError, match="already used for a different spec"):
+        ex.run_trial(spec(scenario, "r1", n=25))
+
+
+def test_hot_change_reuses_the_warm_service_restart_change_restarts(ex, scenario):
+    ex.run_trial(spec(scenario, "a"))
+    hot = ex.run_trial(spec(scenario, "b", knobs={"concurrency": 4, "request_rate": "inf"}))
+    dep = [x for x in journal(ex, "b") if x.phase == "deploy" and x.event == "outcome"][0]
+    assert dep.detail["restarted"] is False and dep.detail["cost_class"] == "hot"
+    assert "restart" not in {c.what for c in hot.costs}
+    cold = ex.run_trial(spec(scenario, "c", knobs={"concurrency": 4, "request_rate": "inf", "max_num_seqs": 64}))
+    dep = [x for x in journal(ex, "c") if x.phase == "deploy" and x.event == "outcome"][0]
+    assert dep.detail["restarted"] is True and dep.detail["cost_class"] == "restart"
+    assert "restart" in {c.what for c in cold.costs}
+    relay = ex.run_trial(spec(scenario, "d", knobs={"concurrency": 4, "request_rate": "inf", "max_num_seqs": 64,
+                                                    "expert_layout": "static_eplb"}))
+    dep = [x for x in journal(ex, "d") if x.phase == "deploy" and x.event == "outcome"][0]
+    assert dep.detail["cost_class"] == "relayout" and dep.detail["relayout_steps"][0] == "collect_expert_stats"
+    assert "relayout" in {c.what for c in relay.costs}
+
+
+def test_launch_failure_is_an_orchestration_fault_with_the_server_text(ex, scenario):
+    r = ex.run_trial(spec(scenario, "lf", faults=["launch_failure"]))
+    assert r.verdict.kind == "orchestration_fault" and r.summary is None and not r.verdict.valid
+    assert r.failed_phase == "health" and "launch_failure" in r.error
+    out = [x for x in journal(ex, "lf") if x.phase == "health" and x.event == "outcome"][0]
+    assert out.status == "failed" and out.error_class == "launch_failure"
+    assert ["start-run", "lf.load"] not in launches(ex)  # nothing was sent, nothing counts as a result
+    assert journal(ex, "lf")[-1].phase == "release"
+
+
+def test_never_healthy_is_an_orchestration_fault(ex, scenario):
+    r = ex.run_trial(spec(scenario, "nh", faults=["never_healthy"]))
+    assert r.verdict.kind == "orchestration_fault" and r.verdict.reasons[0].code == "never_healthy"
+
+
+def test_stats_failure_is_recollected_without_rerunning_the_load(ex, scenario):
+    r = ex.run_trial(spec(scenario, "sf", faults=["stats_failure"]))
+    col = [x for x in journal(ex, "sf") if x.phase == "collect" and x.event == "outcome"]
+    assert [(c.status, c.error_class) for c in col] == [("failed", "collection_fault"), ("ok", None)]
+    assert r.verdict.kind == "valid" and launches(ex).count(["start-run", "sf.load"]) == 1
+
+
+def test_truncated_outputs_are_a_contract_violation(ex, scenario):
+    r = ex.run_trial(spec(scenario, "tr", faults=["truncate=0.25"]))
+    assert r.verdict.kind == "contract_violation"
+    assert any(x.request_ids for x in r.verdict.reasons)
+
+
+def test_metacharacter_knob_refused_at_prepare(ex, scenario):
+    r = ex.run_trial(spec(scenario, "mc", knobs={"concurrency": 8, "max_num_seqs": "8; touch /tmp/pwned"}))
+    assert r.verdict.kind == "orchestration_fault" and r.failed_phase == "prepare"
+    assert "max_num_seqs" in r.error and "expected an integer" in r.error
+    assert not launches(ex)
+
+
+def test_restore_redeploys_the_frozen_station(ex, scenario):
+    best = ex.run_trial(spec(scenario, "best", knobs={"concurrency": 8, "request_rate": "inf", "max_num_seqs": 64}))
+    ex.run_trial(spec(scenario, "other", knobs={"concurrency": 8, "request_rate": "inf", "max_num_seqs": 32}))
+    out = ex.restore(best.station_hash)
+    assert out["healthy"] and out["identical"] and out["restarted"] is True, out
+    with pytest.raises(LookupError, match="no run"):
+        ex.restore("feedface")
+
+
+def test_profile_capture_returns_the_sim_breakdown(ex, scenario):
+    r = ex.run_trial(spec(scenario, "pc", profile_capture=True))
+    assert r.verdict.kind == "valid" and isinstance(r.evidence.get("profile"), dict) and r.evidence["profile"]
+    assert "profile" in {c.what for c in r.costs}
+    assert ("profile", "outcome", "ok") in [(x.phase, x.event, x.status) for x in journal(ex, "pc")]
+
+
+def test_unknown_target_refuses_work(ex, scenario, tmp_path):
+    (ex.root / "_unknown").mkdir()
+    (ex.root / "_unknown" / "sim.txt").write_text("run x: process gone\n")
+    from executor.phases import TargetUnknown
+
+    with pytest.raises(TargetUnknown, match="UNKNOWN"):
+        ex.run_trial(spec(scenario, "u1"))
+    ex.clear_unknown("sim")
+    assert ex.run_trial(spec(scenario, "u1")).verdict.kind == "valid"
+
+
+def test_targets_example_file_loads():
+    from executor.targets import load_targets
+
+    for p in Path(__file__).resolve().parents[1].glob("examples/targets*.yaml"):
+        assert load_targets(p)
