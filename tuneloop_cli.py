@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import typer
 
+from executor.loadcli import app as load_app
 from simulator.cli import app as sim_app
+from simulator.server import serve as _sim_serve
 
 app = typer.Typer(
     name="tuneloop",
@@ -12,6 +14,8 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(sim_app, name="sim", help="The embedded simulated PD-disaggregated cluster.")
+sim_app.command("serve")(_sim_serve)
+app.add_typer(load_app, name="load", help="Load generator: run a scenario against an endpoint, summarize, export.")
 app.command("run")(__import__("agent.runcli", fromlist=["run"]).run)
 
 
