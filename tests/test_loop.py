@@ -1,0 +1,135 @@
+"""The whole loop on the simulator target: store-backed, checkpointed, restartable."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agent.session import run_session
+from state.goal import load_goal
+from state.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+# The profile's own starting layout (P 2x4 + D 1x8, MTP k=3, static EPLB); the report's start: P cap 1.
+START = {"num_prefill_instances": 2, "num_decode_instances": 1, "speculative_method": "mtp",
+         "num_speculative_tokens": 3, "expert_layout": "static_eplb", "max_prefill_reqs": 1}
+
+
+def goal_file(tmp_path: Path, base: str = "goal-16k.yaml", **over) -> Path:
+    g = yaml.safe_load((ROOT / "examples" / base).read_text())
+    g["start_knobs"] = {**g["start_knobs"], **START, **over.pop("start", {})}
+    g["constraints"].pop("cards", None)  # the simulator's card count is the executor's/simulator's concern
+    for k, v in over.items():
+        g[k] = {**g.get(k, {}), **v} if isinstance(v, dict) else v
+    p = tmp_path / "goal.yaml"
+    p.write_text(yaml.safe_dump(g))
+    return p
+
+
+@pytest.fixture(autouse=True)
+def runs_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNELOOP_RUNS_ROOT", str(tmp_path / "runs"))
+    monkeypatch.chdir(tmp_path)
+
+
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'tuneloop.db'}"
+
+
+def cards_run(store: Store, gid: str) -> list[dict]:
+    return [store.get_candidate(r.candidate_id).card for r in store.runs(gid)]
+
+
+def test_16k_names_prefill_supply_proposes_p_cap_screens_confirms_and_keeps_it(tmp_path):
+    spec = load_goal(goal_file(tmp_path))
+    res = run_session(spec, url(tmp_path), auto_approve=True)
+    st = Store(url(tmp_path))
+    try:
+        cands = st.candidates(res.goal_id)
+        screens = [c.card for c in cands if c.card["stage"] == "screen"]
+        first_three = [c["change"]["knob"] for c in screens[:3]]
+        assert "max_prefill_reqs" in first_three
+        cap = next(c for c in screens if c["change"]["knob"] == "max_prefill_reqs")
+        assert (cap["change"]["old"], cap["change"]["new"]) == (1, 2)
+        assert cap["diagnosis"]["hypotheses"][0]["name"] == "prefill_supply"
+        lead = max(cap["diagnosis"]["hypotheses"], key=lambda h: h["likelihood"])
+        assert lead["name"] == "prefill_supply" and any("decode waiting near zero" in e for e in lead["evidence_for"])
+        kinds = [(d.kind, d.data.get("knobs", {}).get("max_prefill_reqs")) for d in st.decisions(res.goal_id)]
+        assert ("promising", 2) in kinds and ("new_best", 2) in kinds
+        budget = st.budget(res.goal_id)
+        assert budget.card_hours_used <= spec.budget.card_hours and budget.experiments_used <= spec.budget.experiments
+        keys = [c["experiment_key"] for c in cards_run(st, res.goal_id)]
+        assert len(keys) == len(set(keys))  # no experiment ran twice
+        assert Path(res.state_path or "").read_text().count("best station") >= 1
+    finally:
+        st.close()
+
+
+def test_faults_never_become_negatives_and_stats_failure_is_recollected(tmp_path):
+    spec = load_goal(goal_file(tmp_path, budget={"experiments": 4}))
+    plan = {1: ["stats_failure"], 2: ["truncate=0.05"]}
+    res = run_session(spec, url(tmp_path), auto_approve=True, faults=lambda card, n: plan.get(n, []))
+    st = Store(url(tmp_path))
+    try:
+        runs = st.runs(res.goal_id)
+        r1 = st.get_result(runs[1].id)
+        assert r1 is not None and r1.verdict == "valid"  # re-collected from the raw data
+        loads = [p for p in st.phases(runs[1].id) if p.phase == "load" and p.event == "intent"]
+        assert len(loads) == 1  # never re-run
+        collects = [p.status for p in st.phases(runs[1].id) if p.phase == "collect" and p.event == "outcome"]
+        assert collects[0] == "failed" and collects[-1] == "ok"  # the statistics failure happened, then re-collected
+        r2 = st.get_result(runs[2].id)
+        assert r2.verdict == "contract_violation"
+        d2 = next(d for d in st.decisions(res.goal_id) if d.run_id == runs[2].id)
+        assert d2.kind == "fault"
+        assert all(n.run_id != runs[2].id for n in st.negatives(goal_id=res.goal_id))
+    finally:
+        st.close()
+
+
+def test_pause_then_one_more_round_runs_exactly_one(tmp_path):
+    spec = load_goal(goal_file(tmp_path))
+    st = Store(url(tmp_path))
+    gid = st.open_goal(spec).id
+    st.add_instruction(gid, "pause", "alice")
+    st.close()
+    res = run_session(spec, url(tmp_path), auto_approve=True)
+    assert res.status == "paused"
+    st = Store(url(tmp_path))
+    assert st.runs(gid) == []
+    st.add_instruction(gid, "one_more_round", "alice", count=1)
+    st.close()
+    res = run_session(spec, url(tmp_path), auto_approve=True)
+    st = Store(url(tmp_path))
+    try:
+        assert len(st.runs(gid)) == 1 and res.status == "stopped" and "fulfilled" in res.reason
+    finally:
+        st.close()
+
+
+def test_restart_continues_without_repeating_or_reasking(tmp_path):
+    spec = load_goal(goal_file(tmp_path, authorisation={"hot": "ask", "restart": "ask"}, budget={"experiments": 3}))
+    first = run_session(spec, url(tmp_path))
+    assert first.status == "waiting" and first.waiting_for
+    st = Store(url(tmp_path))
+    cid = first.waiting_for["candidate_id"]
+    st.approve(cid, st.get_candidate(cid).card_hash, "alice")
+    st.close()
+    second = run_session(spec, url(tmp_path))  # a fresh process would do exactly this
+    assert second.goal_id == first.goal_id
+    assert second.waiting_for and second.waiting_for["candidate_id"] != cid  # not asked again
+    st = Store(url(tmp_path))
+    try:
+        assert [r.candidate_id for r in st.runs(first.goal_id)] == [cid]
+    finally:
+        st.close()
+    third = run_session(spec, url(tmp_path), resume={"decision": "approve", "who": "bob"})
+    st = Store(url(tmp_path))
+    try:
+        ids = [r.candidate_id for r in st.runs(first.goal_id)]
+        assert len(ids) == len(set(ids)) == 2
+        assert st.approval(second.waiting_for["candidate_id"]).who == "bob"
+        assert third.status == "waiting" or third.status == "done"
+    finally:
+        st.close()
