@@ -16,6 +16,8 @@ app = typer.Typer(
 app.add_typer(sim_app, name="sim", help="The embedded simulated PD-disaggregated cluster.")
 sim_app.command("serve")(_sim_serve)
 app.add_typer(load_app, name="load", help="Load generator: run a scenario against an endpoint, summarize, export.")
+app.add_typer(__import__("executor.execcli", fromlist=["app"]).app, name="exec", help="Deterministic executor: run, resume.")
+app.command("restore")(__import__("executor.execcli", fromlist=["restore_cmd"]).restore_cmd)
 app.command("run")(__import__("agent.runcli", fromlist=["run"]).run)
 
 
