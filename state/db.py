@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
@@ -99,3 +99,22 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def snap(model: type, row: Any) -> Any:
+    """A frozen snapshot of an ORM row."""
+    return model.model_validate(row, from_attributes=True)
+
+
+def get_row(s: Session, table: type, key: Any, what: str, lock: bool = False) -> Any:
+    """The row with this primary key (locked FOR UPDATE when asked), or NotFound naming it."""
+    from state.errors import NotFound
+
+    if lock:
+        pk = table.__mapper__.primary_key[0]
+        row = s.execute(select(table).where(pk == key).with_for_update()).scalar_one_or_none()
+    else:
+        row = s.get(table, key)
+    if row is None:
+        raise NotFound(f"no such {what}: {key!r}")
+    return row

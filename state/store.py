@@ -6,42 +6,33 @@ several processes, runs `alembic upgrade head` on open, and hands out frozen sna
 """
 from __future__ import annotations
 
-import hashlib
 import time
 import uuid
 from typing import Any, Callable
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from executor.trial import CostEntry, TrialResult, TrialSpec
 from state import lifecycle
-from state.db import Database, canon, dumps, utcnow
-from state.errors import Conflict, InvalidTransition, NotFound, NotValid, Stale
+from state.approvals import Candidates, card_hash  # noqa: F401  (card_hash re-exported)
+from state.db import Database, canon, get_row, snap, utcnow
+from state.errors import Conflict
 from state.fencing import Fencing
 from state.goal import GoalSpec
+from state.instructions import Instructions
+from state.memory import Negatives
 from state.migrate import upgrade
-from state.snapshots import (Approval, Candidate, Conditions, Decision, DecisionKind, Goal, Instruction, LedgerEntry, Negative,
-                             NegativeMatch, Result, Run, Station)
-from state.tables import (ApprovalRow, CandidateRow, DecisionRow, GoalRow, InstructionRow, LedgerRow, NegativeRow,
-                          ResultRow, RunRow, StationRow)
+from state.snapshots import Decision, DecisionKind, Goal, LedgerEntry, Result, Run, Station
+from state.tables import DecisionRow, GoalRow, LedgerRow, ResultRow, RunRow, StationRow
 
 DECISION_KINDS: tuple[str, ...] = DecisionKind.__args__  # type: ignore[attr-defined]
 BEST_KINDS = ("baseline", "new_best", "quality_passed")
 FRONTIER_KINDS = BEST_KINDS + ("tradeoff",)
 
 
-def card_hash(card: dict[str, Any]) -> str:
-    """Content hash of an experiment card: an approval is bound to exactly these bytes."""
-    return hashlib.sha256(dumps(card).encode()).hexdigest()[:16]
-
-
-def _snap(model: type, row: Any) -> Any:
-    return model.model_validate(row, from_attributes=True)
-
-
-class Store(Fencing):
+class Store(Fencing, Candidates, Instructions, Negatives):
     def __init__(self, url: str = "sqlite:///tuneloop.db", *, clock: Callable[[], float] = time.time):
         self._db = Database(url)
         self._clock = clock
@@ -78,7 +69,7 @@ class Store(Fencing):
 
     def get_goal(self, goal_id: str) -> Goal:
         with self._db.read() as s:
-            return self._goal(self._get(s, GoalRow, goal_id, "goal"))
+            return self._goal(get_row(s, GoalRow, goal_id, "goal"))
 
     def goals(self) -> list[Goal]:
         with self._db.read() as s:
@@ -86,7 +77,7 @@ class Store(Fencing):
 
     def set_goal_status(self, goal_id: str, status: str, reason: str | None = None) -> Goal:
         with self._db.write() as s:
-            row = self._get(s, GoalRow, goal_id, "goal", lock=True)
+            row = get_row(s, GoalRow, goal_id, "goal", lock=True)
             lifecycle.check("goal", row.status, status)
             row.status, row.status_reason, row.updated_at = status, reason, utcnow()
             return self._goal(row)
@@ -108,100 +99,11 @@ class Store(Fencing):
                 row = StationRow(hash=h, knobs=canon(dict(station.knobs)), created_at=utcnow(), **fields)
                 s.add(row)
                 s.flush()
-            return _snap(Station, row)
+            return snap(Station, row)
 
     def get_station(self, station_hash: str) -> Station:
         with self._db.read() as s:
-            return _snap(Station, self._get(s, StationRow, station_hash, "station"))
-
-    # -- candidates and approvals --------------------------------------------------------------------
-    def add_candidate(self, goal_id: str, card: dict[str, Any], *, status: str = "proposed") -> Candidate:
-        """Store a card; the same card (same content hash) for the same goal returns the stored one."""
-        card = canon(card)
-        h = card_hash(card)
-        lifecycle.check("candidate", "proposed", status)
-        now = utcnow()
-        try:
-            with self._db.write() as s:
-                self._get(s, GoalRow, goal_id, "goal")
-                old = s.execute(select(CandidateRow).where(CandidateRow.goal_id == goal_id,
-                                                           CandidateRow.card_hash == h)).scalar_one_or_none()
-                if old is not None:
-                    return _snap(Candidate, old)
-                row = CandidateRow(goal_id=goal_id, card=card, card_hash=h, knob=card.get("knob"),
-                                   value=card.get("value"), parent_hash=card.get("parent_hash") or card.get("parent"),
-                                   cost_class=card.get("cost_class"), stage=card.get("stage", "screen"),
-                                   status=status, created_at=now, updated_at=now)
-                s.add(row)
-                s.flush()
-                return _snap(Candidate, row)
-        except IntegrityError:  # a concurrent writer stored the same card first
-            with self._db.read() as s:
-                row = s.execute(select(CandidateRow).where(CandidateRow.goal_id == goal_id,
-                                                           CandidateRow.card_hash == h)).scalar_one()
-                return _snap(Candidate, row)
-
-    def update_card(self, candidate_id: int, card: dict[str, Any]) -> Candidate:
-        """Change a card before it is decided; any approval must then carry the new hash."""
-        with self._db.write() as s:
-            row = self._get(s, CandidateRow, candidate_id, "candidate", lock=True)
-            if row.status not in ("proposed", "awaiting_approval"):
-                raise InvalidTransition("candidate", row.status, "edited", ("proposed", "awaiting_approval"))
-            row.card = canon(card)
-            row.card_hash = card_hash(row.card)
-            row.updated_at = utcnow()
-            return _snap(Candidate, row)
-
-    def get_candidate(self, candidate_id: int) -> Candidate:
-        with self._db.read() as s:
-            return _snap(Candidate, self._get(s, CandidateRow, candidate_id, "candidate"))
-
-    def candidates(self, goal_id: str, status: str | None = None) -> list[Candidate]:
-        q = select(CandidateRow).where(CandidateRow.goal_id == goal_id).order_by(CandidateRow.id)
-        if status is not None:
-            q = q.where(CandidateRow.status == status)
-        with self._db.read() as s:
-            return [_snap(Candidate, r) for r in s.execute(q).scalars()]
-
-    def set_candidate_status(self, candidate_id: int, status: str, reason: str | None = None) -> Candidate:
-        with self._db.write() as s:
-            row = self._get(s, CandidateRow, candidate_id, "candidate", lock=True)
-            lifecycle.check("candidate", row.status, status)
-            row.status, row.status_reason, row.updated_at = status, reason, utcnow()
-            return _snap(Candidate, row)
-
-    def approve(self, candidate_id: int, card_hash: str, who: str, reason: str | None = None) -> Approval:
-        return self._decide(candidate_id, card_hash, who, "approve", reason)
-
-    def reject(self, candidate_id: int, card_hash: str, who: str, reason: str | None = None) -> Approval:
-        return self._decide(candidate_id, card_hash, who, "reject", reason)
-
-    def _decide(self, candidate_id: int, shown_hash: str, who: str, decision: str, reason: str | None) -> Approval:
-        """One decision per card: a second (even concurrent) one raises Conflict; a changed card raises Stale."""
-        try:
-            with self._db.write() as s:
-                row = self._get(s, CandidateRow, candidate_id, "candidate", lock=True)
-                prior = s.execute(select(ApprovalRow).where(ApprovalRow.candidate_id == candidate_id)).scalar_one_or_none()
-                if prior is not None:
-                    raise Conflict(f"candidate {candidate_id} was already {prior.decision}d by {prior.who}")
-                if row.card_hash != shown_hash:
-                    raise Stale(f"candidate {candidate_id} changed since it was shown "
-                                f"(hash {shown_hash} -> {row.card_hash}); review it again")
-                lifecycle.check("candidate", row.status, "approved" if decision == "approve" else "rejected")
-                row.status = "approved" if decision == "approve" else "rejected"
-                row.status_reason, row.updated_at = reason, utcnow()
-                ap = ApprovalRow(candidate_id=candidate_id, card_hash=shown_hash, decision=decision, who=who,
-                                 reason=reason, created_at=utcnow())
-                s.add(ap)
-                s.flush()
-                return _snap(Approval, ap)
-        except IntegrityError:
-            raise Conflict(f"candidate {candidate_id} was decided concurrently by someone else") from None
-
-    def approval(self, candidate_id: int) -> Approval | None:
-        with self._db.read() as s:
-            row = s.execute(select(ApprovalRow).where(ApprovalRow.candidate_id == candidate_id)).scalar_one_or_none()
-            return _snap(Approval, row) if row else None
+            return snap(Station, get_row(s, StationRow, station_hash, "station"))
 
     # -- runs and results ----------------------------------------------------------------------------
     def create_run(self, spec: TrialSpec, *, candidate_id: int | None = None, station_hash: str | None = None) -> Run:
@@ -211,19 +113,19 @@ class Store(Fencing):
             with self._db.write() as s:
                 old = s.get(RunRow, spec.run_id)
                 if old is not None:
-                    return _snap(Run, old)
+                    return snap(Run, old)
                 row = RunRow(id=spec.run_id, goal_id=spec.goal_id, candidate_id=candidate_id, stage=spec.stage, n=spec.n,
                              target=spec.target, spec=canon(spec.model_dump(mode="json")), station_hash=station_hash,
                              status="pending", created_at=now, updated_at=now)
                 s.add(row)
                 s.flush()
-                return _snap(Run, row)
+                return snap(Run, row)
         except IntegrityError:
             return self.get_run(spec.run_id)
 
     def get_run(self, run_id: str) -> Run:
         with self._db.read() as s:
-            return _snap(Run, self._get(s, RunRow, run_id, "run"))
+            return snap(Run, get_row(s, RunRow, run_id, "run"))
 
     def runs(self, goal_id: str | None = None, status: str | None = None) -> list[Run]:
         q = select(RunRow).order_by(RunRow.created_at, RunRow.id)
@@ -232,17 +134,17 @@ class Store(Fencing):
         if status is not None:
             q = q.where(RunRow.status == status)
         with self._db.read() as s:
-            return [_snap(Run, r) for r in s.execute(q).scalars()]
+            return [snap(Run, r) for r in s.execute(q).scalars()]
 
     def set_run_status(self, run_id: str, status: str, reason: str | None = None,
                        station_hash: str | None = None) -> Run:
         with self._db.write() as s:
-            row = self._get(s, RunRow, run_id, "run", lock=True)
+            row = get_row(s, RunRow, run_id, "run", lock=True)
             lifecycle.check("run", row.status, status)
             row.status, row.status_reason, row.updated_at = status, reason, utcnow()
             if station_hash is not None:
                 row.station_hash = station_hash
-            return _snap(Run, row)
+            return snap(Run, row)
 
     def record_result(self, result: TrialResult, goal_id: str | None = None) -> Result:
         """Store (or replace, after a re-collection) a run's result and charge its costs to the ledger."""
@@ -297,7 +199,7 @@ class Store(Fencing):
     def ledger(self, goal_id: str) -> list[LedgerEntry]:
         with self._db.read() as s:
             rows = s.execute(select(LedgerRow).where(LedgerRow.goal_id == goal_id).order_by(LedgerRow.id)).scalars()
-            return [_snap(LedgerEntry, r) for r in rows]
+            return [snap(LedgerEntry, r) for r in rows]
 
     def card_hours_used(self, goal_id: str) -> float:
         with self._db.read() as s:
@@ -317,20 +219,20 @@ class Store(Fencing):
         if kind not in DECISION_KINDS:
             raise ValueError(f"kind: must be one of {list(DECISION_KINDS)}, got {kind!r}")
         with self._db.write() as s:
-            self._get(s, GoalRow, goal_id, "goal")
+            get_row(s, GoalRow, goal_id, "goal")
             row = DecisionRow(goal_id=goal_id, kind=kind, candidate_id=candidate_id, run_id=run_id,
                               station_hash=station_hash, changed=changed, text=text, data=canon(data or {}),
                               created_at=utcnow())
             s.add(row)
             s.flush()
-            return _snap(Decision, row)
+            return snap(Decision, row)
 
     def decisions(self, goal_id: str, kinds: tuple[str, ...] | None = None) -> list[Decision]:
         q = select(DecisionRow).where(DecisionRow.goal_id == goal_id).order_by(DecisionRow.id)
         if kinds:
             q = q.where(DecisionRow.kind.in_(kinds))
         with self._db.read() as s:
-            return [_snap(Decision, r) for r in s.execute(q).scalars()]
+            return [snap(Decision, r) for r in s.execute(q).scalars()]
 
     def best(self, goal_id: str) -> Decision | None:
         """The decision that made the current deployable best (never a quality-pending one)."""
@@ -347,102 +249,3 @@ class Store(Fencing):
         for d in self.decisions(goal_id, FRONTIER_KINDS):
             latest[d.station_hash or f"run:{d.run_id}"] = d
         return list(latest.values())
-
-    # -- instructions --------------------------------------------------------------------------------
-    def add_instruction(self, goal_id: str, kind: str, who: str, *, count: int | None = None,
-                        knobs: dict[str, Any] | None = None, restore: str | None = None,
-                        text: str | None = None) -> Instruction:
-        """A person's instruction; it replaces the instruction in force (pause, resume, stop, rounds)."""
-        from state.authorisation import validate_instruction
-
-        count = validate_instruction(kind, count, knobs)
-        with self._db.write() as s:
-            self._get(s, GoalRow, goal_id, "goal")
-            s.execute(update(InstructionRow).where(InstructionRow.goal_id == goal_id, InstructionRow.active)
-                      .values(active=False))
-            row = InstructionRow(goal_id=goal_id, kind=kind, count=count, remaining=count, knobs=canon(knobs or {}),
-                                 restore=restore, who=who, text=text, active=True, created_at=utcnow())
-            s.add(row)
-            s.flush()
-            return _snap(Instruction, row)
-
-    def current_instruction(self, goal_id: str) -> Instruction | None:
-        with self._db.read() as s:
-            row = s.execute(select(InstructionRow).where(InstructionRow.goal_id == goal_id, InstructionRow.active)
-                            .order_by(InstructionRow.id.desc()).limit(1)).scalar_one_or_none()
-            return _snap(Instruction, row) if row else None
-
-    def instructions(self, goal_id: str) -> list[Instruction]:
-        with self._db.read() as s:
-            rows = s.execute(select(InstructionRow).where(InstructionRow.goal_id == goal_id).order_by(InstructionRow.id))
-            return [_snap(Instruction, r) for r in rows.scalars()]
-
-    def consume_round(self, goal_id: str) -> Instruction | None:
-        """Count one finished round against the instruction in force; returns it (remaining 0 = stop)."""
-        with self._db.write() as s:
-            row = s.execute(select(InstructionRow).where(InstructionRow.goal_id == goal_id, InstructionRow.active)
-                            .order_by(InstructionRow.id.desc()).limit(1).with_for_update()).scalar_one_or_none()
-            if row is None or row.remaining is None:
-                return _snap(Instruction, row) if row else None
-            row.remaining = max(0, row.remaining - 1)
-            return _snap(Instruction, row)
-
-    # -- negatives memory ----------------------------------------------------------------------------
-    def add_negative(self, knob: str, value: Any, conditions: Conditions, *, goal_id: str | None = None,
-                     run_id: str | None = None, candidate_id: int | None = None, reason: str = "") -> Negative:
-        """Remember a negative; only a run with a `valid` result may become one (faults never do)."""
-        with self._db.write() as s:
-            if run_id is not None:
-                res = s.get(ResultRow, run_id)
-                if res is None or res.verdict != "valid":
-                    raise NotValid(f"run {run_id}: verdict {res.verdict if res else 'missing'}; only a valid "
-                                   "result may become a negative")
-            row = NegativeRow(goal_id=goal_id, scenario=conditions.scenario, knob=knob, value_key=dumps(value),
-                              parent_hash=conditions.parent_hash, source_identity=conditions.source_identity,
-                              data_version=conditions.data_version, run_id=run_id, candidate_id=candidate_id,
-                              reason=reason, created_at=utcnow())
-            s.add(row)
-            s.flush()
-            return _negative(row)
-
-    def negatives(self, goal_id: str | None = None, scenario: str | None = None) -> list[Negative]:
-        q = select(NegativeRow).order_by(NegativeRow.id)
-        if goal_id is not None:
-            q = q.where(NegativeRow.goal_id == goal_id)
-        if scenario is not None:
-            q = q.where(NegativeRow.scenario == scenario)
-        with self._db.read() as s:
-            return [_negative(r) for r in s.execute(q).scalars()]
-
-    def find_negative(self, knob: str, value: Any, conditions: Conditions, *, goal_id: str | None = None) -> NegativeMatch:
-        """Was knob=value negative before? `same` conditions (do not repeat) or `changed` (which ones)."""
-        q = select(NegativeRow).where(NegativeRow.scenario == conditions.scenario, NegativeRow.knob == knob,
-                                      NegativeRow.value_key == dumps(value)).order_by(NegativeRow.id)
-        if goal_id is not None:
-            q = q.where(NegativeRow.goal_id == goal_id)
-        with self._db.read() as s:
-            found = [_negative(r) for r in s.execute(q).scalars()]
-        from state.memory import match_negative
-
-        return match_negative(found, conditions)
-
-    # -- helpers -------------------------------------------------------------------------------------
-    @staticmethod
-    def _get(s: Session, table: type, key: Any, what: str, lock: bool = False) -> Any:
-        if lock:
-            pk = table.__mapper__.primary_key[0]
-            row = s.execute(select(table).where(pk == key).with_for_update()).scalar_one_or_none()
-        else:
-            row = s.get(table, key)
-        if row is None:
-            raise NotFound(f"no such {what}: {key!r}")
-        return row
-
-
-def _negative(row: NegativeRow) -> Negative:
-    import json
-
-    return Negative(id=row.id, goal_id=row.goal_id, knob=row.knob, value=json.loads(row.value_key),
-                    conditions=Conditions(scenario=row.scenario, parent_hash=row.parent_hash,
-                                          source_identity=row.source_identity, data_version=row.data_version),
-                    run_id=row.run_id, candidate_id=row.candidate_id, reason=row.reason, created_at=row.created_at)
