@@ -1,7 +1,8 @@
 """Negatives memory: a negative applies only under the conditions it was observed in.
 
-
-
+The same scenario, parent station, source identity and data version means "do not repeat"; any
+difference means "may retry, and say which condition changed". Only a valid result may become a
+negative: a fault says nothing about the configuration.
 """
 from __future__ import annotations
 
