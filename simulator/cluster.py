@@ -113,10 +113,14 @@ class Cluster:
 
     def run_until(self, t: float) -> list[Event]:
         """Advance the clock to t; return the client-visible events with times <= t, in time order."""
+        self.advance_to(t)
+        return self._stream_events(t) if self.stream else []
+
+    def advance_to(self, t: float) -> None:
+        """Advance without reporting: events stay pending for the next run_until."""
         while self._heap and self._heap[0][0] <= t:
             self._process_next()
         self.now = max(self.now, t)
-        return self._stream_events(t) if self.stream else []
 
     def advance(self) -> float | None:
         """Process every event at the earliest pending time (batch mode); returns that time."""
@@ -290,7 +294,7 @@ class Cluster:
     def metrics_text(self, t: float | None = None) -> str:
         """Prometheus text exposition of snapshot(), labelled by role and instance."""
         if t is not None and t > self.now:
-            self.run_until(t)
+            self.advance_to(t)
         series: dict[str, list[str]] = {}
         for role, name, values in self.snapshot():
             for metric, v in values.items():

@@ -92,7 +92,7 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
                     records.append(_record(cluster, req, spec, ts, tsend, warm))
                 cluster.finished.clear()
             else:
-                cluster.run_until(t_s)
+                cluster.advance_to(t_s)
                 samples.extend(cluster.samples(t_s))
                 state["next_sample"] = t_s + 1.0
         return True

@@ -72,6 +72,7 @@ def test_run_until_streams_only_what_has_happened():
     cl.submit(7, 2000, 50, spec_block_hashes(7, 2000, None, 0), 0.0)
     first = cl.run_until(0.01)
     assert first == []
+    assert "vllm:generation_tokens_total" in cl.metrics_text(5.0)  # a scrape never swallows events
     evs = cl.run_until(5.0)
     assert all(e.t <= 5.0 for e in evs) and evs[0].kind == "first" and evs[0].n_cached == 0
     assert evs[-1].kind == "finish" and sum(e.n_tokens for e in evs) == 50
