@@ -1,0 +1,188 @@
+"""Against a real `tuneloop sim serve` process: the openai client streams; the load generator's figures
+agree with the virtual-time run and with the server's own ground truth; faults map to verdicts;
+a load killed halfway leaves a summarisable raw file."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from executor import records as rec
+from executor.collect import STATS_FAULT, CollectionError, collect, summarize_run
+from executor.loadgen import LoadConfig, run
+from executor.metrics import inflight_steps, summarize, window
+from executor.records import RequestRecord
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+PROFILE = "llama70b-h100-p2d2"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(*args, time_scale=4.0):
+    port = free_port()
+    p = subprocess.Popen([sys.executable, str(ROOT / "tuneloop_cli.py"), "sim", "serve", "--profile", PROFILE,
+                          "--scenario-free", "--port", str(port), "--time-scale", str(time_scale), *args], cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):  # bounded: at most ~60 s for the process to import and bind
+        if p.poll() is not None:
+            raise AssertionError(f"sim serve exited with {p.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return p, url
+        except httpx.HTTPError:
+            time.sleep(0.1)  # polling the port until it answers
+    p.kill()
+    raise AssertionError("sim serve never answered /health")
+
+
+@pytest.fixture(scope="module")
+def server():
+    p, url = start_server(time_scale=4.0)
+    yield url
+    p.kill()
+    p.wait()
+
+
+def truth(url) -> list[RequestRecord]:
+    return [RequestRecord.model_validate_json(x) for x in httpx.get(url + "/sim/records").text.splitlines()]
+
+
+def scaled(records, k):
+    """Client wall seconds -> virtual seconds (the server runs k virtual seconds per wall second)."""
+    return [r.model_copy(update={"t_sched": r.t_sched * k, "t_send": r.t_send * k if r.t_send is not None else None,
+                                 "chunk_times": [t * k for t in r.chunk_times]}) for r in records]
+
+
+def test_openai_client_streams_completions_and_chat(server):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server + "/v1", api_key="none", max_retries=0)
+    chunks, usage = [], None
+    for ev in client.completions.create(model=PROFILE, prompt="one two three " * 50, max_tokens=12, stream=True,
+                                        stream_options={"include_usage": True},
+                                        extra_body={"ignore_eos": True, "min_tokens": 12}):
+        if ev.choices and ev.choices[0].text:
+            chunks.append(ev.choices[0].text)
+        usage = ev.usage or usage
+    assert "".join(chunks).split() == ["tok"] * 12
+    assert usage.completion_tokens == 12 and usage.prompt_tokens == 150
+    assert usage.prompt_tokens_details.cached_tokens == 0
+    again = client.completions.create(model=PROFILE, prompt="one two three " * 50, max_tokens=4, stream=False)
+    assert again.usage.prompt_tokens_details.cached_tokens == 128  # two 64-word blocks, the rest recomputed
+    chat = list(client.chat.completions.create(model=PROFILE, messages=[{"role": "user", "content": "hi there"}],
+                                               max_tokens=5, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chat if c.choices).split() == ["tok"] * 5
+    assert chat[-1].choices[0].finish_reason == "length"
+    assert httpx.post(server + "/tokenize", json={"prompt": "a b c"}).json()["count"] == 3
+    assert "tuneloop_sim_requests_total 3" in httpx.get(server + "/metrics").text
+    bad = httpx.post(server + "/v1/completions", json={"prompt": "a", "max_tokens": 0})
+    assert bad.status_code == 400 and "max_tokens" in bad.json()["error"]["message"]
+
+
+def test_http_run_agrees_with_virtual_time_run(server, tmp_path):
+    from simulator import engine, profiles
+
+    scale, c, r, n = 4.0, 16, 4.0, 64
+    ref = engine.simulate(profiles.load(PROFILE), str(DATA / "sim64.yaml"), {"concurrency": c, "request_rate": r},
+                          n=n, seed=0)
+    want = summarize(ref.records, ref.info)
+    run(LoadConfig(endpoint=server, n=n, concurrency=c, request_rate=r * scale), str(DATA / "sim64.yaml"), tmp_path,
+        cards=ref.cards)
+    info, recs = rec.RunInfo.model_validate_json((tmp_path / rec.RUN_INFO).read_text()), \
+        list(rec.read_jsonl(tmp_path / rec.REQUESTS, RequestRecord))
+    got = summarize(scaled(recs, scale), info.model_copy(update={"request_rate": r}))
+    assert got.n_ok == n
+    assert got.tpot_ms.mean == pytest.approx(want.tpot_ms.mean, rel=0.05)
+    assert got.whole.output_tok_s == pytest.approx(want.whole.output_tok_s, rel=0.05)
+
+
+def test_whole_and_native_match_server_ground_truth(tmp_path):
+    """The server's own records (virtual seconds, exact emission times) are the ground truth. The whole
+    window is the server's own; the native window is where the client held C in flight, so the truth is
+    the server's tokens and requests inside the client's [a, b], shifted onto the server's clock."""
+    scale, c, n = 20.0, 32, 240
+    p, url = start_server(time_scale=scale)
+    try:
+        run(LoadConfig(endpoint=url, n=n, concurrency=c), str(DATA / "native.yaml"), tmp_path, cards=8)
+        info = rec.RunInfo.model_validate_json((tmp_path / rec.RUN_INFO).read_text())
+        mine = scaled(list(rec.read_jsonl(tmp_path / rec.REQUESTS, RequestRecord)), scale)
+        server_recs = truth(url)
+    finally:
+        p.kill()
+        p.wait()
+    got = summarize(mine, info)
+    assert got.native is not None, got.native_reason
+    want_whole = summarize(server_recs, info).whole
+    off = min(r.t_send for r in server_recs) - min(r.t_send for r in mine)  # client clock -> server clock
+    want_native = window("native", server_recs, inflight_steps(server_recs), got.native.start + off,
+                         got.native.end + off, info.cards, None)
+    # (achieved concurrency is not compared: the server sees fewer in flight by every client round trip)
+    for g, w, fields in ((got.whole, want_whole, ("output_tok_s", "output_tok_s_per_card", "duration",
+                                                  "n_requests", "qps")),
+                         (got.native, want_native, ("output_tok_s", "output_tok_s_per_card", "n_requests", "qps"))):
+        for f in fields:
+            assert getattr(g, f) == pytest.approx(getattr(w, f), rel=0.02), (g.kind, f)
+    assert got.native.duration >= 60 and got.native.n_requests >= 128
+
+
+def test_truncate_fault_is_a_contract_violation_naming_the_requests(tmp_path):
+    p, url = start_server("--fault", "truncate=0.25", time_scale=20.0)
+    try:
+        run(LoadConfig(endpoint=url, n=24, concurrency=1), str(DATA / "tiny.yaml"), tmp_path)
+        cut = sorted(r.id for r in truth(url) if r.finish_reason == "stop")
+    finally:
+        p.kill()
+        p.wait()
+    summary, verdict = summarize_run(tmp_path)
+    assert cut and verdict.kind == "contract_violation"
+    short = next(r for r in verdict.reasons if r.code == "short_output")
+    assert short.request_ids == cut and short.count == len(cut)  # C=1: server ids follow the client ids
+    assert all(str(i) in short.message for i in cut[:3])
+
+
+def test_stats_failure_is_a_collection_fault_fixed_by_resummarising(tmp_path):
+    from simulator import engine, profiles
+    from simulator.faults import Faults
+
+    sim = engine.simulate(profiles.load(PROFILE), str(DATA / "tiny.yaml"), {"concurrency": 4, "request_rate": 8.0},
+                          n=16, seed=1, faults=Faults.parse(["stats_failure"]))
+    engine.write_run_dir(sim, tmp_path)
+    assert (tmp_path / STATS_FAULT).exists()
+    summary, verdict = collect(tmp_path)
+    assert summary is None and verdict.kind == "collection_fault" and verdict.reasons[0].code == "statistics_failed"
+    summary, verdict = summarize_run(tmp_path)
+    assert verdict.valid and summary.n_ok == 16
+
+
+def test_load_killed_halfway_leaves_summarisable_raw_file(server, tmp_path):
+    out = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, str(ROOT / "tuneloop_cli.py"), "load", "run", "--endpoint", server,
+                          "--scenario", str(DATA / "sim64.yaml"), "--n", "200", "--concurrency", "8", "--rate", "40",
+                          "--out", str(out)], cwd=ROOT)
+    try:
+        while p.poll() is None:
+            if (out / rec.REQUESTS).exists() and (out / rec.REQUESTS).read_text().count("\n") >= 6:
+                os.kill(p.pid, signal.SIGKILL)
+                break
+            time.sleep(0.05)  # polling the file, not waiting for time to pass
+        assert p.wait(30) == -signal.SIGKILL
+    finally:
+        p.kill()
+    done = list(rec.read_jsonl(out / rec.REQUESTS, RequestRecord))
+    assert not (out / rec.DONE).exists() and 6 <= len(done) < 200
+    summary, verdict = summarize_run(out)
+    assert summary.n_ok == len(done) and summary.output_len_min == summary.output_len_max == 256
+    assert verdict.kind == "orchestration_fault" and verdict.reasons[0].count == 200 - len(done)
+    with pytest.raises(CollectionError):
+        summarize_run(tmp_path / "nothing-here")
