@@ -182,3 +182,17 @@ def test_cli_run_prints_a_bench_style_summary_and_writes_the_run_dir(tmp_path):
     assert CliRunner().invoke(sim_app, ["quality", "--knob", "index_cache_reuse=true"]).exit_code == 1
     listing = CliRunner().invoke(sim_app, ["profiles"]).output + CliRunner().invoke(sim_app, ["scenarios"]).output
     assert "dsv4-flash-910c-p8d8" in listing and "copy128k-prefix90" in listing
+
+
+def test_dp_ranks_step_in_lockstep_so_a_tail_waits_for_the_slowest_rank():
+    two_ranks = DSV4.model_copy(update={"prefill": DSV4.prefill.model_copy(update={"dp": 2, "instances": 1})})
+    cl = Cluster(two_ranks, {"max_prefill_reqs": 1, "num_prefill_instances": 1}, seed=0, stream=False)
+    cl.submit(0, 16388, 4, spec_block_hashes(0, 16388, None, 0), 0.0)
+    cl.advance()  # the first step starts with rank 0 alone
+    cl.submit(1, 16388, 4, spec_block_hashes(1, 16388, None, 0), 0.0)
+    while cl.advance() is not None:
+        pass
+    tail = next(b for b in cl.batches if b.n_tokens == 4 and b.instance.endswith("dp0"))
+    full = next(b for b in cl.batches if b.instance.endswith("dp1") and b.t_start == tail.t_start)
+    assert full.n_tokens == 8192  # same lockstep step ...
+    assert tail.t_end - tail.t_start > 0.9 * (full.t_end - full.t_start)  # ... as long as the full chunk
