@@ -234,8 +234,15 @@ class _Run:
 
     async def lock(self) -> None:
         tgt = self.spec.target
-        self.epoch = self.ex.store.current_epoch(tgt)
-        self.record("lock", "intent", "started", {"holder": self.s.holder})
+        for _ in range(100):  # the intent carries the epoch current now; another holder may move it meanwhile
+            self.epoch = self.ex.store.current_epoch(tgt)
+            try:
+                self.record("lock", "intent", "started", {"holder": self.s.holder})
+                break
+            except LostLease:
+                await asyncio.sleep(0.01)
+        else:
+            raise PhaseFailure("lock_timeout", f"target {tgt!r}: could not record the lock intent")
         deadline = time.monotonic() + self.s.lock_wait_s
         delay = 0.05
         while True:

@@ -108,6 +108,7 @@ class SimTransport:
             if final.exists():
                 self._log(f"refused run {key} epoch={epoch} already-claimed")
                 raise AlreadyClaimed(f"run {key} already claimed on this target")
+            self._log(f"begin-run {key} epoch={epoch}")  # informational: the claim is the rename below
         partial = self.root / "runs" / f".{key}.partial"
         if partial.exists():
             shutil.rmtree(partial)
