@@ -34,6 +34,8 @@ FRONTIER_KINDS = BEST_KINDS + ("tradeoff",)
 
 class Store(Fencing, Candidates, Instructions, Negatives):
     def __init__(self, url: str = "sqlite:///tuneloop.db", *, clock: Callable[[], float] = time.time):
+        if "://" not in url:  # a bare path means a SQLite file
+            url = f"sqlite:///{url}"
         self._db = Database(url)
         self._clock = clock
         upgrade(self._db.engine)

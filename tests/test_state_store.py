@@ -128,6 +128,38 @@ def test_phase_journal_is_fenced_by_the_lease_epoch(store: Store, store_url: str
     assert recs[1].detail == {"rate": "inf"} and recs[0].seq < recs[1].seq < recs[2].seq
 
 
+def test_opening_an_older_database_upgrades_it(store_url: str):
+    import sqlalchemy as sa
+    from alembic import command
+
+    from state.db import Database
+    from state.migrate import alembic_config
+
+    db = Database(store_url)
+    with db.engine.connect() as conn:
+        command.upgrade(alembic_config(conn), "0001")
+        conn.commit()
+    with db.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0001"
+    db.dispose()
+    s = Store(store_url)
+    with s._db.read() as sess:
+        assert sess.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0002"
+    s.close()
+
+
+def test_phase_records_are_append_only_in_the_database(store: Store):
+    import sqlalchemy as sa
+
+    e = store.acquire_lease("sim", "x", 60)
+    store.record_phase("r9", "load", "intent", "started", epoch=e, target="sim")
+    for sql in ("UPDATE phase_records SET status = 'ok'", "DELETE FROM phase_records"):
+        with pytest.raises(sa.exc.DatabaseError, match="append-only"):
+            with store._db.write() as s:  # going around the store on purpose
+                s.execute(sa.text(sql))
+    assert [p.status for p in store.phases("r9")] == ["started"]
+
+
 def test_leases_expire_and_epochs_only_grow(store_url: str):
     now = [1000.0]
     s = Store(store_url, clock=lambda: now[0])
