@@ -196,3 +196,21 @@ def test_dp_ranks_step_in_lockstep_so_a_tail_waits_for_the_slowest_rank():
     full = next(b for b in cl.batches if b.instance.endswith("dp1") and b.t_start == tail.t_start)
     assert full.n_tokens == 8192  # same lockstep step ...
     assert tail.t_end - tail.t_start > 0.9 * (full.t_end - full.t_start)  # ... as long as the full chunk
+
+
+def test_tuneloop_sim_run_as_a_process(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).with_name("tuneloop")
+    out = subprocess.run([str(exe), "sim", "run", "--n", "24", "--concurrency", "12", "--knob", "max_prefill_reqs=2",
+                          "--seed", "5", "--out", str(tmp_path / "r"), "--json"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["summary"]["n_ok"] == 24 and doc["knobs"]["max_prefill_reqs"] == 2
+    same = _sim(n=24, seed=5, concurrency=12)
+    assert doc["truth"]["whole_tok_s"] == pytest.approx(same.truth["whole_tok_s"])
+    assert summarize_run(tmp_path / "r")[1].valid
