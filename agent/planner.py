@@ -65,6 +65,8 @@ def _stale_streak(history: History) -> int:
 def candidates(history: History, diag: Diagnosis | None) -> list[tuple[CandidateCard, Value]]:
     """Every one-change move from the best station over the goal's space, valued (unchecked)."""
     goal = history.goal
+    ref = history.latest_valid(history.best_knobs)
+    native_missing = ref is not None and ref.summary is not None and ref.summary.native is None
     out = []
     for knob, values in goal.space().items():
         cur = history.best_knobs.get(knob)
@@ -75,7 +77,7 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
             except Exception:  # a knob outside the catalog cannot become a card
                 continue
             cost = estimate(card, history)
-            v = value_of(card, rule_for(knob, direction), diag, cost, history.budget_left_card_hours)
+            v = value_of(card, rule_for(knob, direction), diag, cost, history.budget_left_card_hours, native_missing)
             out.append((card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
                                                 "note": retry_note(card, history)}), v))
     out.sort(key=lambda cv: (-cv[1].value, cv[0].title()))

@@ -77,15 +77,15 @@ def confidence(rule: MoveRule, diag: Diagnosis | None) -> tuple[float, str | Non
 
 
 def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_card_hours: float,
-             budget_left: float) -> Value:
+             budget_left: float, native_missing: bool = False) -> Value:
     """gain × confidence + what a negative rules out, scaled down by cost class and share of budget."""
     conf, hyp = confidence(rule, diag)
     gain = rule.gain
     if card.cost_class == "relayout" and (diag is None or diag.likelihood("expert_imbalance") < OPEN_LOW):
         gain = 0.0  # relayout only when the breakdown shows time lost to imbalance
-    if rule.tradeoff and diag is not None and hyp == "latency_bound" and conf < OPEN_LOW:
-        # a latency trade-off is still informative while the objective window is missing
-        conf = max(conf, 0.2)
+    if rule.tradeoff and native_missing:
+        # no valid steady state at this C: a lower C may give one, and lower latency (a frontier point)
+        conf = max(conf, 0.5)
     # A negative on a supported hypothesis separates explanations; on a weak one it tells little.
     rules_out = 0.1 * conf if conf >= OPEN_LOW else 0.0
     share = cost_card_hours / budget_left if budget_left > 0 else 1.0

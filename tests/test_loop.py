@@ -21,7 +21,7 @@ def goal_file(tmp_path: Path, base: str = "goal-16k.yaml", **over) -> Path:
     g["start_knobs"] = {**g["start_knobs"], **START, **over.pop("start", {})}
     g["constraints"].pop("cards", None)  # the simulator's card count is the executor's/simulator's concern
     for k, v in over.items():
-        g[k] = {**g.get(k, {}), **v} if isinstance(v, dict) else v
+        g[k] = {**g.get(k, {}), **v} if isinstance(v, dict) and k != "search_space" else v
     p = tmp_path / "goal.yaml"
     p.write_text(yaml.safe_dump(g))
     return p
@@ -131,5 +131,49 @@ def test_restart_continues_without_repeating_or_reasking(tmp_path):
         assert len(ids) == len(set(ids)) == 2
         assert st.approval(second.waiting_for["candidate_id"]).who == "bob"
         assert third.status == "waiting" or third.status == "done"
+    finally:
+        st.close()
+
+
+@pytest.mark.xfail(reason="planner does not yet value C128->C90 highly enough to screen it on 128K (open)", strict=False)
+def test_128k_records_the_c128_c90_tradeoff_whole_and_native_apart(tmp_path):
+    spec = load_goal(goal_file(tmp_path, "goal-128k.yaml", start={"max_prefill_reqs": 2},
+                               search_space={"concurrency": [90, 128]},
+                               protocol={"warmup": 8}))  # warm-up primes the 8 prefix groups
+    res = run_session(spec, url(tmp_path), auto_approve=True)
+    st = Store(url(tmp_path))
+    try:
+        trade = [d for d in st.decisions(res.goal_id) if d.kind == "tradeoff"]
+        assert trade and trade[0].data["knobs"]["concurrency"] == 90
+        f90 = trade[0].data["figures"]
+        ref = next(d for d in st.decisions(res.goal_id) if d.kind == "baseline" and d.data["figures"]["n"] == f90["n"])
+        f128 = ref.data["figures"]
+        assert f128["whole"] > f90["whole"]  # C128 wins whole-run throughput
+        assert f90["tpot_mean"] < f128["tpot_mean"] and f90["ttft_mean"] < f128["ttft_mean"]
+        assert f128["native"] is None  # no valid native window: the cell stays empty, never 0
+        rows = {d.station_hash for d in st.frontier(res.goal_id)}
+        assert trade[0].station_hash in rows and ref.station_hash in rows
+    finally:
+        st.close()
+
+
+@pytest.mark.xfail(reason="planner values index_cache_reuse below MIN_VALUE without decode/latency evidence (open)",
+                   strict=False)
+def test_quality_risk_knob_is_pending_until_its_evaluation_passes(tmp_path):
+    spec = load_goal(goal_file(tmp_path, search_space={"index_cache_reuse": [False, True]},
+                               budget={"experiments": 4}))
+    res = run_session(spec, url(tmp_path), auto_approve=True)
+    st = Store(url(tmp_path))
+    try:
+        ds = st.decisions(res.goal_id)
+        kinds = [d.kind for d in ds]
+        assert "quality_pending" in kinds
+        i = kinds.index("quality_pending")
+        assert not any(d.kind == "new_best" and d.data.get("knobs", {}).get("index_cache_reuse") for d in ds[:i + 1])
+        after = kinds[i + 1]
+        assert after in ("quality_passed", "quality_failed")
+        best = st.best(res.goal_id)
+        if after == "quality_failed":
+            assert not best.data["knobs"].get("index_cache_reuse")
     finally:
         st.close()
