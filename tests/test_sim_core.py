@@ -214,3 +214,14 @@ def test_tuneloop_sim_run_as_a_process(tmp_path):
     same = _sim(n=24, seed=5, concurrency=12)
     assert doc["truth"]["whole_tok_s"] == pytest.approx(same.truth["whole_tok_s"])
     assert summarize_run(tmp_path / "r")[1].valid
+
+
+def test_long_prefill_threshold_and_prefix_caching_switch():
+    run = _sim(n=8, concurrency=8, max_prefill_reqs=None, long_prefill_token_threshold=4096)
+    assert max(c for b in run.batches for c in b.chunks) == 4096
+    assert any(b.n_reqs == 2 for b in run.batches)  # two requests share the 8192 budget
+    off = _sim(n=8, warmup=8, scenario="copy128k-prefix90", concurrency=8, enable_prefix_caching=False)
+    on = _sim(n=8, warmup=8, scenario="copy128k-prefix90", concurrency=8)
+    assert {r.n_cached for r in off.records} == {0}
+    assert min(r.n_cached for r in on.records if not r.warmup) > 0.85 * 131072
+    assert on.truth["mean_ttft_ms"] < off.truth["mean_ttft_ms"]
