@@ -1,6 +1,7 @@
 """Leases with fencing epochs and the phase journal (executor/journal.py's Journal and Leases).
 
-A lease row per target holds (holder, epoch, expires_at). The epoch only grows: every acquisition
+A lease row per target holds (holder, epoch, expires_at in unix seconds, read from PostgreSQL's
+clock when workers share one, so hosts with skewed clocks agree). The epoch only grows: every acquisition
 takes the next number, release keeps it. A phase record is accepted only if it carries the target's
 current epoch, checked against the lease row inside the same transaction, so a holder that was
 paused past its lease and replaced can no longer write.
@@ -10,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -25,7 +26,14 @@ class Fencing:
     """Mixin for Store: needs `self._db` and `self._clock` (unix seconds, shared by processes)."""
 
     _db: Database
-    _clock: Callable[[], float] = time.time
+    _clock: Callable[[], float] | None = None  # None: the database's clock (one clock for every host)
+
+    def _now(self, s: Session) -> float:
+        if self._clock is not None:
+            return self._clock()
+        if self._db.dialect == "postgresql":
+            return float(s.execute(text("SELECT EXTRACT(EPOCH FROM clock_timestamp())")).scalar_one())
+        return time.time()  # SQLite: every process is on this host
 
     def _lease_for_update(self, s: Session, target: str) -> LeaseRow:
         ins = (postgresql.insert if self._db.dialect == "postgresql" else sqlite.insert)(LeaseRow)
@@ -34,9 +42,9 @@ class Fencing:
 
     def acquire_lease(self, target: str, holder: str, ttl_s: float) -> int | None:
         """A new epoch (strictly larger than any before) or None while another live holder has it."""
-        now = self._clock()
         with self._db.write() as s:
             row = self._lease_for_update(s, target)
+            now = self._now(s)
             if row.holder is not None and row.holder != holder and row.expires_at > now:
                 return None
             row.epoch += 1
@@ -49,7 +57,7 @@ class Fencing:
             row = self._lease_for_update(s, target)
             if row.holder != holder or row.epoch != epoch:
                 return False
-            row.expires_at = self._clock() + ttl_s
+            row.expires_at = self._now(s) + ttl_s
             return True
 
     def release_lease(self, target: str, holder: str, epoch: int) -> None:

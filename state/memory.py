@@ -19,6 +19,17 @@ from state.tables import NegativeRow, ResultRow
 CONDITION_FIELDS = ("scenario", "parent_hash", "source_identity", "data_version")
 
 
+def value_key(knob: str, value: Any) -> str:
+    """Canonical form of a knob value (so 6 and 6.0 of a float knob are the same negative)."""
+    from executor.knobs import KnobError, catalog
+
+    try:
+        value = catalog().get(knob).coerce(value)
+    except KnobError:
+        pass  # not a catalog knob or not a valid value: compare as given
+    return dumps(value)
+
+
 def differences(a: Conditions, b: Conditions) -> tuple[str, ...]:
     """Names of the conditions that differ, in a fixed order."""
     return tuple(f for f in CONDITION_FIELDS if getattr(a, f) != getattr(b, f))
@@ -49,7 +60,7 @@ class Negatives:
                 if res is None or res.verdict != "valid":
                     raise NotValid(f"run {run_id}: verdict {res.verdict if res else 'missing'}; only a valid "
                                    "result may become a negative")
-            row = NegativeRow(goal_id=goal_id, scenario=conditions.scenario, knob=knob, value_key=dumps(value),
+            row = NegativeRow(goal_id=goal_id, scenario=conditions.scenario, knob=knob, value_key=value_key(knob, value),
                               parent_hash=conditions.parent_hash, source_identity=conditions.source_identity,
                               data_version=conditions.data_version, run_id=run_id, candidate_id=candidate_id,
                               reason=reason, created_at=utcnow())
@@ -69,7 +80,7 @@ class Negatives:
     def find_negative(self, knob: str, value: Any, conditions: Conditions, *, goal_id: str | None = None) -> NegativeMatch:
         """Was knob=value negative before? `same` conditions (do not repeat) or `changed` (which ones)."""
         q = select(NegativeRow).where(NegativeRow.scenario == conditions.scenario, NegativeRow.knob == knob,
-                                      NegativeRow.value_key == dumps(value)).order_by(NegativeRow.id)
+                                      NegativeRow.value_key == value_key(knob, value)).order_by(NegativeRow.id)
         if goal_id is not None:
             q = q.where(NegativeRow.goal_id == goal_id)
         with self._db.read() as s:

@@ -6,7 +6,6 @@ several processes, runs `alembic upgrade head` on open, and hands out frozen sna
 """
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any, Callable
 
@@ -33,7 +32,7 @@ FRONTIER_KINDS = BEST_KINDS + ("tradeoff",)
 
 
 class Store(Fencing, Candidates, Instructions, Negatives):
-    def __init__(self, url: str = "sqlite:///tuneloop.db", *, clock: Callable[[], float] = time.time):
+    def __init__(self, url: str = "sqlite:///tuneloop.db", *, clock: Callable[[], float] | None = None):
         if "://" not in url:  # a bare path means a SQLite file
             url = f"sqlite:///{url}"
         self._db = Database(url)

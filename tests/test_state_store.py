@@ -198,7 +198,9 @@ def test_negatives_remember_their_conditions(store: Store, make_result):
     assert store.find_negative("max_num_seqs", 256, cond).status == "none"
     assert store.find_negative("max_num_seqs", 128, cond.model_copy(update={"scenario": "chat2k"})).status == "none"
     assert store.find_negative("request_rate", float("inf"), cond).status == "none"
-    assert [n.value for n in store.negatives(goal_id=g.id)] == [128]
+    store.add_negative("request_rate", 8, cond, goal_id=g.id, run_id="good")
+    assert store.find_negative("request_rate", 8.0, cond).status == "same"  # 8 and 8.0 are one value
+    assert [n.value for n in store.negatives(goal_id=g.id)] == [128, 8.0]
 
 
 def test_instructions_with_a_count(store: Store):
