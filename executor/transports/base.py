@@ -97,14 +97,14 @@ class LauncherTransport(abc.ABC):
     def __init__(self, target: Target):
         self.target = target
         self.root = target.run_root
-        self._installed = False
+        self._hosts_ready: set[str | None] = set()
 
     # -- what a concrete transport supplies ---------------------------------------------------
     @abc.abstractmethod
-    async def run(self, argv: list[str], timeout: float = 60.0) -> CommandResult: ...
+    async def run(self, argv: list[str], timeout: float = 60.0, host: str | None = None) -> CommandResult: ...
 
     @abc.abstractmethod
-    async def put_text(self, path: str, text: str, mode: int = 0o644) -> None: ...
+    async def put_text(self, path: str, text: str, mode: int = 0o644, host: str | None = None) -> None: ...
 
     @abc.abstractmethod
     async def fetch_dir(self, remote: str, local: Path) -> None: ...
@@ -117,19 +117,20 @@ class LauncherTransport(abc.ABC):
     def script(self) -> str:
         return f"{self.root}/{script_name()}"
 
-    async def setup(self) -> None:
+    async def setup(self, host: str | None = None) -> None:
         """Install the launcher (content-hashed name, so an existing copy is the same script)."""
-        if self._installed:
+        if host in self._hosts_ready:
             return
-        res = await self.run(["test", "-f", self.script])
+        res = await self.run(["test", "-f", self.script], host=host)
         if res.rc != 0:
-            await self.run(["mkdir", "-p", self.root])
-            await self.put_text(self.script, SCRIPT, 0o755)
-        self._installed = True
+            await self.run(["mkdir", "-p", self.root], host=host)
+            await self.put_text(self.script, SCRIPT, 0o755, host=host)
+        self._hosts_ready.add(host)
 
-    async def _launcher(self, epoch: int, action: str, *args: str, timeout: float = 60.0) -> CommandResult:
-        await self.setup()
-        res = await self.run(["sh", self.script, self.root, str(epoch), action, *args], timeout=timeout)
+    async def _launcher(self, epoch: int, action: str, *args: str, timeout: float = 60.0,
+                        host: str | None = None) -> CommandResult:
+        await self.setup(host)
+        res = await self.run(["sh", self.script, self.root, str(epoch), action, *args], timeout=timeout, host=host)
         if res.rc is None:
             raise Transient(f"launcher {action}: connection lost before an exit status came back")
         if res.rc == STALE_EPOCH_RC:
@@ -146,25 +147,25 @@ class LauncherTransport(abc.ABC):
     async def start_service(self, svc: ServiceSpec, station: str, epoch: int) -> None:
         d = svc_dir(self.target, svc.name)
         if svc.files:
-            await self.run(["mkdir", "-p", d])
+            await self.run(["mkdir", "-p", d], host=svc.host)
             for name, text in svc.files.items():
-                await self.put_text(f"{d}/{name}", text)
+                await self.put_text(f"{d}/{name}", text, host=svc.host)
         env = [f"{k}={v}" for k, v in sorted(svc.env.items())]
         argv = (["env", *env] if env else []) + list(svc.argv)
-        await self._launcher(epoch, "service", svc.name, station, "--", *argv)
+        await self._launcher(epoch, "service", svc.name, station, "--", *argv, host=svc.host)
 
     async def stop_service(self, svc: ServiceSpec, epoch: int) -> None:
-        await self._launcher(epoch, "stop", svc.name, timeout=120.0)
+        await self._launcher(epoch, "stop", svc.name, timeout=120.0, host=svc.host)
 
     async def service_state(self, svc: ServiceSpec) -> ServiceState:
-        res = await self._launcher(0, "svcstate", svc.name)
+        res = await self._launcher(0, "svcstate", svc.name, host=svc.host)
         kv = parse_kv(res.stdout)
         st = kv.get("station")
         return ServiceState(station=None if st in (None, "-") else st, pid=_int(kv.get("pid")),
                             alive=kv.get("alive") == "1", rc=_int(kv.get("rc")))
 
     async def service_log(self, svc: ServiceSpec, tail: int = 4000) -> str:
-        res = await self.run(["tail", "-c", str(tail), f"{svc_dir(self.target, svc.name)}/log"])
+        res = await self.run(["tail", "-c", str(tail), f"{svc_dir(self.target, svc.name)}/log"], host=svc.host)
         return res.stdout
 
     async def health(self, svc: ServiceSpec, timeout: float = 2.0) -> bool:

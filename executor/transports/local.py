@@ -10,7 +10,7 @@ from executor.transports.base import CommandResult, LauncherTransport, Transient
 
 
 class LocalTransport(LauncherTransport):
-    async def run(self, argv: list[str], timeout: float = 60.0) -> CommandResult:
+    async def run(self, argv: list[str], timeout: float = 60.0, host: str | None = None) -> CommandResult:
         proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
                                                     stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         try:
@@ -21,7 +21,7 @@ class LocalTransport(LauncherTransport):
             raise Transient(f"command timed out after {timeout:g}s: {argv[:4]}") from None
         return CommandResult(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
 
-    async def put_text(self, path: str, text: str, mode: int = 0o644) -> None:
+    async def put_text(self, path: str, text: str, mode: int = 0o644, host: str | None = None) -> None:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")

@@ -1,0 +1,176 @@
+"""The ssh transport against a real OpenSSH sshd on 127.0.0.1 that this test starts (own host key,
+own port, authorized key): a connection dropped mid-load, a changed host key, byte-exact argv."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from executor.phases import ExecSettings
+from executor.runner import Executor
+from executor.targets import Host, SshOptions, Target
+from executor.trial import TrialSpec
+from state.store import Store
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+SCENARIO = "name: tiny-copy\nversion: 1\ntask: copy\ninput_len: 256\noutput_len: 32\nseed: 7\n"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _keygen(path: Path) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path.with_suffix(".pub").read_text().strip() if path.suffix else Path(f"{path}.pub").read_text().strip()
+
+
+@pytest.fixture
+def sshd(tmp_path):
+    if not os.path.exists(SSHD):
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("sshd is not installed under CI=true (make test installs openssh-server)")
+        pytest.skip("sshd not installed")
+    d = tmp_path / "sshd"
+    d.mkdir()
+    host_pub = _keygen(d / "host_key")
+    client_pub = _keygen(d / "client_key")
+    (d / "authorized_keys").write_text(client_pub + "\n")
+    os.chmod(d / "authorized_keys", 0o600)
+    port = _free_port()
+    Path("/run/sshd").mkdir(exist_ok=True)
+    (d / "sshd_config").write_text(f"""Port {port}
+ListenAddress 127.0.0.1
+HostKey {d / 'host_key'}
+AuthorizedKeysFile {d / 'authorized_keys'}
+PidFile {d / 'sshd.pid'}
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+PermitRootLogin prohibit-password
+StrictModes no
+UsePAM no
+LogLevel INFO
+Subsystem sftp internal-sftp
+""")
+    log = open(d / "sshd.log", "w")
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdout=log, stderr=log)
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.02)  # waiting for a server socket to open
+    kh = d / "known_hosts"
+    kh.write_text(f"[127.0.0.1]:{port} {host_pub}\n")
+    yield {"port": port, "known_hosts": str(kh), "key": str(d / "client_key"), "dir": d, "proc": proc}
+    proc.terminate()
+    proc.wait(timeout=10)
+    log.close()
+
+
+def _target(tmp_path, sshd, svc_port: int, time_scale: float = 100.0) -> Target:
+    return Target(name="cl", kind="ssh", engine="sim", run_root=str(tmp_path / "remote"), time_scale=time_scale,
+                  tuneloop=(sys.executable, "-m", "tuneloop_cli"),
+                  ssh=SshOptions(port=sshd["port"], known_hosts=sshd["known_hosts"], client_keys=(sshd["key"],),
+                                 keepalive_interval=1.0, keepalive_count_max=2, reconnect_attempts=8),
+                  hosts=(Host(host="127.0.0.1", roles=("mixed", "load"), cards=16, port=svc_port),))
+
+
+def _stop(target: Target, port: int) -> None:
+    from executor.templates import ServiceSpec
+    from executor.transports.local import LocalTransport
+
+    local = target.model_copy(update={"kind": "local", "ssh": None})
+    asyncio.run(LocalTransport(local).stop_service(ServiceSpec(name="sim-0", role="mixed", host="127.0.0.1", port=port,
+                                                               argv=("true",)), 10**9))
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(p.name))
+    return out
+
+
+def test_connection_dropped_mid_load_reconnects_and_collects(tmp_path, sshd):
+    (tmp_path / "s.yaml").write_text(SCENARIO)
+    port = _free_port()
+    target = _target(tmp_path, sshd, port, time_scale=8.0)
+    ex = Executor(Store(f"sqlite:///{tmp_path / 'state.db'}"), {"cl": target},
+                  ExecSettings(runs_root=tmp_path / "runs", holder="ssh:ex", poll_interval_s=0.1,
+                               timeouts_s={"health": 60.0, "load": 120.0}))
+    spec = TrialSpec(run_id="s1", goal_id="g", target="cl", scenario=str(tmp_path / "s.yaml"), n=24, seed=1,
+                     knobs={"concurrency": 4, "request_rate": "inf"})
+    box = {}
+    th = threading.Thread(target=lambda: box.update(r=ex.run_trial(spec)))
+    th.start()
+    try:
+        pid_file = tmp_path / "remote" / "runs" / "s1.load" / "pid"
+        while not pid_file.exists() and th.is_alive():
+            time.sleep(0.02)  # waiting for the remote load to be launched
+        assert pid_file.exists()
+        for child in _children(sshd["proc"].pid):  # drop every live connection; the listener stays up
+            os.kill(child, signal.SIGKILL)
+        assert not (tmp_path / "remote" / "runs" / "s1.load" / "done").exists()  # the drop really was mid-load
+        th.join(120)
+        r = box["r"]
+        assert r.verdict.kind == "valid", (r.verdict, r.error)
+        assert r.summary.n_ok == 24
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert "tuneloop_sim_requests_total 24" in text  # the detached load ran once, to the end
+        log = (sshd["dir"] / "sshd.log").read_text()
+        assert log.count("Accepted publickey") >= 2  # the executor reconnected
+    finally:
+        th.join(120)
+        _stop(target, port)
+
+
+def test_changed_host_key_is_refused_with_a_clear_error(tmp_path, sshd):
+    other = _keygen(tmp_path / "other_key")
+    Path(sshd["known_hosts"]).write_text(f"[127.0.0.1]:{sshd['port']} {other}\n")
+    from executor.transports.ssh import HostKeyRefused, SshTransport
+
+    t = SshTransport(_target(tmp_path, sshd, 1))
+    with pytest.raises(HostKeyRefused, match="host key does not match"):
+        asyncio.run(t.run(["true"]))
+    assert t.connects == 0
+
+
+def test_metacharacters_arrive_byte_exact_over_ssh(tmp_path, sshd):
+    from executor.transports.ssh import SshTransport
+
+    evil = ["a b", "$(touch pwned)", "`touch pwned2`", "x;touch pwned3", "'\"", "|&<>*?", "\\n"]
+    dump = "import json,sys; json.dump(sys.argv[1:], open('out/argv.json','w'))"
+
+    async def go():
+        t = SshTransport(_target(tmp_path, sshd, 1))
+        await t.launch_argv("m1", [sys.executable, "-c", dump, *evil], epoch=1)
+        for _ in range(500):
+            if (await t.poll("m1")).done:
+                break
+            await asyncio.sleep(0.02)
+        await t.fetch("m1", tmp_path / "fetched")
+        await t.close()
+    asyncio.run(go())
+    assert json.loads((tmp_path / "fetched" / "argv.json").read_text()) == evil
+    assert not list(tmp_path.rglob("pwned*")) and not list(Path.home().glob("pwned*"))
