@@ -209,7 +209,12 @@ class GoalSpec(_Frozen):
         return {k: tuple(v) for k, v in default_space(self.engine).items()}
 
     def start_station(self) -> dict[str, Any]:
-        """The full starting station: catalog defaults for the engine, overridden by start_knobs."""
+        """The full starting station. On the simulator: catalog defaults < the profile's layout, defaults
+        and own start < the goal's start_knobs; elsewhere: catalog defaults < start_knobs."""
+        if self.engine == "sim" and self.sim_profile:
+            from simulator.profiles import load as load_profile
+
+            return load_profile(self.sim_profile).knobs(dict(self.start_knobs), start=True)
         return catalog().defaults(self.engine) | dict(self.start_knobs)
 
     def contract(self) -> Contract:

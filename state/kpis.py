@@ -66,9 +66,14 @@ def compute_kpis(store: Any, goal_id: str) -> LoopKPIs:
             return None
         return goal.spec.objective.value(res.result.summary)
 
-    base_d = next((d for d in decisions if d.kind == "baseline"), None)
     best_d = store.best(goal_id)
-    base, best = objective(base_d.run_id if base_d else None), objective(best_d.run_id if best_d else None)
+    best = objective(best_d.run_id if best_d else None)
+    best_n = results[best_d.run_id].result.summary.n_formal if best is not None else None
+    # the baseline measured like the best (same N: never a percentage across different N)
+    bases = [objective(d.run_id) for d in decisions if d.kind == "baseline"
+             if d.run_id in results and results[d.run_id].result.summary is not None
+             and results[d.run_id].result.summary.n_formal == best_n]
+    base = next((b for b in bases if b is not None), None)
     used = sum(e.card_hours for e in ledger)
     pct = (best - base) / base * 100.0 if base and best is not None else None
     return LoopKPIs(

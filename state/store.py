@@ -245,8 +245,10 @@ class Store(Fencing, Candidates, Instructions, Negatives):
         return self.get_station(d.station_hash) if d and d.station_hash else None
 
     def frontier(self, goal_id: str) -> list[Decision]:
-        """Valid stations kept as trade-offs or bests, latest decision per station."""
-        latest: dict[str, Decision] = {}
+        """Valid stations kept as trade-offs or bests: the latest decision per station and N
+        (results of different N stay side by side)."""
+        n_of = {r.id: r.n for r in self.runs(goal_id)}
+        latest: dict[tuple[str, int | None], Decision] = {}
         for d in self.decisions(goal_id, FRONTIER_KINDS):
-            latest[d.station_hash or f"run:{d.run_id}"] = d
+            latest[(d.station_hash or f"run:{d.run_id}", n_of.get(d.run_id or ""))] = d
         return list(latest.values())

@@ -27,6 +27,7 @@ def _fields(data: dict) -> dict[str, str]:
 def test_examples_load_with_their_contracts():
     g16 = load_goal(EXAMPLES / "goal-16k.yaml")
     assert g16.start_knobs["max_prefill_reqs"] == 1 and g16.start_station()["concurrency"] == 128
+    assert g16.start_station()["num_prefill_instances"] == 4  # the profile's own layout: P 4x2 + D 1x8 = 16 cards
     assert g16.authorisation["hot"] == g16.authorisation["restart"] == "auto"
     c = g16.contract()
     assert (c.output_len, c.zero_cache, c.cards_required, c.all_succeed) == (1024, True, 16, True)
@@ -47,7 +48,7 @@ def test_json_and_yaml_give_the_same_goal(tmp_path: Path):
     (lambda d: d["start_knobs"].update(warp_drive=1), "start_knobs.warp_drive", "no such knob"),
     (lambda d: d["search_space"].update(concurrency=[64, "lots"]), "search_space.concurrency", "expected an integer"),
     (lambda d: d["search_space"].update(parallel=[1, 2]), "search_space.parallel", "not a knob of engine 'sim'"),
-    (lambda d: d["start_knobs"].update(num_speculative_tokens=2), "start_knobs.num_speculative_tokens",
+    (lambda d: d["start_knobs"].update(speculative_method="none", num_speculative_tokens=2), "start_knobs.num_speculative_tokens",
      "needs speculative_method != 'none' first"),
     (lambda d: d["constraints"].update(tpot_mean_ms_lt=-1), "constraints.tpot_mean_ms_lt", "greater than 0"),
     (lambda d: d["constraints"].update(tpot_avg_ms_lt=20), "constraints.tpot_avg_ms_lt", "Extra inputs are not permitted"),

@@ -33,6 +33,8 @@ def test_kpis_from_a_small_history(store: Store, make_result):
     empty = compute_kpis(store, g.id)
     assert empty.experiments == 0 and empty.decision_changing_share is None and empty.card_hours_per_point is None
     s1, s2 = store.put_station(_station(1)), store.put_station(_station(2))
+    _run(store, g.id, "base320", make_result("base320", native=None, n=320), n=320)  # a screen: no native figure
+    store.record_decision(g.id, "baseline", run_id="base320", station_hash=s1.hash, changed=True)
     _run(store, g.id, "base", make_result("base", native=180.0))
     store.record_decision(g.id, "baseline", run_id="base", station_hash=s1.hash, changed=True)
     _run(store, g.id, "cap2", make_result("cap2", native=234.0))
@@ -47,14 +49,14 @@ def test_kpis_from_a_small_history(store: Store, make_result):
     with pytest.raises(NotValid):
         store.add_negative("concurrency", 90, cond, goal_id=g.id, run_id="crash")
     k = compute_kpis(store, g.id)
-    assert (k.experiments, k.valid_experiments) == (5, 4)
-    assert k.decision_changing_share == pytest.approx(2 / 5)
+    assert (k.experiments, k.valid_experiments) == (6, 5)
+    assert k.decision_changing_share == pytest.approx(3 / 6)
     assert (k.repeated_negatives, k.invalid_negatives) == (1, 0)
     assert k.baseline_objective == 180.0 and k.best_objective == 234.0
     assert k.improvement_pct == pytest.approx(30.0)
     per_run = (300 + 120) * 16 / 3600
-    assert k.card_hours_used == pytest.approx(5 * per_run)
-    assert k.card_hours_per_point == pytest.approx(5 * per_run / 30.0)
+    assert k.card_hours_used == pytest.approx(6 * per_run)
+    assert k.card_hours_per_point == pytest.approx(6 * per_run / 30.0)
     assert k.card_hours_to_first_valid_decision == pytest.approx(per_run)
     assert k.seconds_to_first_valid_decision is not None and k.seconds_to_first_valid_decision >= 0
 

@@ -232,3 +232,14 @@ def test_best_and_frontier_never_take_a_quality_pending_station(store: Store, ma
     assert store.best_station(g.id).hash == fast.hash
     with pytest.raises(ValueError, match="kind"):
         store.record_decision(g.id, "bestest")
+
+
+def test_frontier_keeps_different_n_side_by_side(store: Store):
+    g = _goal(store)
+    st = store.put_station(_station())
+    _run(store, g.id, "screen", n=320)
+    _run(store, g.id, "confirm", n=640)
+    _run(store, g.id, "confirm-again", n=640)
+    for rid in ("screen", "confirm", "confirm-again"):
+        store.record_decision(g.id, "baseline", run_id=rid, station_hash=st.hash)
+    assert sorted(d.run_id for d in store.frontier(g.id)) == ["confirm-again", "screen"]
