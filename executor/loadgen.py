@@ -128,6 +128,8 @@ async def send_one(client: httpx.AsyncClient, cfg: LoadConfig, payload: dict, r:
                         return r
                     usage = obj.get("usage")
                     choices = obj.get("choices") or []
+                    if r.response_id is None:
+                        r.response_id = obj.get("id")  # correlates the record with the server's logs
                     if choices:
                         c = choices[0]
                         if _content(c, cfg.api):
@@ -209,7 +211,7 @@ async def run_load(cfg: LoadConfig, prompts, run_dir: Path, info: RunInfo) -> in
                         await asyncio.sleep(t_sched - now())
                     await sem.acquire()
                     r = RequestRecord(id=spec.id, warmup=warm, t_sched=t_sched, t_send=now(),
-                                      n_out_expected=spec.n_out)
+                                      n_out_expected=spec.n_out, response_id=None)
                     tasks.append(asyncio.create_task(go(spec, r)))
                 await asyncio.gather(*tasks)
 
