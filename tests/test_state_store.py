@@ -142,9 +142,13 @@ def test_opening_an_older_database_upgrades_it(store_url: str):
     with db.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0001"
     db.dispose()
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     s = Store(store_url)
     with s._db.read() as sess:
-        assert sess.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0002"
+        assert head not in (None, "0001")
+        assert sess.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == head
     s.close()
 
 
