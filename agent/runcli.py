@@ -96,11 +96,9 @@ def summary_text(res: SessionResult, store_url: str) -> str:
 
 
 def _report(store: Any, goal_id: str) -> str | None:
-    """Write the report when the reports module exists (issue 8); its path, else None."""
-    try:
-        from reports import write_report  # type: ignore[import-not-found]
-    except ImportError:
-        return None
+    """Write the report (agent.report, issue 8) beside the store; its path."""
+    from agent.report import write_report
+
     try:
         return str(write_report(store, goal_id))
     except Exception as e:  # a report failure must not hide the loop's own summary

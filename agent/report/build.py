@@ -1,0 +1,80 @@
+"""Assemble a report: the store's content plus the plots drawn from it (and from the run directories for
+the queue and batch evidence the store only digests). What could not be drawn is named, with why.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.report import plots, raw
+from agent.report.content import Content, Experiment, best_objectives, gather, objective_of
+
+
+@dataclass
+class Report:
+    content: Content
+    plots: dict[str, plots.Plot] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)  # plot name -> why it is not drawn
+
+
+def build_report(store: Any, goal_id: str) -> Report:
+    c = gather(store, goal_id)
+    rep = Report(content=c)
+    spec = c.goal.spec
+    rows = [r for by_n in c.tradeoffs.values() for rs in by_n.values() for r in rs]
+    limits = spec.constraints.latency_limits()
+    metric = f"{spec.objective.metric} ({spec.objective.window} objective)"
+    rep.plots["tput_tpot"] = plots.throughput_vs_latency(
+        "tput_tpot", rows, "tpot_mean", "mean TPOT", limits.get("tpot_mean_ms_lt"), spec.objective.metric)
+    rep.plots["tput_ttft"] = plots.throughput_vs_latency(
+        "tput_ttft", rows, "ttft_p90", "TTFT P90", limits.get("ttft_p90_ms_lt"), spec.objective.metric)
+    cand, parent = pair(c.experiments, c.best)
+    if cand is None or parent is None:
+        why = "no valid candidate with a valid run of its parent at the same N"
+        rep.missing["queues"] = rep.missing["prefill_batches"] = why
+    else:
+        cl, pl = _label(cand), _label(parent)
+        qc, qp = raw.queues(_dir(cand)), raw.queues(_dir(parent))
+        if qc is None or qp is None:
+            rep.missing["queues"] = f"engine samples (metrics.jsonl) not on this machine for {_missing(cand, parent, 'q')}"
+        else:
+            rep.plots["queues"] = plots.queues(cl, qc, pl, qp)
+        bc, bp = raw.batches(_dir(cand)), raw.batches(_dir(parent))
+        if bc is None or bp is None or not (bc.tokens and bp.tokens):
+            rep.missing["prefill_batches"] = "prefill batch records (prefill_batches.jsonl) not available for these runs"
+        else:
+            budget = cand.run.spec.get("knobs", {}).get("max_num_batched_tokens")
+            rep.plots["prefill_batches"] = plots.batch_sizes(cl, bc, pl, bp, budget)
+    own = [(e.run.id, sum(x.card_hours for x in c.experiments[:e.index]), objective_of(c.goal, e.summary)
+            if e.verdict == "valid" else None) for e in c.experiments]
+    rep.plots["progress"] = plots.progress(best_objectives(c), own, metric)
+    return rep
+
+
+def pair(experiments: list[Experiment], best: Experiment | None) -> tuple[Experiment | None, Experiment | None]:
+    """The candidate to show beside its parent: the best station's run if it was a change, else the latest
+    valid change; its parent is the parent's latest valid run at the same N before it."""
+    def parent_of(e: Experiment) -> Experiment | None:
+        found = None
+        for o in experiments[:e.index - 1]:
+            if o.verdict == "valid" and o.station == e.parent and o.run.n == e.run.n:
+                found = o
+        return found
+
+    order = ([best] if best is not None else []) + list(reversed(experiments))
+    for e in order:
+        if e.card.get("change") and e.verdict == "valid" and (p := parent_of(e)) is not None:
+            return e, p
+    return None, None
+
+
+def _label(e: Experiment) -> str:
+    return f"run {e.index} ({e.change}, N={e.run.n})"
+
+
+def _dir(e: Experiment) -> str | None:
+    return e.result.run_dir if e.result else None
+
+
+def _missing(a: Experiment, b: Experiment, _: str) -> str:
+    return ", ".join(f"run {e.index} ({_dir(e) or 'no run dir'})" for e in (a, b) if raw.queues(_dir(e)) is None)

@@ -1,0 +1,290 @@
+"""What a report says, gathered from the store alone: the goal, its contract, the best station, the decision
+log and the trade-off rows. Pure reads; the renderers only format what is here, so the tests can check
+the written report against these values and these values against the store.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from executor.summary import Summary
+from executor.trial import TrialResult
+from state.kpis import LoopKPIs, compute_kpis
+from state.ledger import BudgetState, summarize_ledger
+from state.snapshots import Decision, Goal, LedgerEntry, Run
+from state.store import BEST_KINDS
+
+# what a decision of each kind ruled out, when it is not a negative (only a valid negative rules a change out)
+RULED_OUT = {
+    "baseline": "nothing: a reference is never a negative",
+    "promising": "nothing yet: the screen passed, the confirmation decides",
+    "tradeoff": "nothing: kept on the frontier as a trade-off",
+    "quality_pending": "nothing yet: performance-positive, quality pending",
+    "quality_failed": "this station as a deployable best: its quality evaluation failed",
+    "fault": "nothing: a fault or a contract violation is not a result, never a negative",
+}
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One run of the goal with its card, its result and the decisions it led to."""
+
+    index: int
+    run: Run
+    card: dict[str, Any]
+    station: str | None  # the run's frozen station (executor content hash)
+    parent: str | None  # the parent's station hash where a run of the parent froze one
+    result: TrialResult | None
+    outcome: Decision | None  # the decision judged from this run
+    decisions: tuple[Decision, ...]  # every decision naming this run (quality gate included)
+    ruled_out: str
+    card_hours: float
+
+    @property
+    def summary(self) -> Summary | None:
+        return self.result.summary if self.result else None
+
+    @property
+    def verdict(self) -> str:
+        return self.result.verdict.kind if self.result else "no result"
+
+    @property
+    def change(self) -> str:
+        ch = self.card.get("change")
+        return f"{ch['knob']} {ch['old']!r} → {ch['new']!r}" if ch else "none (measure the parent)"
+
+    @property
+    def slo_violations(self) -> list[str]:
+        return list(((self.outcome.data or {}).get("figures") or {}).get("slo_violations") or []) if self.outcome else []
+
+
+@dataclass(frozen=True)
+class TradeRow:
+    """One valid station at one N: whole and native apart; native None where the window was invalid."""
+
+    scenario: str
+    n: int
+    station: str | None
+    run_id: str
+    change: str
+    status: str
+    whole: float | None
+    whole_s: float | None
+    whole_n: int | None
+    native: float | None
+    native_s: float | None
+    native_n: int | None
+    native_reason: str | None
+    ttft_mean: float | None
+    ttft_p90: float | None
+    tpot_mean: float | None
+    e2e_mean: float | None
+    slo_ok: bool
+    frontier: bool = False
+    vs_reference: str | None = None  # percentage against the reference at the same N and window only
+
+
+@dataclass
+class Content:
+    goal: Goal
+    store_url: str
+    contract: dict[str, Any]
+    scenario: dict[str, Any]
+    definitions: dict[str, str]
+    experiments: list[Experiment]
+    best: Experiment | None
+    best_station: Any  # state.snapshots.Station or None
+    restore_command: str | None
+    pending: list[Experiment]  # performance-positive, quality pending
+    quality_failed: list[Experiment]
+    tradeoffs: dict[str, dict[int, list[TradeRow]]]  # scenario -> N -> rows
+    kpis: LoopKPIs
+    budget: BudgetState
+    ledger: list[LedgerEntry]
+    ledger_summary: dict[str, Any]
+    stop: Decision | None
+    notes: list[Decision] = field(default_factory=list)
+
+
+def objective_of(goal: Goal, s: Summary | None) -> float | None:
+    return goal.spec.objective.value(s) if s is not None else None
+
+
+def gather(store: Any, goal_id: str) -> Content:
+    goal = store.get_goal(goal_id)
+    spec = goal.spec
+    runs = [r for r in store.runs(goal_id) if r.stage != "restore"]
+    results = {r.run_id: r.result for r in store.results(goal_id)}
+    cands = {c.id: c for c in store.candidates(goal_id)}
+    decisions = store.decisions(goal_id)
+    ledger = store.ledger(goal_id)
+    by_run: dict[str, list[Decision]] = {}
+    for d in decisions:
+        if d.run_id:
+            by_run.setdefault(d.run_id, []).append(d)
+    # the card's station digest -> the executor's station hash, so a parent is named as `tuneloop restore` knows it
+    frozen: dict[str, str] = {}
+    for r in runs:
+        card = cands[r.candidate_id].card if r.candidate_id in cands else {}
+        h = r.station_hash or (results[r.id].station_hash if r.id in results else None)
+        if card.get("station") and h:
+            frozen.setdefault(card["station"], h)
+    hours: dict[str, float] = {}
+    for e in ledger:
+        hours[e.run_id] = hours.get(e.run_id, 0.0) + e.card_hours
+    experiments = []
+    for i, r in enumerate(runs, 1):
+        card = dict(cands[r.candidate_id].card) if r.candidate_id in cands else {}
+        ds = tuple(by_run.get(r.id, ()))
+        outcome = next((d for d in ds if "outcome" in (d.data or {})), None)
+        res = results.get(r.id)
+        experiments.append(Experiment(
+            index=i, run=r, card=card, station=r.station_hash or (res.station_hash if res else None),
+            parent=frozen.get(card.get("parent_station", ""), card.get("parent_station")), result=res,
+            outcome=outcome, decisions=ds, ruled_out=_ruled_out(outcome, card), card_hours=hours.get(r.id, 0.0)))
+    by_id = {e.run.id: e for e in experiments}
+    best_d = store.best(goal_id)
+    best = by_id.get(best_d.run_id) if best_d and best_d.run_id else None
+    station = None
+    if best_d is not None and best_d.station_hash:
+        try:
+            station = store.get_station(best_d.station_hash)
+        except LookupError:
+            station = None
+    passed = {d.station_hash for d in decisions if d.kind == "quality_passed"}
+    pending = [by_id[d.run_id] for d in decisions if d.kind == "quality_pending" and d.run_id in by_id
+               and d.station_hash not in passed]
+    failed = [by_id[d.run_id] for d in decisions if d.kind == "quality_failed" and d.run_id in by_id]
+    stops = [d for d in decisions if d.kind == "stop"]
+    first = next((r.result.summary for r in store.results(goal_id) if r.result.summary is not None), None)
+    return Content(
+        goal=goal, store_url=store.url, contract=spec.contract().model_dump(), scenario=_scenario(spec.scenario),
+        definitions=dict(first.definitions) if first else {}, experiments=experiments, best=best,
+        best_station=station, restore_command=restore_command(store.url, station, best),
+        pending=pending, quality_failed=failed, tradeoffs=tradeoffs(goal, experiments),
+        kpis=compute_kpis(store, goal_id), budget=store.budget(goal_id), ledger=ledger,
+        ledger_summary=summarize_ledger(ledger), stop=stops[-1] if stops else None,
+        notes=[d for d in decisions if d.kind == "note"])
+
+
+def _ruled_out(outcome: Decision | None, card: dict[str, Any]) -> str:
+    if outcome is None:
+        return "nothing: not judged"
+    if outcome.kind == "negative":
+        ch = card.get("change") or {}
+        return (f"{card.get('negative_rules_out', 'this change')} — {ch.get('knob')}={ch.get('new')!r} is not "
+                f"tried again from the same parent, scenario, data version and source")
+    if outcome.kind == "new_best":
+        return "the parent station as the deployable best"
+    return RULED_OUT.get(outcome.kind, "nothing")
+
+
+def _scenario(name: str) -> dict[str, Any]:
+    """The fixed scenario as the scenario catalog describes it (empty where it is not known here)."""
+    try:
+        from simulator.scenarios import load
+
+        sc = load(name)
+    except Exception:  # a scenario this machine does not hold: the report still names it
+        return {"name": name}
+    keep = ("version", "task", "input_len", "input_jitter", "output_len", "prefix_share", "prefix_groups",
+            "min_request_hit", "seed")
+    dump = sc.model_dump(mode="json")
+    return {"name": name, "data_version": sc.data_version, "zero_cache": sc.zero_cache} | {
+        k: dump[k] for k in keep if k in dump}
+
+
+def restore_command(store_url: str, station: Any, best: Experiment | None) -> str | None:
+    """The one command that re-deploys the best station (with this store and run root where not default)."""
+    if station is None:
+        return None
+    import shlex
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    parts = ["tuneloop", "restore", station.hash, "--store", make_url(store_url).render_as_string(hide_password=True)]
+    rd = best.result.run_dir if best and best.result else None
+    if rd:  # run dirs are <runs-root>/<run id>/load
+        parts += ["--runs-root", str(Path(rd).parents[1])]
+    return shlex.join(parts)
+
+
+def tradeoffs(goal: Goal, experiments: list[Experiment]) -> dict[str, dict[int, list[TradeRow]]]:
+    """Valid runs per scenario and N (the latest per station), with the frontier marked per N."""
+    spec = goal.spec
+    latest: dict[tuple[str, int, str], tuple[TradeRow, Experiment | None]] = {}
+    seen: dict[tuple[str, int, str], Experiment] = {}  # the latest valid run of each station so far
+    for e in experiments:
+        s = e.summary
+        if e.verdict != "valid" or s is None:
+            continue
+        sc = e.run.spec.get("scenario", spec.scenario)
+        ref = seen.get((sc, e.run.n, e.parent or "")) if e.card.get("change") else None
+        key = (sc, e.run.n, e.station or e.run.id)
+        latest[key] = (_row(sc, e, s, spec), ref)
+        seen[key] = e
+    out: dict[str, dict[int, list[TradeRow]]] = {}
+    for (sc, n, _), (row, ref) in latest.items():
+        out.setdefault(sc, {}).setdefault(n, []).append(_vs(row, ref, spec))
+    for by_n in out.values():
+        for n, rows in by_n.items():
+            by_n[n] = sorted((_mark(r, rows) for r in rows), key=lambda r: -(r.whole or 0.0))
+    return {sc: dict(sorted(v.items())) for sc, v in out.items()}
+
+
+def _row(sc: str, e: Experiment, s: Summary, spec: Any) -> TradeRow:
+    metric = spec.objective.metric
+    w, nat = s.whole, s.native
+    return TradeRow(
+        scenario=sc, n=e.run.n, station=e.station, run_id=e.run.id, change=e.change,
+        status=e.outcome.kind if e.outcome else "not judged",
+        whole=getattr(w, metric) if w else None, whole_s=w.duration if w else None, whole_n=w.n_requests if w else None,
+        native=getattr(nat, metric) if nat else None, native_s=nat.duration if nat else None,
+        native_n=nat.n_requests if nat else None, native_reason=s.native_reason,
+        ttft_mean=s.ttft_ms.mean, ttft_p90=s.ttft_ms.p90, tpot_mean=s.tpot_ms.mean, e2e_mean=s.e2e_ms.mean,
+        slo_ok=not spec.constraints.violations(s))
+
+
+def _vs(row: TradeRow, ref: Experiment | None, spec: Any) -> TradeRow:
+    """The gain over the parent's latest valid run at the same N, in the objective's window when both have
+    it, else the whole window for both; None without such a run (never a percentage across N)."""
+    from dataclasses import replace
+
+    if ref is None or ref.summary is None or ref.run.n != row.n:
+        return row
+    for w in ([spec.objective.window, "whole"] if spec.objective.window == "native" else ["whole"]):
+        a = row.native if w == "native" else row.whole
+        rw = ref.summary.native if w == "native" else ref.summary.whole
+        b = getattr(rw, spec.objective.metric) if rw is not None else None
+        if a is not None and b:
+            return replace(row, vs_reference=f"{a / b - 1.0:+.2%} {w} vs parent at N={row.n}")
+    return row
+
+
+def _mark(row: TradeRow, rows: list[TradeRow]) -> TradeRow:
+    """Frontier: meets the SLO and no other row at this N is as fast (whole) with every latency mean as low."""
+    from dataclasses import replace
+
+    keys = ("ttft_mean", "tpot_mean", "e2e_mean")
+
+    def beats(b: TradeRow, a: TradeRow) -> bool:
+        if any(getattr(x, k) is None for x in (a, b) for k in keys) or a.whole is None or b.whole is None:
+            return False
+        return (b.whole >= a.whole and all(getattr(b, k) <= getattr(a, k) for k in keys)
+                and (b.whole > a.whole or any(getattr(b, k) < getattr(a, k) for k in keys)))
+
+    return replace(row, frontier=row.slo_ok and not any(beats(o, row) for o in rows if o is not row and o.slo_ok))
+
+
+def best_objectives(content: Content) -> list[tuple[str, float, float | None, int | None]]:
+    """(run id, card-hours spent after the run, the deployable best's objective then, its N) in run order."""
+    spent, out, best = 0.0, [], None
+    for e in content.experiments:
+        spent += e.card_hours
+        for d in e.decisions:
+            if d.kind in BEST_KINDS:
+                best = e
+        s = best.summary if best else None
+        out.append((e.run.id, spent, objective_of(content.goal, s), s.n_formal if s else None))
+    return out

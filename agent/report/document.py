@@ -1,0 +1,241 @@
+"""The report's sections, in the order a serving engineer reads them: what was asked, what is best and how
+to get back to it, what was tried and why, the trade-offs, the pictures, and what the loop cost.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from agent.report.blocks import Block, Cell, Code, Heading, Image, Items, Para, Table, kv
+from agent.report.build import Report
+from agent.report.content import Content, Experiment, TradeRow
+
+LAYOUT_KNOBS = ("num_prefill_instances", "num_decode_instances", "expert_layout", "parallel")
+PLOT_ORDER = ("tput_tpot", "tput_ttft", "queues", "prefill_batches", "progress")
+
+
+def fmt(v: Any, digits: int = 2) -> str:
+    """A figure as text; a missing figure is an empty string, never 0."""
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def window(n: int | None, seconds: float | None) -> str:
+    return "" if n is None or seconds is None else f"{n} req · {seconds:.1f} s"
+
+
+def short_reason(reason: str | None) -> str:
+    """Why a native window is invalid, without the figure it 'would have given' (that is not a figure)."""
+    return ("no valid window: " + reason.split(" (window")[0]) if reason else "no valid window"
+
+
+def document(rep: Report) -> list[Block]:
+    c = rep.content
+    g = c.goal
+    out: list[Block] = [Heading(1, f"tuneloop report — goal {g.id}"),
+                        Para(f"Status: {g.status}" + (f" — {g.status_reason}" if g.status_reason else ""), "status"),
+                        Para(f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC from the store "
+                             f"{_redacted(c.store_url)}.", "muted")]
+    out += _goal(c) + _definitions(c) + _best(c) + _pending(c) + _log(c) + _tradeoffs(c) + _plots(rep) + _kpis(c)
+    return out
+
+
+def _redacted(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _goal(c: Content) -> list[Block]:
+    s = c.goal.spec
+    cons = s.constraints.model_dump(exclude_none=True)
+    return [Heading(2, "Goal, fixed scenario and contract", "goal"),
+            kv([("name", s.name), ("engine", s.engine), ("target", s.target), ("simulator profile", s.sim_profile),
+                ("objective", f"maximise {s.objective.metric} in the {s.objective.window} window"),
+                ("constraints (SLO)", ", ".join(f"{k}={v}" for k, v in cons.items())),
+                ("reported", ", ".join(s.reported)),
+                ("protocol", f"screen N={s.protocol.screen_n}, confirm N={s.protocol.confirm_n}, warm-up "
+                             f"{s.protocol.warmup}, native window ≥ {s.protocol.native_min_requests} requests and "
+                             f"≥ {s.protocol.native_min_seconds:g} s, seeds {list(s.protocol.seeds)}"),
+                ("authorisation", ", ".join(f"{k}: {v}" for k, v in s.authorisation.items())),
+                ("budget", f"{s.budget.card_hours:g} card-hours, {s.budget.experiments} experiments"
+                           + (f", deadline {s.budget.deadline}" if s.budget.deadline else ""))], "kv goal"),
+            Heading(3, "Fixed scenario (never changed by the loop)"),
+            kv([(k, v) for k, v in c.scenario.items()], "kv scenario"),
+            Heading(3, "Contract a valid run keeps"),
+            kv([(k, v) for k, v in c.contract.items()], "kv contract")]
+
+
+def _definitions(c: Content) -> list[Block]:
+    out: list[Block] = [Heading(2, "Metric definitions (REFERENCE.md §1)", "definitions")]
+    if not c.definitions:
+        return out + [Para("No run has been summarised yet: no definitions recorded.")]
+    return out + [Table(("metric", "definition"), tuple((Cell(k, "key"), Cell(v)) for k, v in
+                                                        sorted(c.definitions.items())), "definitions",
+                        tuple(sorted(c.definitions)))]
+
+
+def _best(c: Content) -> list[Block]:
+    out: list[Block] = [Heading(2, "Best deployable station", "best")]
+    st, e = c.best_station, c.best
+    if st is None:
+        return out + [Para("No deployable best station yet.", "best none")]
+    s = e.summary if e else None
+    layout = [(k, st.knobs[k]) for k in LAYOUT_KNOBS if k in st.knobs] + [("cards in use", s.cards if s else None)]
+    out += [kv([("station", st.hash), ("engine", st.engine), ("target", st.target), ("scenario", st.scenario),
+                ("data version", st.data_version), ("source identity", st.source_identity),
+                ("decided by", f"run {e.index} ({e.run.id}): {e.outcome.text if e and e.outcome else ''}" if e else ""),
+                ("objective figure", f"{fmt(_objective(c, e))} ({c.goal.spec.objective.window}, N={e.run.n})" if e else "")],
+               "kv best"),
+            Heading(3, "Layout"), kv(layout, "kv layout"),
+            Heading(3, "Knobs"), kv(sorted(st.knobs.items()), "kv knobs"),
+            Heading(3, "Go back to this station (one command)"), Code(c.restore_command or "", "restore")]
+    return out
+
+
+def _objective(c: Content, e: Experiment | None) -> float | None:
+    from agent.report.content import objective_of
+
+    return objective_of(c.goal, e.summary) if e else None
+
+
+def _pending(c: Content) -> list[Block]:
+    out: list[Block] = [Heading(2, "Quality pending (not deployable)", "pending")]
+    if not c.pending and not c.quality_failed:
+        return out + [Para("None: no quality-risk change is waiting for an accuracy evaluation.", "pending none")]
+    rows = [(Cell(e.station or ""), Cell(e.change), Cell(fmt(_objective(c, e)), "num"), Cell(str(e.run.n)),
+             Cell(status)) for status, es in (("performance-positive, quality pending", c.pending),
+                                              ("quality evaluation failed: never deployable", c.quality_failed))
+            for e in es]
+    return out + [Table(("station", "change", "objective", "N", "status"), tuple(rows), "pending",
+                        tuple(e.run.id for e in c.pending + c.quality_failed))]
+
+
+def _log(c: Content) -> list[Block]:
+    out: list[Block] = [Heading(2, "Decision log", "log")]
+    if not c.experiments:
+        return out + [Para("No experiment has run yet.")]
+    for e in c.experiments:
+        out += _experiment(c, e)
+    if c.stop is not None:
+        out += [Heading(3, "Stop"), Para(f"The loop stopped: {c.stop.text}", "stop")]
+    return out
+
+
+def _experiment(c: Content, e: Experiment) -> list[Block]:
+    card = e.card
+    diag = card.get("diagnosis") or {}
+    lead = max(diag.get("hypotheses") or [{}], key=lambda h: h.get("likelihood", 0.0))
+    out: list[Block] = [
+        Heading(3, f"{e.index}. {card.get('stage', e.run.stage)} N={e.run.n}: {e.change}", f"run-{e.run.id}"),
+        kv([("run", e.run.id), ("station", e.station), ("parent station", e.parent), ("the one change", e.change),
+            ("hypothesis", card.get("hypothesis")), ("mechanism", card.get("mechanism")),
+            ("decision it affects", card.get("decision")), ("expected effect", card.get("expected_effect")),
+            ("a negative would rule out", card.get("negative_rules_out")), ("cost class", card.get("cost_class")),
+            ("quality risk", card.get("quality_risk")), ("planner", card.get("planner"))]
+           + ([("diagnosis (lead)", f"{lead.get('name')} ({lead.get('likelihood', 0):.2f}): "
+                + "; ".join(lead.get("evidence_for") or []))] if lead.get("name") else []), f"kv card run-{e.run.id}"),
+        Para(f"Verdict: {e.verdict}", "verdict"),
+    ]
+    reasons = [f"{r.code}: {r.message}" for r in e.result.verdict.reasons] if e.result else []
+    reasons += [f"SLO: {v}" for v in e.slo_violations]
+    if e.result and e.result.error:
+        reasons.append(f"error in phase {e.result.failed_phase}: {e.result.error}")
+    out.append(Items(tuple(reasons) if reasons else ("no reasons: every contract check passed",), "reasons"))
+    s = e.summary
+    if s is not None:
+        out.append(Table(
+            ("N formal", "ok / failed", "whole", "whole window", "native", "native window", "TTFT mean ms",
+             "TTFT P90 ms", "TPOT mean ms", "E2E mean ms", "achieved conc.", "QPS (whole)", "cache hit"),
+            ((Cell(str(s.n_formal), "num"), Cell(f"{s.n_ok} / {s.n_failed}"), _fig(s.whole, c, "whole"),
+              Cell(window(s.whole.n_requests, s.whole.duration) if s.whole else "", "whole-window"),
+              _fig(s.native, c, "native"),
+              Cell(window(s.native.n_requests, s.native.duration) if s.native else short_reason(s.native_reason),
+                   "native-window"),
+              Cell(fmt(s.ttft_ms.mean, 1), "num"), Cell(fmt(s.ttft_ms.p90, 1), "num"),
+              Cell(fmt(s.tpot_ms.mean, 2), "num"), Cell(fmt(s.e2e_ms.mean, 1), "num"),
+              Cell(fmt(s.whole.achieved_concurrency if s.whole else None, 1), "num"),
+              Cell(fmt(s.whole.qps if s.whole else None, 3), "num"), Cell(fmt(s.cache_hit, 4), "num")),),
+            f"figures run-{e.run.id}", (e.run.id,)))
+    else:
+        out.append(Para("No figures: this run produced no summary.", "figures none"))
+    d = e.outcome
+    out.append(kv([("decision", d.kind if d else "not judged"), ("why", d.text if d else ""),
+                   ("ruled out", e.ruled_out), ("device time", f"{e.card_hours:.3f} card-hours")]
+                  + [(f"also: {x.kind}", x.text) for x in e.decisions if x is not d], f"kv decision run-{e.run.id}"))
+    return out
+
+
+def _fig(w: Any, c: Content, cls: str) -> Cell:
+    return Cell(fmt(getattr(w, c.goal.spec.objective.metric)) if w is not None else "", f"{cls} num")
+
+
+def _tradeoffs(c: Content) -> list[Block]:
+    metric = c.goal.spec.objective.metric
+    out: list[Block] = [Heading(2, "Trade-offs per scenario", "tradeoffs"),
+                        Para(f"Valid runs, one row per station and N ({metric}). Whole and native are separate "
+                             "columns; the native cell is empty where the run had no valid native window. "
+                             "Tables of different N are never compared as a percentage.", "muted")]
+    if not c.tradeoffs:
+        return out + [Para("No valid run yet.")]
+    for sc, by_n in c.tradeoffs.items():
+        out.append(Heading(3, f"Scenario {sc}"))
+        for n, rows in by_n.items():
+            out += [Heading(4, f"N = {n}"), Table(
+                ("station", "change", "decision", "frontier", "whole", "whole window", "native", "native window",
+                 "vs parent (same N)", "TTFT mean ms", "TTFT P90 ms", "TPOT mean ms", "E2E mean ms", "SLO"),
+                tuple(_trow(r) for r in rows), f"tradeoff n-{n}", tuple(r.run_id for r in rows))]
+    return out
+
+
+def _trow(r: TradeRow) -> tuple[Cell, ...]:
+    return (Cell(r.station or "", "station"), Cell(r.change), Cell(r.status, "decision"),
+            Cell("yes" if r.frontier else "", "frontier"), Cell(fmt(r.whole), "whole num"),
+            Cell(window(r.whole_n, r.whole_s), "whole-window"), Cell(fmt(r.native), "native num"),
+            Cell(window(r.native_n, r.native_s) if r.native is not None else short_reason(r.native_reason),
+                 "native-window"),
+            Cell(r.vs_reference or "", "vs"), Cell(fmt(r.ttft_mean, 1), "num"), Cell(fmt(r.ttft_p90, 1), "num"),
+            Cell(fmt(r.tpot_mean, 2), "num"), Cell(fmt(r.e2e_mean, 1), "num"), Cell("met" if r.slo_ok else "broken", "slo"))
+
+
+def _plots(rep: Report) -> list[Block]:
+    out: list[Block] = [Heading(2, "Plots", "plots")]
+    for name in PLOT_ORDER:
+        if name in rep.plots:
+            p = rep.plots[name]
+            out.append(Image(p.name, p.title, p.caption, p.png))
+        elif name in rep.missing:
+            out.append(Para(f"{name}: not drawn — {rep.missing[name]}", "missing"))
+    return out
+
+
+def _kpis(c: Content) -> list[Block]:
+    k, b = c.kpis, c.budget
+    pct = None if k.improvement_pct is None else f"{k.improvement_pct:+.2f} % (same N as the best)"
+    rows = [("experiments (valid)", f"{k.experiments} ({k.valid_experiments})"),
+            ("time to the first valid decision", fmt(k.seconds_to_first_valid_decision, 1) + " s"
+             if k.seconds_to_first_valid_decision is not None else ""),
+            ("card-hours to the first valid decision", fmt(k.card_hours_to_first_valid_decision, 3)),
+            ("share of experiments that changed a decision", fmt(k.decision_changing_share, 3)),
+            ("negatives repeated (must be 0)", k.repeated_negatives),
+            ("invalid runs recorded as negatives (must be 0)", k.invalid_negatives),
+            ("baseline objective", fmt(k.baseline_objective)), ("best objective", fmt(k.best_objective)),
+            ("improvement", pct or ""), ("card-hours used", fmt(k.card_hours_used, 3)),
+            ("card-hours per point of improvement", fmt(k.card_hours_per_point, 3))]
+    by_kind = sorted(c.ledger_summary["by_kind"].items())
+    return [Heading(2, "Loop KPIs (DESIGN.md §3)", "kpis"), kv(rows, "kv kpis"),
+            Heading(2, "Budget ledger", "ledger"),
+            kv([("card-hours", f"{b.card_hours_used:.3f} used of {b.card_hours_limit:g} ({b.card_hours_left:.3f} left)"),
+                ("experiments", f"{b.experiments_used} used of {b.experiments_limit} ({b.experiments_left} left)"),
+                ("deadline", f"{b.deadline} ({'passed' if b.deadline_passed else 'not passed'})" if b.deadline else "none")],
+               "kv budget"),
+            Table(("cost item", "card-hours"), tuple((Cell(w), Cell(f"{h:.3f}", "num")) for w, h in by_kind)
+                  + ((Cell("total", "key"), Cell(f"{c.ledger_summary['total']:.3f}", "num total")),),
+                  "ledger-kinds", tuple(w for w, _ in by_kind) + ("total",)),
+            Table(("run", "item", "seconds", "cards", "card-hours"),
+                  tuple((Cell(e.run_id), Cell(e.what), Cell(f"{e.seconds:.1f}", "num"), Cell(str(e.cards), "num"),
+                         Cell(f"{e.card_hours:.4f}", "num")) for e in c.ledger), "ledger",
+                  tuple(e.run_id for e in c.ledger))]
