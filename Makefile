@@ -1,5 +1,5 @@
 # Two commands: `make demo` and `make test`. Each sets up everything it needs.
-PY ?= python3.11
+PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test setup sysdeps services clean bench
 
 $(STAMP): pyproject.toml
-	@command -v $(PY) >/dev/null 2>&1 || PY=python3; $${PY:-$(PY)} -m venv $(VENV) 2>/dev/null || python3 -m venv $(VENV)
+	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
