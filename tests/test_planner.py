@@ -113,8 +113,11 @@ def test_checks_refuse_bad_proposals_with_reasons():
     assert any(r.startswith("parent") for r in check(two, h))
     assert any(r.startswith("in_range") for r in check(screen("max_prefill_reqs", 3), h))
     assert any(r.startswith("in_range") for r in check(screen("long_prefill_token_threshold", 64), h))
-    dep = screen("num_speculative_tokens", 2)
-    assert any(r.startswith("dependencies") for r in check(dep, h))
+    # a draft width needs a speculative method first: from a station without MTP the width is refused
+    no_mtp = GOAL16.start_station() | {"speculative_method": "none", "num_speculative_tokens": 0}
+    h_no_mtp = history([outcome(baseline(no_mtp), summary(), "reference")], best=no_mtp)
+    dep = screen("num_speculative_tokens", 2, parent=no_mtp)
+    assert any(r.startswith("dependencies") for r in check(dep, h_no_mtp))
     neg = Negative(knob="max_prefill_reqs", value=2, scenario=GOAL16.scenario, data_version="dv1",
                    parent_station=station_hash(GOAL16.start_station()), source_identity="sim", experiment_key="x")
     assert any(r.startswith("known_negative") for r in check(screen("max_prefill_reqs", 2), history(
