@@ -1,0 +1,157 @@
+"""What a person can do to a goal, shared by the REST routes and the chat: each records who asked,
+wakes the goal's worker, and notifies. Replies cite candidate / experiment ids and figures.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from api.auth import Principal
+from api.chat import HELP, Intent
+from api.service import Service
+from state.errors import NotFound
+
+
+def decide(svc: Service, candidate_id: int, card_hash: str, decision: str, who: Principal, reason: str | None,
+           via: str = "api") -> Any:
+    """Approve or reject a card as shown (its hash); raises Conflict / Stale / NotFound from the store."""
+    st = svc.store
+    cand = st.get_candidate(candidate_id)
+    fn = st.approve if decision == "approve" else st.reject
+    ap = fn(candidate_id, card_hash, f"{who.name} ({via})", reason)
+    st.wake(cand.goal_id, who.name)
+    svc.notifier.notify("decision", cand.goal_id, f"candidate {candidate_id} {'approved' if decision == 'approve' else 'rejected'} by {who.name}"
+                        + (f": {reason}" if reason else ""),
+                        {"candidate_id": candidate_id, "decision": decision, "who": who.name})
+    return ap
+
+
+def instruct(svc: Service, goal_id: str, kind: str, who: Principal, *, count: int | None = None,
+             knobs: dict[str, Any] | None = None, restore: str | None = None, text: str | None = None) -> Any:
+    ins = svc.store.add_instruction(goal_id, kind, who.name, count=count, knobs=knobs, restore=restore, text=text)
+    svc.store.wake(goal_id, who.name)
+    return ins
+
+
+def pending(svc: Service, goal_id: str) -> list[Any]:
+    """Cards the loop waits on: open, undecided ones while the goal is waiting for a person."""
+    st = svc.store
+    if st.get_goal(goal_id).status != "waiting":
+        return []
+    return [c for c in st.candidates(goal_id) if c.status in ("proposed", "awaiting_approval")
+            and st.approval(c.id) is None]
+
+
+def figures(svc: Service, run_id: str | None) -> str:
+    """'whole X / native Y tok/s/card at N=n, mean TPOT z ms' for a run, or '' without a valid summary."""
+    if not run_id:
+        return ""
+    res = svc.store.get_result(run_id)
+    s = res.result.summary if res else None
+    if s is None:
+        return f"verdict {res.verdict}" if res else ""
+    nat = f"{s.native.output_tok_s_per_card:.1f}" if s.native else "— (no valid native window)"
+    whole = f"{s.whole.output_tok_s_per_card:.1f}" if s.whole else "—"
+    tpot = f", mean TPOT {s.tpot_ms.mean:.2f} ms" if s.tpot_ms.mean is not None else ""
+    return f"whole {whole} / native {nat} tok/s/card at N={s.n_formal}{tpot}"
+
+
+def status_text(svc: Service, goal_id: str) -> str:
+    st = svc.store
+    g = st.get_goal(goal_id)
+    lines = [f"goal {g.id}: {g.status}" + (f" — {g.status_reason}" if g.status_reason else "")]
+    best = st.best(goal_id)
+    if best is not None:
+        lines.append(f"best: {best.kind} from experiment {best.run_id} (candidate {best.candidate_id}): "
+                     f"{figures(svc, best.run_id)}; station {best.station_hash}")
+    for c in pending(svc, goal_id):
+        lines.append(f"waiting for approval: candidate {c.id} ({_title(c.card)}), card hash {c.card_hash}")
+    b = st.budget(goal_id)
+    lines.append(f"budget: {b.experiments_used}/{b.experiments_limit} experiments, "
+                 f"{b.card_hours_used:.2f}/{b.card_hours_limit:.2f} card-hours")
+    return "\n".join(lines)
+
+
+def why_rejected(svc: Service, candidate_id: int) -> str:
+    st = svc.store
+    cand = st.get_candidate(candidate_id)
+    ap = st.approval(candidate_id)
+    if ap is not None and ap.decision == "reject":
+        return (f"candidate {candidate_id} ({_title(cand.card)}) was rejected by {ap.who}"
+                + (f": {ap.reason}" if ap.reason else " (no reason given)"))
+    for d in st.decisions(cand.goal_id):
+        if d.candidate_id == candidate_id and d.kind in ("negative", "fault", "quality_failed", "note"):
+            fig = figures(svc, d.run_id)
+            return (f"candidate {candidate_id}: [{d.kind}] {d.text}" + (f" (experiment {d.run_id}: {fig})" if d.run_id else ""))
+    return f"candidate {candidate_id} ({_title(cand.card)}) was not rejected; its status is {cand.status}"
+
+
+def _title(card: dict[str, Any]) -> str:
+    ch = card.get("change")
+    what = f"{ch['knob']} {ch['old']} -> {ch['new']}" if ch else "reference"
+    return f"{card.get('stage')} N={card.get('n')}: {what}"
+
+
+def act(svc: Service, goal_id: str, intent: Intent, who: Principal) -> tuple[str, dict[str, Any] | None]:
+    """Carry out one chat intent; (reply, what was done). Approver actions need the approver role."""
+    from api.settings import ROLE_RANK
+
+    st = svc.store
+    k = intent.kind
+    if k == "unknown":
+        return HELP, None
+    if k == "status":
+        return status_text(svc, goal_id), None
+    if k == "why_rejected":
+        if intent.candidate_id is None:
+            return "which candidate? e.g. 'why was 12 rejected?'", None
+        return why_rejected(svc, intent.candidate_id), None
+    if ROLE_RANK[who.role] < ROLE_RANK["approver"]:
+        raise PermissionError(f"{who.name} has role {who.role}; '{k}' needs approver")
+    if k in ("approve", "reject"):
+        if intent.candidate_id is None:
+            return f"which candidate? e.g. '{k} 7'", None
+        cand = st.get_candidate(intent.candidate_id)
+        if cand.goal_id != goal_id:
+            raise NotFound(f"no such candidate in goal {goal_id}: {intent.candidate_id}")
+        if k == "reject" and not intent.reason:
+            return f"please say why: 'reject {cand.id} because …'", None
+        shown = intent.card_hash or cand.card_hash
+        decide(svc, cand.id, shown, k, who, intent.reason, via="chat")
+        return (f"candidate {cand.id} ({_title(cand.card)}) {'approved' if k == 'approve' else 'rejected'} by {who.name}, bound to card hash {shown}"
+                + (f": {intent.reason}" if intent.reason else ""), {"candidate_id": cand.id, "decision": k})
+    if k in ("pause", "resume", "stop"):
+        ins = instruct(svc, goal_id, k, who, text=f"chat: {k}")
+        return f"{k} recorded for goal {goal_id} (instruction {ins.id} by {who.name})", {"instruction": ins.id}
+    if k == "one_more_round":
+        ins = instruct(svc, goal_id, "one_more_round", who, count=intent.count or 1, knobs=intent.knobs,
+                       text="chat: one more round")
+        at = ", ".join(f"{a}={b}" for a, b in intent.knobs.items()) or "the planner's next candidate"
+        return (f"{ins.count} more round(s) at {at}, then the loop stops (instruction {ins.id} by {who.name})",
+                {"instruction": ins.id})
+    if k == "restore_best":
+        best = st.best(goal_id)
+        if best is None or not best.station_hash:
+            return f"goal {goal_id} has no best station yet", None
+        ins = svc.store.add_instruction(goal_id, "restore", who.name, restore=best.station_hash,
+                                        text="chat: go back to the best")
+        try:
+            out = restore_station(svc, best.station_hash, who)
+            how = "restored and healthy" if out.get("healthy") else f"restore failed: {out.get('error')}"
+        except LookupError as e:
+            how = f"not restored here ({e}); run `tuneloop restore {best.station_hash}`"
+        return (f"back to the best station {best.station_hash} (from experiment {best.run_id}: "
+                f"{figures(svc, best.run_id)}): {how} (instruction {ins.id} by {who.name})",
+                {"instruction": ins.id, "station": best.station_hash})
+    return HELP, None
+
+
+def restore_station(svc: Service, station_hash: str, who: Principal) -> dict[str, Any]:
+    """Re-deploy a frozen station on its target (the executor takes the target's lease)."""
+    from executor.phases import ExecSettings
+    from executor.runner import Executor
+
+    st = svc.store
+    station = st.get_station(station_hash)
+    ex = Executor(st, svc.targets, ExecSettings.from_env(holder=f"{who.name}:restore", runs_root=svc.settings.runs_root))
+    out = ex.restore(station.hash)
+    return out | {"who": who.name}

@@ -1,0 +1,75 @@
+"""The FastAPI app: routers, error mapping (404 / 409 / 422 with field names), request metrics, workers."""
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from api.routes import budget, candidates, chat, experiments, goals, health, reports, stations
+from api.service import Service
+from api.settings import Settings
+from state.errors import Conflict, GoalError, InvalidTransition, NotFound, Stale, StaleEpoch
+
+DASHBOARD = Path(__file__).with_name("dashboard") / "index.html"
+
+
+def create_app(settings: Settings | None = None, *, start_workers: bool = True) -> FastAPI:
+    settings = settings or Settings.from_env()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        svc = Service.open(settings)
+        app.state.service = svc
+        if start_workers:
+            svc.start_workers()
+        try:
+            yield
+        finally:
+            svc.close()
+
+    app = FastAPI(title="tuneloop", version="0.1.0", lifespan=lifespan,
+                  description="Closed-loop tuning of LLM inference deployments: goals, approvals, experiments, "
+                              "stations, chat. Auth: `Authorization: Bearer <token>` (viewer < approver < admin).")
+    for r in (goals, candidates, experiments, stations, budget, reports, chat, health):
+        app.include_router(r.router)
+    _errors(app)
+
+    @app.middleware("http")
+    async def count(request: Request, call_next: Any) -> Any:
+        resp = await call_next(request)
+        route = request.scope.get("route")
+        health.REQUESTS.labels(getattr(route, "path", "other"), request.method, str(resp.status_code)).inc()
+        return resp
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def dashboard() -> str:
+        return DASHBOARD.read_text(encoding="utf-8")
+
+    return app
+
+
+def _errors(app: FastAPI) -> None:
+    def err(code: int) -> Any:
+        async def handler(request: Request, exc: Exception) -> JSONResponse:
+            return JSONResponse({"detail": str(exc)}, status_code=code)
+        return handler
+
+    async def goal_error(request: Request, exc: GoalError) -> JSONResponse:
+        return JSONResponse({"detail": [{"loc": ["body", *field.split(".")], "msg": reason, "type": "value_error"}
+                                        for field, reason in exc.errors]}, status_code=422)
+
+    async def value_error(request: Request, exc: ValueError) -> JSONResponse:
+        field, _, reason = str(exc).partition(": ")
+        return JSONResponse({"detail": [{"loc": ["body", *field.split(".")], "msg": reason or str(exc),
+                                         "type": "value_error"}]}, status_code=422)
+
+    app.add_exception_handler(GoalError, goal_error)  # type: ignore[arg-type]
+    app.add_exception_handler(NotFound, err(404))
+    app.add_exception_handler(Stale, err(409))
+    app.add_exception_handler(Conflict, err(409))
+    app.add_exception_handler(InvalidTransition, err(409))
+    app.add_exception_handler(StaleEpoch, err(409))
+    app.add_exception_handler(ValueError, value_error)  # type: ignore[arg-type]

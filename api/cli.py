@@ -1,0 +1,63 @@
+"""`tuneloop serve` (API + dashboard + in-process workers) and `tuneloop worker` (extra workers)."""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from pydantic import ValidationError
+
+from api.settings import Settings, settings_error
+
+
+def _settings(**overrides: Any) -> Settings:
+    try:
+        return Settings.from_env(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as e:
+        typer.echo(settings_error(e), err=True)
+        raise typer.Exit(2) from None
+
+
+def serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = typer.Option(8080, "--port"),
+          db: Optional[str] = typer.Option(None, "--db", help="store URL (env TUNELOOP_DB; default SQLite)"),
+          targets: Optional[Path] = typer.Option(None, "--targets", help="targets YAML (env TUNELOOP_TARGETS)"),
+          workers: Optional[int] = typer.Option(None, "--workers", help="in-process workers (env TUNELOOP_WORKERS; 1)"),
+          ) -> None:
+    """Serve the REST API, the dashboard and the worker loop (SQLite + simulator target by default)."""
+    import uvicorn
+
+    from api.app import create_app
+
+    settings = _settings(db_url=db, targets_file=targets, workers=workers)
+    if not settings.tokens:
+        typer.echo("warning: no API tokens configured (TUNELOOP_TOKENS / TUNELOOP_ADMIN_TOKEN): every call "
+                   "except /health and /metrics will answer 401", err=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+
+
+def worker(db: Optional[str] = typer.Option(None, "--db", help="store URL, normally PostgreSQL (env TUNELOOP_DB)"),
+           targets: Optional[Path] = typer.Option(None, "--targets", help="targets YAML (env TUNELOOP_TARGETS)"),
+           target: list[str] = typer.Option([], "--target", help="only claim goals on these targets (repeatable)"),
+           name: Optional[str] = typer.Option(None, "--name", help="worker name (env TUNELOOP_WORKER_NAME)"),
+           count: int = typer.Option(1, "--count", min=1, max=16, help="worker threads in this process"),
+           ) -> None:
+    """Claim goals from the shared store and run their loops (one target never runs two experiments at once)."""
+    from api.service import Service
+
+    settings = _settings(db_url=db, targets_file=targets, worker_targets=tuple(target) or None, worker_name=name)
+    if settings.db_url.startswith("sqlite"):
+        typer.echo("note: several worker processes should share PostgreSQL; SQLite works on one host only", err=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    svc = Service.open(settings)
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    svc.start_workers(count)
+    typer.echo(f"worker {settings.worker_name or 'default'} x{count}: claiming goals"
+               + (f" on {', '.join(settings.worker_targets)}" if settings.worker_targets else ""), err=True)
+    done.wait()
+    svc.close()

@@ -1,0 +1,55 @@
+"""Candidates (experiment cards): list, get, approve, reject — each bound to the card's content hash."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from api import actions
+from api.auth import Approver, Viewer
+from api.deps import ServiceDep, StoreDep
+from api.schemas import ApprovalOut, CandidateOut, DecisionIn, RejectIn
+
+router = APIRouter(tags=["candidates"])
+CONFLICT = {409: {"description": "already decided (one decision per card), or the card changed since it was shown"}}
+
+
+def candidate_out(c: Any, waiting: set[int] | None = None) -> CandidateOut:
+    return CandidateOut(id=c.id, goal_id=c.goal_id, card=c.card, card_hash=c.card_hash, status=c.status,
+                        status_reason=c.status_reason, stage=c.stage, cost_class=c.cost_class,
+                        awaiting_approval=c.id in (waiting or set()))
+
+
+@router.get("/goals/{goal_id}/candidates", response_model=list[CandidateOut])
+def list_candidates(goal_id: str, svc: ServiceDep, _: Viewer, awaiting: bool = False) -> list[CandidateOut]:
+    """Every card of the goal, or (awaiting=true) only those the loop waits on."""
+    waiting = {c.id for c in actions.pending(svc, goal_id)}
+    cands = svc.store.candidates(goal_id)
+    return [candidate_out(c, waiting) for c in cands if not awaiting or c.id in waiting]
+
+
+@router.get("/candidates/{candidate_id}", response_model=CandidateOut)
+def get_candidate(candidate_id: int, svc: ServiceDep, _: Viewer) -> CandidateOut:
+    c = svc.store.get_candidate(candidate_id)
+    return candidate_out(c, {p.id for p in actions.pending(svc, c.goal_id)})
+
+
+@router.get("/candidates/{candidate_id}/approval", response_model=ApprovalOut | None)
+def get_approval(candidate_id: int, store: StoreDep, _: Viewer) -> Any:
+    store.get_candidate(candidate_id)
+    ap = store.approval(candidate_id)
+    return ApprovalOut.model_validate(ap, from_attributes=True) if ap else None
+
+
+@router.post("/candidates/{candidate_id}/approve", response_model=ApprovalOut, responses=CONFLICT)
+def approve(candidate_id: int, body: DecisionIn, svc: ServiceDep, who: Approver) -> ApprovalOut:
+    """Approve the card exactly as shown (`card_hash`); a second approval gets 409."""
+    ap = actions.decide(svc, candidate_id, body.card_hash, "approve", who, body.reason)
+    return ApprovalOut.model_validate(ap, from_attributes=True)
+
+
+@router.post("/candidates/{candidate_id}/reject", response_model=ApprovalOut, responses=CONFLICT)
+def reject(candidate_id: int, body: RejectIn, svc: ServiceDep, who: Approver) -> ApprovalOut:
+    """Reject the card as shown, with a reason (the loop records it and moves on)."""
+    ap = actions.decide(svc, candidate_id, body.card_hash, "reject", who, body.reason)
+    return ApprovalOut.model_validate(ap, from_attributes=True)

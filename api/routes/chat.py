@@ -1,0 +1,29 @@
+"""Chat: `POST /goals/{id}/chat` — a command in English or Chinese, answered with ids and figures."""
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException
+
+from api import actions
+from api.auth import Viewer
+from api.chat import parse
+from api.deps import ServiceDep
+from api.schemas import ChatIn, ChatOut
+
+router = APIRouter(tags=["chat"])
+
+
+@router.post("/goals/{goal_id}/chat", response_model=ChatOut)
+def chat(goal_id: str, body: ChatIn, svc: ServiceDep, who: Viewer) -> ChatOut:
+    """Viewers may ask (status, why); approve / reject / pause / resume / stop / rounds / restore need approver."""
+    svc.store.get_goal(goal_id)
+    intent = parse(body.text)
+    if intent.kind == "unknown" and svc.settings.llm_base_url:
+        from api.chat_llm import map_intent
+
+        intent = map_intent(body.text, svc.settings)
+    try:
+        reply, action = actions.act(svc, goal_id, intent, who)
+    except PermissionError as e:
+        raise HTTPException(403, str(e)) from None
+    return ChatOut(intent=intent.model_dump(mode="json", exclude_defaults=True) | {"kind": intent.kind},
+                   reply=reply, action=action, who=who.name)

@@ -1,0 +1,82 @@
+"""Goals: create, list, get, pause / resume / stop, instructions, decisions."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body, status
+
+from api import actions
+from api.auth import Admin, Approver, Viewer
+from api.deps import ServiceDep, StoreDep
+from api.schemas import DecisionOut, GoalOut, InstructionIn, InstructionOut
+from state.goal import parse_goal
+
+router = APIRouter(prefix="/goals", tags=["goals"])
+
+
+def goal_out(g: Any) -> GoalOut:
+    return GoalOut(id=g.id, name=g.name, status=g.status, status_reason=g.status_reason, target=g.spec.target,
+                   scenario=g.spec.scenario, spec_hash=g.spec_hash, spec=g.spec.model_dump(mode="json"),
+                   created_at=g.created_at, updated_at=g.updated_at)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=GoalOut,
+             responses={422: {"description": "the goal spec was refused; each error names its field"}})
+def create_goal(svc: ServiceDep, who: Admin,
+                spec: dict[str, Any] = Body(..., description="a goal spec (the same fields as a goal YAML)")) -> GoalOut:
+    """Post a goal; a worker picks it up and runs the loop."""
+    parsed = parse_goal(spec, "request body")
+    goal = svc.store.create_goal(parsed)
+    svc.store.wake(goal.id, who.name, target=parsed.target)
+    return goal_out(goal)
+
+
+@router.get("", response_model=list[GoalOut])
+def list_goals(store: StoreDep, _: Viewer) -> list[GoalOut]:
+    return [goal_out(g) for g in store.goals()]
+
+
+@router.get("/{goal_id}", response_model=GoalOut)
+def get_goal(goal_id: str, store: StoreDep, _: Viewer) -> GoalOut:
+    return goal_out(store.get_goal(goal_id))
+
+
+def _instr(svc: Any, goal_id: str, kind: str, who: Any) -> InstructionOut:
+    return InstructionOut.model_validate(actions.instruct(svc, goal_id, kind, who), from_attributes=True)
+
+
+@router.post("/{goal_id}/pause", response_model=InstructionOut)
+def pause(goal_id: str, svc: ServiceDep, who: Approver) -> InstructionOut:
+    """Pause between phases: the running experiment finishes its phase, nothing new starts."""
+    return _instr(svc, goal_id, "pause", who)
+
+
+@router.post("/{goal_id}/resume", response_model=InstructionOut)
+def resume(goal_id: str, svc: ServiceDep, who: Approver) -> InstructionOut:
+    return _instr(svc, goal_id, "resume", who)
+
+
+@router.post("/{goal_id}/stop", response_model=InstructionOut)
+def stop(goal_id: str, svc: ServiceDep, who: Approver) -> InstructionOut:
+    return _instr(svc, goal_id, "stop", who)
+
+
+@router.post("/{goal_id}/instructions", response_model=InstructionOut, status_code=status.HTTP_201_CREATED)
+def add_instruction(goal_id: str, body: InstructionIn, svc: ServiceDep, who: Approver) -> InstructionOut:
+    """Any instruction, e.g. `{"kind": "one_more_round", "count": 1, "knobs": {"concurrency": 90}}`."""
+    ins = actions.instruct(svc, goal_id, body.kind, who, count=body.count, knobs=body.knobs, restore=body.restore,
+                           text=body.text)
+    return InstructionOut.model_validate(ins, from_attributes=True)
+
+
+@router.get("/{goal_id}/instructions", response_model=list[InstructionOut])
+def list_instructions(goal_id: str, store: StoreDep, _: Viewer) -> list[InstructionOut]:
+    store.get_goal(goal_id)
+    return [InstructionOut.model_validate(i, from_attributes=True) for i in store.instructions(goal_id)]
+
+
+@router.get("/{goal_id}/decisions", response_model=list[DecisionOut])
+def list_decisions(goal_id: str, store: StoreDep, _: Viewer) -> list[DecisionOut]:
+    """The decision log, oldest first."""
+    store.get_goal(goal_id)
+    return [DecisionOut.model_validate(d, from_attributes=True) for d in store.decisions(goal_id)]

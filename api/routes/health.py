@@ -1,0 +1,43 @@
+"""Liveness and the service's own Prometheus metrics (no token: scrapers and probes)."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+
+from api.deps import ServiceDep
+
+router = APIRouter(tags=["health"])
+REGISTRY = CollectorRegistry()
+REQUESTS = Counter("tuneloop_api_requests_total", "API requests by route template, method and status",
+                   ["route", "method", "status"], registry=REGISTRY)
+GOALS = Gauge("tuneloop_goals", "goals by status", ["status"], registry=REGISTRY)
+WORK = Gauge("tuneloop_work_items", "work-queue items by state", ["state"], registry=REGISTRY)
+WEBHOOKS = Gauge("tuneloop_webhooks_total", "webhook deliveries by outcome", ["outcome"], registry=REGISTRY)
+
+
+@router.get("/health")
+def health(svc: ServiceDep) -> dict[str, Any]:
+    """200 while the store answers; says how many workers this process runs (never any secret)."""
+    n = len(svc.store.goals())
+    return {"status": "ok", "goals": n, "workers": sum(t.is_alive() for t in svc.threads),
+            "backend": svc.store.url.split(":", 1)[0]}
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(svc: ServiceDep) -> Response:
+    counts: dict[str, int] = {}
+    for g in svc.store.goals():
+        counts[g.status] = counts.get(g.status, 0) + 1
+    for s in ("running", "waiting", "paused", "stopped", "done"):
+        GOALS.labels(s).set(counts.get(s, 0))
+    states: dict[str, int] = {}
+    for w in svc.store.work_items():
+        states[w.state] = states.get(w.state, 0) + 1
+    for s in ("ready", "claimed", "idle"):
+        WORK.labels(s).set(states.get(s, 0))
+    WEBHOOKS.labels("sent").set(svc.notifier.sent)
+    WEBHOOKS.labels("failed").set(svc.notifier.failed)
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,159 @@
+"""Request and response bodies of the REST API (what OpenAPI documents)."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GoalOut(BaseModel):
+    id: str
+    name: str
+    status: str
+    status_reason: str | None = None
+    target: str
+    scenario: str
+    spec_hash: str
+    spec: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+class CandidateOut(BaseModel):
+    id: int
+    goal_id: str
+    card: dict[str, Any]
+    card_hash: str
+    status: str
+    status_reason: str | None = None
+    stage: str
+    cost_class: str | None = None
+    awaiting_approval: bool = False
+
+
+class DecisionIn(_In):
+    card_hash: str = Field(pattern=r"^[0-9a-f]{16}$", description="the hash of the card as it was shown")
+    reason: str | None = Field(None, max_length=500)
+
+
+class RejectIn(DecisionIn):
+    reason: str = Field(min_length=1, max_length=500, description="why the card is rejected")
+
+
+class ApprovalOut(BaseModel):
+    candidate_id: int
+    card_hash: str
+    decision: Literal["approve", "reject"]
+    who: str
+    reason: str | None = None
+    created_at: datetime
+
+
+class InstructionIn(_In):
+    kind: Literal["pause", "resume", "stop", "one_more_round", "restore"]
+    count: int | None = Field(None, ge=1, le=100)
+    knobs: dict[str, Any] = Field(default_factory=dict)
+    restore: str | None = Field(None, max_length=64)
+    text: str | None = Field(None, max_length=500)
+
+
+class InstructionOut(BaseModel):
+    id: int
+    goal_id: str
+    kind: str
+    count: int | None = None
+    remaining: int | None = None
+    knobs: dict[str, Any] = {}
+    restore: str | None = None
+    who: str
+    text: str | None = None
+    active: bool
+    created_at: datetime
+
+
+class DecisionOut(BaseModel):
+    id: int
+    kind: str
+    candidate_id: int | None = None
+    run_id: str | None = None
+    station_hash: str | None = None
+    changed: bool
+    text: str
+    data: dict[str, Any] = {}
+    created_at: datetime
+
+
+class ExperimentOut(BaseModel):
+    id: str
+    goal_id: str | None
+    candidate_id: int | None
+    stage: str
+    n: int
+    target: str
+    status: str
+    status_reason: str | None = None
+    station_hash: str | None = None
+    card: dict[str, Any] | None = None
+    verdict: str | None = None
+    verdict_reasons: list[str] = []
+    figures: str = ""
+    summary: dict[str, Any] | None = None
+
+
+class PhaseOut(BaseModel):
+    phase: str
+    event: str
+    status: str
+    epoch: int
+    target: str
+    detail: dict[str, Any] | None = None
+    error_class: str | None = None
+    at: datetime | None = None
+
+
+class StationOut(BaseModel):
+    hash: str
+    engine: str
+    scenario: str
+    target: str
+    data_version: str
+    source_identity: str
+    knobs: dict[str, Any]
+
+
+class FrontierPoint(BaseModel):
+    decision: str
+    run_id: str | None
+    station_hash: str | None
+    n: int | None
+    whole: float | None
+    native: float | None
+    tpot_mean_ms: float | None
+    text: str
+
+
+class BudgetOut(BaseModel):
+    card_hours_limit: float
+    card_hours_used: float
+    card_hours_left: float
+    experiments_limit: int
+    experiments_used: int
+    experiments_left: int
+    deadline: datetime | None = None
+    deadline_passed: bool
+
+
+class ChatIn(_In):
+    text: str = Field(min_length=1, max_length=2000)
+
+
+class ChatOut(BaseModel):
+    intent: dict[str, Any]
+    reply: str
+    action: dict[str, Any] | None = None
+    who: str

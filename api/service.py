@@ -1,0 +1,63 @@
+"""The running service: settings, store, tokens, notifier, targets and the in-process workers.
+
+Created once per process by `create_app` (api/app.py) or `tuneloop worker` (api/cli.py).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from api.auth import TokenTable
+from api.settings import Settings
+from api.webhooks import Notifier
+from state.workqueue import QueueStore
+
+log = logging.getLogger("tuneloop.service")
+
+
+@dataclass
+class Service:
+    settings: Settings
+    store: QueueStore
+    tokens: TokenTable
+    notifier: Notifier
+    targets: dict[str, Any]
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, settings: Settings) -> "Service":
+        from executor.targets import load_targets
+
+        if settings.db_url.startswith("sqlite:///"):
+            Path(settings.db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        return cls(settings=settings, store=QueueStore(settings.db_url), tokens=TokenTable(settings),
+                   notifier=Notifier(settings.webhooks), targets=load_targets(settings.targets_file))
+
+    def start_workers(self, n: int | None = None, name: str | None = None) -> None:
+        from api.worker import Worker
+
+        base = name or self.settings.worker_name or _default_name()
+        count = self.settings.workers if n is None else n
+        for i in range(count):
+            w = Worker(self, f"{base}/{i}" if count > 1 else base)
+            t = threading.Thread(target=w.run_forever, name=f"worker-{i}", daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def close(self) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(timeout=60)
+        self.notifier.close()
+        self.store.close()
+
+
+def _default_name() -> str:
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"

@@ -1,0 +1,110 @@
+"""The service's one settings object. `Settings.from_env()` is the only place that reads the environment.
+
+Tokens are secrets: they are held as SecretStr, compared in constant time, and never printed
+(repr, logs, responses and STATE.md show only the principal's name and role).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+Role = Literal["viewer", "approver", "admin"]
+ROLE_RANK: dict[str, int] = {"viewer": 0, "approver": 1, "admin": 2}
+WebhookFormat = Literal["json", "slack", "feishu"]
+
+
+class TokenEntry(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(min_length=1, max_length=80, pattern=r"^[A-Za-z0-9_.@-]+$")
+    role: Role
+    token: SecretStr
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, v: SecretStr) -> SecretStr:
+        if len(v.get_secret_value()) < 12:
+            raise ValueError("a token needs at least 12 characters")
+        return v
+
+
+class Webhook(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    url: SecretStr  # Slack / Feishu incoming-webhook URLs are secrets themselves
+    format: WebhookFormat = "json"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    db_url: str = "sqlite:///.tuneloop/tuneloop.db"
+    runs_root: Path = Path(".tuneloop/runs")
+    targets_file: Path | None = None
+    tokens: tuple[TokenEntry, ...] = ()
+    webhooks: tuple[Webhook, ...] = ()
+    workers: int = Field(1, ge=0, le=16)  # in-process worker threads of `tuneloop serve`
+    worker_targets: tuple[str, ...] = ()  # empty: any target
+    worker_name: str | None = None
+    claim_ttl_s: float = Field(30.0, gt=0)
+    poll_s: float = Field(0.5, gt=0)
+    llm_base_url: str | None = None
+    llm_model: str = "tuneloop-planner"
+    llm_api_key: SecretStr | None = None
+
+    @field_validator("tokens")
+    @classmethod
+    def _unique(cls, v: tuple[TokenEntry, ...]) -> tuple[TokenEntry, ...]:
+        secrets = [t.token.get_secret_value() for t in v]
+        if len(set(secrets)) != len(secrets):
+            raise ValueError("two principals share one token")
+        return v
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> "Settings":
+        """TUNELOOP_DB, TUNELOOP_RUNS_ROOT, TUNELOOP_TARGETS, TUNELOOP_TOKENS ("name:role:token,..."),
+        TUNELOOP_TOKENS_FILE (YAML list of {name, role, token}), TUNELOOP_ADMIN_TOKEN,
+        TUNELOOP_WEBHOOK_URL + TUNELOOP_WEBHOOK_FORMAT, TUNELOOP_WORKERS, TUNELOOP_WORKER_TARGETS,
+        TUNELOOP_WORKER_NAME, TUNELOOP_CLAIM_TTL_S, TUNELOOP_POLL_S, TUNELOOP_LLM_BASE_URL/MODEL/API_KEY."""
+        e = os.environ if env is None else env
+        data: dict[str, object] = {}
+        simple = {"TUNELOOP_DB": "db_url", "TUNELOOP_RUNS_ROOT": "runs_root", "TUNELOOP_TARGETS": "targets_file",
+                  "TUNELOOP_WORKERS": "workers", "TUNELOOP_WORKER_NAME": "worker_name",
+                  "TUNELOOP_CLAIM_TTL_S": "claim_ttl_s", "TUNELOOP_POLL_S": "poll_s",
+                  "TUNELOOP_LLM_BASE_URL": "llm_base_url", "TUNELOOP_LLM_MODEL": "llm_model",
+                  "TUNELOOP_LLM_API_KEY": "llm_api_key"}
+        for var, key in simple.items():
+            if e.get(var):
+                data[key] = e[var]
+        if e.get("TUNELOOP_WORKER_TARGETS"):
+            data["worker_targets"] = tuple(t.strip() for t in e["TUNELOOP_WORKER_TARGETS"].split(",") if t.strip())
+        tokens: list[dict[str, str]] = []
+        if e.get("TUNELOOP_TOKENS_FILE"):
+            tokens += yaml.safe_load(Path(e["TUNELOOP_TOKENS_FILE"]).read_text()) or []
+        for item in filter(None, (x.strip() for x in e.get("TUNELOOP_TOKENS", "").split(","))):
+            name, _, rest = item.partition(":")
+            role, _, token = rest.partition(":")
+            tokens.append({"name": name, "role": role, "token": token})
+        if e.get("TUNELOOP_ADMIN_TOKEN"):
+            tokens.append({"name": "admin", "role": "admin", "token": e["TUNELOOP_ADMIN_TOKEN"]})
+        if tokens:
+            data["tokens"] = tokens
+        if e.get("TUNELOOP_WEBHOOK_URL"):
+            data["webhooks"] = [{"url": u.strip(), "format": e.get("TUNELOOP_WEBHOOK_FORMAT", "json")}
+                                for u in e["TUNELOOP_WEBHOOK_URL"].split(",") if u.strip()]
+        return cls.model_validate(data | overrides)
+
+
+def settings_error(e: ValidationError) -> str:
+    """A refusal that names each field and reason, never the offending value (it may be a secret)."""
+    return "invalid service settings:\n" + "\n".join(
+        f"  {'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors(include_input=False))
+
+
+def dumps_public(s: Settings) -> str:
+    """Settings as JSON with every secret masked (for /health and logs)."""
+    return json.dumps(s.model_dump(mode="json", exclude={"tokens", "webhooks", "llm_api_key"})
+                      | {"principals": [f"{t.name}:{t.role}" for t in s.tokens],
+                         "webhooks": [w.format for w in s.webhooks]}, default=str)
