@@ -9,6 +9,12 @@ against a real engine that offers `/tokenize` (vLLM, SGLang, llama.cpp), `tokeni
 exact count of a prompt before sending. Output length is fixed with max_tokens + min_tokens +
 ignore_eos, and usage is asked for with stream_options.include_usage (plus vLLM's
 continuous_usage_stats, which lets the client know how many tokens each chunk carried).
+
+Streams are read with aiohttp (as `vllm bench serve` does): its C HTTP parser and `iter_any()`
+hand over whatever bytes have arrived in one block, about 5x less client CPU per token than
+httpx/h11's per-chunk events (bench/client_ceiling.py). httpx stays for the short JSON calls.
+The arrival schedule is simulator.client.schedule, so a seed gives the same send times as the
+virtual-time run.
 """
 from __future__ import annotations
 
@@ -16,12 +22,12 @@ import asyncio
 import json
 import math
 import os
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+import aiohttp
 import httpx
 
 from executor import records as rec
@@ -67,20 +73,10 @@ class LoadConfig:
 
 
 def schedule(n: int, rate: float, arrival: str = "constant", burstiness: float = 1.0, seed: int = 0) -> list[float]:
-    """Send times (s from the formal start): constant 1/r gaps, Poisson, or gamma with shape = burstiness."""
-    if math.isinf(rate):
-        return [0.0] * n
-    rng = random.Random(seed)
-    t, out = 0.0, []
-    for _ in range(n):
-        out.append(t)
-        if arrival == "constant":
-            t += 1.0 / rate
-        elif arrival == "poisson":
-            t += rng.expovariate(rate)
-        else:
-            t += rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
-    return out
+    """Send times (s from the formal start): the simulator's own arrival process, so runs match for a seed."""
+    from simulator.client import schedule as sim_schedule
+
+    return sim_schedule(n, rate, arrival, burstiness, seed)
 
 
 def body(cfg: LoadConfig, model: str, prompt: str, n_out: int) -> dict:
@@ -97,43 +93,40 @@ def body(cfg: LoadConfig, model: str, prompt: str, n_out: int) -> dict:
     return b
 
 
-def _content(choice: dict, api: str) -> str | None:
-    if api == "chat":
-        return (choice.get("delta") or {}).get("content")
-    return choice.get("text")
-
-
-async def send_one(client: httpx.AsyncClient, cfg: LoadConfig, payload: dict, r: RequestRecord, t0: int) -> RequestRecord:
-    """Stream one request into `r` (t_sched/t_send already set); every failure is recorded, never raised."""
-    now = lambda: (time.perf_counter_ns() - t0) / 1e9  # noqa: E731
+async def send_one(session: aiohttp.ClientSession, cfg: LoadConfig, payload: dict, r: RequestRecord,
+                   t0: int) -> RequestRecord:
+    """Stream one request into `r` (t_sched/t_send already set); every failure is recorded, never raised.
+    Events that arrived in one read share that read's timestamp (the bytes came together)."""
     times, toks, last_cum = r.chunk_times, [], 0
     per_chunk_known = cfg.continuous_usage
+    api = cfg.api
     try:
-        async with client.stream("POST", cfg.url(), json=payload) as resp:
-            r.http_status = resp.status_code
-            if resp.status_code != 200:
-                text = (await resp.aread()).decode(errors="replace")[:300]
-                r.error = f"HTTP {resp.status_code}: {text}"
+        async with session.post(cfg.url(), json=payload) as resp:
+            r.http_status = resp.status
+            if resp.status != 200:
+                text = (await resp.read()).decode(errors="replace")[:300]
+                r.error = f"HTTP {resp.status}: {text}"
                 return r
             parser, done = SSEParser(), False
-            async for raw in resp.aiter_raw():
+            async for raw in resp.content.iter_any():
+                t = (time.perf_counter_ns() - t0) / 1e9
                 for data in parser.feed(raw):
                     if data == DONE:
                         done = True
                         continue
                     obj = json.loads(data)
-                    if "error" in obj and not obj.get("choices"):
+                    choices = obj.get("choices")
+                    if "error" in obj and not choices:
                         err = obj["error"]
                         r.error = "stream error: " + (err.get("message", str(err)) if isinstance(err, dict) else str(err))
                         return r
                     usage = obj.get("usage")
-                    choices = obj.get("choices") or []
                     if r.response_id is None:
                         r.response_id = obj.get("id")  # correlates the record with the server's logs
                     if choices:
                         c = choices[0]
-                        if _content(c, cfg.api):
-                            times.append(now())
+                        if (c.get("text") if api == "completions" else (c.get("delta") or {}).get("content")):
+                            times.append(t)
                             if usage and usage.get("completion_tokens") is not None:
                                 toks.append(usage["completion_tokens"] - last_cum)
                                 last_cum = usage["completion_tokens"]
@@ -155,10 +148,10 @@ async def send_one(client: httpx.AsyncClient, cfg: LoadConfig, payload: dict, r:
             r.ok = r.finish_reason is not None
             if not r.ok:
                 r.error = "no finish_reason in stream"
-    except (httpx.HTTPError, json.JSONDecodeError, OSError, UnicodeDecodeError) as e:
+    except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError, OSError, UnicodeDecodeError) as e:
         r.error = f"{type(e).__name__}: {e}"
     finally:
-        r.t_end = now()
+        r.t_end = (time.perf_counter_ns() - t0) / 1e9
     return r
 
 
@@ -187,19 +180,25 @@ async def run_load(cfg: LoadConfig, prompts, run_dir: Path, info: RunInfo) -> in
     run_dir.mkdir(parents=True, exist_ok=True)
     rec.write_atomic(run_dir / rec.PID, f"{os.getpid()}\n")
     rec.write_atomic(run_dir / rec.RUN_INFO, info.model_dump_json(indent=1))
-    limits = httpx.Limits(max_connections=cfg.concurrency + 4, max_keepalive_connections=cfg.concurrency + 4)
-    timeout = httpx.Timeout(cfg.timeout_s, connect=30.0)
     t0 = time.perf_counter_ns()
     now = lambda: (time.perf_counter_ns() - t0) / 1e9  # noqa: E731
     stop = asyncio.Event()
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-        model = cfg.model or await discover_model(client, cfg.endpoint)
+    model = cfg.model
+    if model is None:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as client:
+            model = await discover_model(client, cfg.endpoint)
+    # pool sized to C (aiohttp's default is 100); one connection per request (force_close, as vLLM's
+    # benchmark_serving did): llama-server drops a kept-alive connection reused right after a streamed
+    # response, which would fail requests the server never saw
+    connector = aiohttp.TCPConnector(limit=cfg.concurrency + 4, force_close=True)
+    timeout = aiohttp.ClientTimeout(total=cfg.timeout_s, sock_connect=30.0)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         scraper = asyncio.create_task(scrape_loop(cfg.metrics_urls, run_dir / rec.METRICS, t0, stop))
         sem = asyncio.Semaphore(cfg.concurrency)
         with JsonlWriter(run_dir / rec.REQUESTS) as w:
             async def go(spec, r):
                 try:
-                    w.write(await send_one(client, cfg, body(cfg, model, prompts(spec), spec.n_out), r, t0))
+                    w.write(await send_one(session, cfg, body(cfg, model, prompts(spec), spec.n_out), r, t0))
                 finally:
                     sem.release()
 

@@ -2,7 +2,7 @@
 
 For measuring the client's own ceiling and for client tests: it adds no delay unless asked
 (`itl_ms`), streams one SSE event per token with the same framing uvicorn uses (one HTTP chunk per
-event), and honours max_tokens, stream_options.include_usage and continuous_usage_stats.
+event, pre-encoded and written 16 at a time so the server costs next to nothing per token), and honours max_tokens, stream_options.include_usage and continuous_usage_stats.
 Faults for client tests: every `fail_every`-th stream sends an in-stream error object after two
 tokens; every `http_error_every`-th request gets HTTP 500. `/metrics` reports requests and the most
 streams ever in flight at once; `barrier` holds every stream until N are in flight (to check
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 
 MODEL = "mock"
@@ -34,35 +35,48 @@ def _event(obj: dict) -> bytes:
     return _chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
 
 
-async def _stream(w: asyncio.StreamWriter, req: dict, chat: bool, itl_s: float, fail: bool) -> None:
-    n_out = int(req.get("max_tokens") or 16)
-    prompt = req.get("prompt") if not chat else " ".join(m.get("content", "") for m in req.get("messages", []))
-    n_in = len(str(prompt).split())
-    opts = req.get("stream_options") or {}
-    cont = bool(opts.get("continuous_usage_stats"))
-    w.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+@functools.lru_cache(maxsize=64)
+def _frames(n_out: int, n_in: int, chat: bool, cont: bool, usage: bool, fail: bool) -> tuple[bytes, ...]:
+    """The whole response body pre-encoded, in groups of 16 events: the server's per-token cost is ~0."""
     kind = "chat.completion.chunk" if chat else "text_completion"
+    events = []
     for k in range(n_out):
         choice = {"index": 0, "delta": {"content": " tok"}} if chat else {"index": 0, "text": " tok"}
         choice["finish_reason"] = "length" if k == n_out - 1 else None
         obj = {"id": "cmpl-mock", "object": kind, "model": MODEL, "choices": [choice]}
         if cont:
             obj["usage"] = {"prompt_tokens": n_in, "completion_tokens": k + 1, "total_tokens": n_in + k + 1}
-        w.write(_event(obj))
+        events.append(_event(obj))
         if fail and k == 1:
-            w.write(_event({"error": {"message": "mock engine error", "type": "InternalServerError", "code": 500}}))
+            events.append(_event({"error": {"message": "mock engine error", "type": "InternalServerError",
+                                             "code": 500}}))
             break
-        if itl_s:
+    if usage and not fail:
+        events.append(_event({"id": "cmpl-mock", "object": kind, "model": MODEL, "choices": [],
+                              "usage": {"prompt_tokens": n_in, "completion_tokens": n_out,
+                                        "total_tokens": n_in + n_out, "prompt_tokens_details": {"cached_tokens": 0}}}))
+    events.append(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    return tuple(events)
+
+
+async def _stream(w: asyncio.StreamWriter, req: dict, chat: bool, itl_s: float, fail: bool) -> None:
+    n_out = int(req.get("max_tokens") or 16)
+    prompt = req.get("prompt") if not chat else " ".join(m.get("content", "") for m in req.get("messages", []))
+    opts = req.get("stream_options") or {}
+    frames = _frames(n_out, len(str(prompt).split()), chat, bool(opts.get("continuous_usage_stats")),
+                     bool(opts.get("include_usage")), fail)
+    w.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+    if itl_s:
+        for i, f in enumerate(frames):
+            w.write(f)
             await w.drain()
-            await asyncio.sleep(itl_s)
-        elif k % 16 == 15:
-            await w.drain()  # let other streams interleave, as a real server's step loop does
-    if opts.get("include_usage") and not fail:
-        w.write(_event({"id": "cmpl-mock", "object": kind, "model": MODEL, "choices": [],
-                        "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out,
-                                  "prompt_tokens_details": {"cached_tokens": 0}}}))
-    w.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
-    await w.drain()
+            if i < len(frames) - 1:
+                await asyncio.sleep(itl_s)
+        return
+    for i in range(0, len(frames), 16):  # one write per 16 events, then yield: other streams interleave
+        w.write(b"".join(frames[i:i + 16]))
+        await w.drain()
+        await asyncio.sleep(0)
 
 
 def _plain(w: asyncio.StreamWriter, status: str, body: bytes, ctype: bytes = b"application/json") -> None:

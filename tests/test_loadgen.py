@@ -70,6 +70,24 @@ def test_schedules():
     assert mean == pytest.approx(0.1, rel=0.1) and cv2 == pytest.approx(4.0, rel=0.25)  # CV^2 = 1/shape
 
 
+@pytest.mark.parametrize("arrival,burstiness", [("poisson", 1.0), ("gamma", 0.5), ("constant", 1.0)])
+def test_sent_schedule_matches_the_virtual_time_run(mock, tmp_path, arrival, burstiness):
+    """Same seed, same arrival process: the load generator means to send exactly when the simulator sends."""
+    from simulator import engine, profiles
+
+    n, rate, seed = 12, 400.0, 5
+    sim = engine.simulate(profiles.load("llama70b-h100-p2d2"), TINY, {"concurrency": 64, "request_rate": rate}, n=n,
+                          seed=seed, arrival=arrival, burstiness=burstiness)
+    sim_t = sorted(r.t_sched for r in sim.records if not r.warmup)
+    run(LoadConfig(endpoint=mock, n=n, concurrency=64, request_rate=rate, arrival=arrival, burstiness=burstiness,
+                   seed=seed), TINY, tmp_path)
+    mine = sorted(r.t_sched for r in rec.read_jsonl(tmp_path / rec.REQUESTS, rec.RequestRecord))
+    assert [t - mine[0] for t in mine] == pytest.approx([t - sim_t[0] for t in sim_t], abs=1e-9)
+    assert len(set(round(t, 9) for t in mine)) == n  # really spaced, not all at once
+    other = schedule(n, rate, arrival, burstiness, seed + 1)
+    assert arrival == "constant" or other != schedule(n, rate, arrival, burstiness, seed)
+
+
 def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="arrival='burst'"):
         LoadConfig(endpoint="http://x", n=1, concurrency=1, arrival="burst").check()
