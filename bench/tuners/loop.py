@@ -1,0 +1,85 @@
+"""tuneloop itself, driven through the real loop: `agent.session.run_session` with the real Executor
+on the sim target, a fresh SQLite store and runs root per run. Its trials are read back from the store
+(the record of truth): runs in judged order, their charged costs, and the best station after each.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.tuners.evaluate import Eval, of_summary
+from bench.tuners.meter import Trial, charge
+from executor.station import full_knobs
+from simulator.profiles import Profile
+
+BEST_KINDS = ("baseline", "new_best", "quality_passed")
+
+
+def run_loop(goal: Any, profile: Profile, space: dict[str, list[Any]], workdir: Path | None = None) -> dict[str, Any]:
+    """Run the loop to its own stop; returns {trials, stop_reason, status, charging_check}."""
+    from agent.session import run_session
+    from executor.phases import ExecSettings
+    from executor.runner import Executor
+    from executor.targets import builtin_sim
+    from state.store import Store
+
+    with tempfile.TemporaryDirectory(prefix="tuner-bench-", dir=workdir) as tmp:
+        url = f"sqlite:///{Path(tmp) / 'tuneloop.db'}"
+        store = Store(url)
+        try:
+            # the built-in `sim` target simulates the dsv4 profile whatever the goal's sim_profile says:
+            # name the goal's profile explicitly, or a llama goal would be measured on the dsv4 deployment
+            sim = builtin_sim(profile=goal.sim_profile, run_root=str(Path(tmp) / "target"))
+            ex = Executor(store, targets={"sim": sim}, settings=ExecSettings.from_env(runs_root=Path(tmp) / "runs"))
+            res = run_session(goal, url, auto_approve=True, executor=ex, who="tuner-efficiency bench")
+            trials, check = read_trials(store, res.goal_id, goal, profile, space)
+        finally:
+            store.close()
+    return {"trials": trials, "stop_reason": res.reason, "status": res.status, "charging_check": check}
+
+
+def read_trials(store: Any, goal_id: str, goal: Any, profile: Profile,
+                space: dict[str, list[Any]]) -> tuple[list[Trial], dict[str, Any]]:
+    """The loop's experiments in judged order, and the bench's re-charge of them (must agree)."""
+    from agent.record import card_of
+
+    best = goal.start_station()
+    trials: list[Trial] = []
+    running: dict[str, Any] | None = None
+    ours = theirs = 0.0
+    seen: dict[str, bool] = {}
+    last_run: str | None = None
+    for d in store.decisions(goal_id):
+        data = d.data or {}
+        if d.kind in BEST_KINDS and data.get("knobs") is not None:
+            best = dict(data["knobs"])
+            if trials and d.run_id == last_run:  # e.g. a quality evaluation passed after the judgement
+                trials[-1] = trials[-1].model_copy(update={"incumbent": {k: best.get(k) for k in space},
+                                                           "improved": True})
+        if "outcome" not in data or d.run_id is None:
+            continue
+        res = store.get_result(d.run_id).result
+        card = card_of(store.get_candidate(d.candidate_id).card)
+        ev: Eval = of_summary(res.summary, res.verdict.kind, [r.code for r in res.verdict.reasons], goal)
+        spec = store.get_run(d.run_id).spec
+        full = full_knobs(spec["knobs"], "sim")
+        mine = charge(profile.costs, running, full, ev.load_s, ev.cards) if res.summary else []
+        running = full
+        ours += sum(e.card_hours for e in mine)
+        theirs += res.card_hours
+        point = {k: card.knobs.get(k) for k in space}
+        key = f"{sorted((k, repr(v)) for k, v in card.knobs.items())}@{card.n}"
+        improved = data["outcome"] == "new_best"
+        last_run = d.run_id
+        repeated = key in seen and not seen[key]
+        seen[key] = seen.get(key, False) or improved or data["outcome"] in ("reference", "promising")
+        cum = (trials[-1].cum_card_hours if trials else 0.0) + res.card_hours
+        trials.append(Trial(index=len(trials) + 1, knobs=point, stage=card.stage, n=card.n, verdict=ev.verdict,
+                            objective=ev.objective, feasible=ev.feasible, card_hours=res.card_hours,
+                            cum_card_hours=cum, restarted=any(c.what == "restart" for c in res.costs),
+                            incumbent={k: best.get(k) for k in space}, improved=improved,
+                            repeated_negative=repeated))
+    check = {"executor_card_hours": round(theirs, 6), "bench_rule_card_hours": round(ours, 6),
+             "agree": abs(ours - theirs) <= 1e-6 * max(1.0, theirs)}
+    return trials, check
