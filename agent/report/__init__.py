@@ -9,7 +9,7 @@ from typing import Any
 
 from agent.report.build import Report, build_report
 
-__all__ = ["Report", "ReportPaths", "build_report", "default_dir", "render_report", "write_report"]
+__all__ = ["Report", "ReportPaths", "build_report", "default_dir", "render", "render_report", "write_report"]
 
 
 @dataclass(frozen=True)
@@ -20,13 +20,19 @@ class ReportPaths:
     images: dict[str, Path] = field(default_factory=dict)
 
 
-def render_report(store: Any, goal_id: str, out_dir: str | Path) -> ReportPaths:
-    """Write report.html, report.md and images/*.png for one goal under out_dir (atomically per file)."""
+def render_report(store: Any, goal_id: str, out_dir: str | Path, *, base: str | Path | None = None) -> ReportPaths:
+    """Write report.html, report.md and images/*.png for one goal under out_dir (atomically per file).
+    `base`: the folder relative run directories in the store are relative to (default: cwd)."""
+    return render(build_report(store, goal_id, base), out_dir)
+
+
+def render(rep: Report, out_dir: str | Path) -> ReportPaths:
+    """Write an already built report (its plots are exactly the images written)."""
     from agent.report.blocks import to_html, to_markdown
     from agent.report.document import document
     from executor.records import write_atomic
 
-    rep = build_report(store, goal_id)
+    goal_id = rep.content.goal.id
     blocks = document(rep)
     out = Path(out_dir)
     (out / "images").mkdir(parents=True, exist_ok=True)

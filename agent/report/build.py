@@ -4,6 +4,7 @@ the queue and batch evidence the store only digests). What could not be drawn is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agent.report import plots, raw
@@ -17,8 +18,9 @@ class Report:
     missing: dict[str, str] = field(default_factory=dict)  # plot name -> why it is not drawn
 
 
-def build_report(store: Any, goal_id: str) -> Report:
-    c = gather(store, goal_id)
+def build_report(store: Any, goal_id: str, base: str | Path | None = None) -> Report:
+    """The report's content and plots; `base` is where relative run directories are (default: cwd)."""
+    c = gather(store, goal_id, base)
     rep = Report(content=c)
     spec = c.goal.spec
     rows = [r for by_n in c.tradeoffs.values() for rs in by_n.values() for r in rs]
@@ -36,7 +38,7 @@ def build_report(store: Any, goal_id: str) -> Report:
         cl, pl = _label(cand), _label(parent)
         qc, qp = raw.queues(_dir(cand)), raw.queues(_dir(parent))
         if qc is None or qp is None:
-            rep.missing["queues"] = f"engine samples (metrics.jsonl) not on this machine for {_missing(cand, parent, 'q')}"
+            rep.missing["queues"] = f"engine samples (metrics.jsonl) not found for {_missing(cand, parent)}"
         else:
             rep.plots["queues"] = plots.queues(cl, qc, pl, qp)
         bc, bp = raw.batches(_dir(cand)), raw.batches(_dir(parent))
@@ -72,9 +74,9 @@ def _label(e: Experiment) -> str:
     return f"run {e.index} ({e.change}, N={e.run.n})"
 
 
-def _dir(e: Experiment) -> str | None:
-    return e.result.run_dir if e.result else None
+def _dir(e: Experiment) -> Path | None:
+    return e.run_dir
 
 
-def _missing(a: Experiment, b: Experiment, _: str) -> str:
-    return ", ".join(f"run {e.index} ({_dir(e) or 'no run dir'})" for e in (a, b) if raw.queues(_dir(e)) is None)
+def _missing(a: Experiment, b: Experiment) -> str:
+    return ", ".join(f"run {e.index} (at {_dir(e) or 'no run directory'})" for e in (a, b) if raw.queues(_dir(e)) is None)

@@ -10,7 +10,9 @@ import typer
 def report(goal: str = typer.Argument(..., help="goal id in the store, or the goal's spec file (its latest goal)"),
            db: Optional[str] = typer.Option(None, "--db", envvar="TUNELOOP_DB",
                                             help="store URL (default sqlite:///.tuneloop/tuneloop.db)"),
-           out: Optional[Path] = typer.Option(None, "--out", help="output folder (default beside the store)")) -> None:
+           out: Optional[Path] = typer.Option(None, "--out", help="output folder (default beside the store)"),
+           base: Optional[Path] = typer.Option(None, "--base", help="folder the loop ran in (relative run "
+                                                                     "directories; default: the current folder)")) -> None:
     """Write report.html (self-contained) and report.md for GOAL; prints their paths."""
     from agent.report import default_dir, render_report
     from state.errors import GoalError
@@ -25,7 +27,7 @@ def report(goal: str = typer.Argument(..., help="goal id in the store, or the go
         if gid is None:
             known = [g.id for g in store.goals()]
             raise typer.BadParameter(f"{goal!r}: no such goal in {url} (known: {known})", param_hint="GOAL")
-        paths = render_report(store, gid, out or default_dir(url, gid))
+        paths = render_report(store, gid, out or default_dir(url, gid), base=base)
     except GoalError as e:
         raise typer.BadParameter(str(e), param_hint="GOAL") from None
     finally:

@@ -5,6 +5,7 @@ the written report against these values and these values against the store.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from executor.summary import Summary
@@ -39,6 +40,7 @@ class Experiment:
     decisions: tuple[Decision, ...]  # every decision naming this run (quality gate included)
     ruled_out: str
     card_hours: float
+    run_dir: Path | None = None  # the result's run directory, resolved against the report's base folder
 
     @property
     def summary(self) -> Summary | None:
@@ -110,7 +112,10 @@ def objective_of(goal: Goal, s: Summary | None) -> float | None:
     return goal.spec.objective.value(s) if s is not None else None
 
 
-def gather(store: Any, goal_id: str) -> Content:
+def gather(store: Any, goal_id: str, base: str | Path | None = None) -> Content:
+    """Everything the report says; relative run directories in the store resolve against `base`
+    (default: the current folder, where `tuneloop run` wrote them)."""
+    base = Path(base) if base is not None else Path.cwd()
     goal = store.get_goal(goal_id)
     spec = goal.spec
     runs = [r for r in store.runs(goal_id) if r.stage != "restore"]
@@ -141,7 +146,8 @@ def gather(store: Any, goal_id: str) -> Content:
         experiments.append(Experiment(
             index=i, run=r, card=card, station=r.station_hash or (res.station_hash if res else None),
             parent=frozen.get(card.get("parent_station", ""), card.get("parent_station")), result=res,
-            outcome=outcome, decisions=ds, ruled_out=_ruled_out(outcome, card), card_hours=hours.get(r.id, 0.0)))
+            outcome=outcome, decisions=ds, ruled_out=_ruled_out(outcome, card), card_hours=hours.get(r.id, 0.0),
+            run_dir=(base / res.run_dir).resolve() if res and res.run_dir else None))
     by_id = {e.run.id: e for e in experiments}
     best_d = store.best(goal_id)
     best = by_id.get(best_d.run_id) if best_d and best_d.run_id else None
@@ -199,14 +205,15 @@ def restore_command(store_url: str, station: Any, best: Experiment | None) -> st
     if station is None:
         return None
     import shlex
-    from pathlib import Path
 
     from sqlalchemy.engine import make_url
 
-    parts = ["tuneloop", "restore", station.hash, "--store", make_url(store_url).render_as_string(hide_password=True)]
-    rd = best.result.run_dir if best and best.result else None
-    if rd:  # run dirs are <runs-root>/<run id>/load
-        parts += ["--runs-root", str(Path(rd).parents[1])]
+    url = make_url(store_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        url = url.set(database=str(Path(url.database).resolve()))  # the report is read from anywhere
+    parts = ["tuneloop", "restore", station.hash, "--store", url.render_as_string(hide_password=True)]
+    if best is not None and best.run_dir is not None:  # run dirs are <runs-root>/<run id>/load
+        parts += ["--runs-root", str(best.run_dir.parents[1])]
     return shlex.join(parts)
 
 

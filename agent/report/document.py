@@ -138,13 +138,13 @@ def _experiment(c: Content, e: Experiment) -> list[Block]:
             ("quality risk", card.get("quality_risk")), ("planner", card.get("planner"))]
            + ([("diagnosis (lead)", f"{lead.get('name')} ({lead.get('likelihood', 0):.2f}): "
                 + "; ".join(lead.get("evidence_for") or []))] if lead.get("name") else []), f"kv card run-{e.run.id}"),
-        Para(f"Verdict: {e.verdict}", "verdict"),
+        Para(f"Verdict: {e.verdict}", f"verdict run-{e.run.id}"),
     ]
     reasons = [f"{r.code}: {r.message}" for r in e.result.verdict.reasons] if e.result else []
     reasons += [f"SLO: {v}" for v in e.slo_violations]
     if e.result and e.result.error:
         reasons.append(f"error in phase {e.result.failed_phase}: {e.result.error}")
-    out.append(Items(tuple(reasons) if reasons else ("no reasons: every contract check passed",), "reasons"))
+    out.append(Items(tuple(reasons) if reasons else ("no reasons: every contract check passed",), f"reasons run-{e.run.id}"))
     s = e.summary
     if s is not None:
         out.append(Table(
@@ -161,7 +161,7 @@ def _experiment(c: Content, e: Experiment) -> list[Block]:
               Cell(fmt(s.whole.qps if s.whole else None, 3), "num"), Cell(fmt(s.cache_hit, 4), "num")),),
             f"figures run-{e.run.id}", (e.run.id,)))
     else:
-        out.append(Para("No figures: this run produced no summary.", "figures none"))
+        out.append(Para("No figures: this run produced no summary.", f"figures none run-{e.run.id}"))
     d = e.outcome
     out.append(kv([("decision", d.kind if d else "not judged"), ("why", d.text if d else ""),
                    ("ruled out", e.ruled_out), ("device time", f"{e.card_hours:.3f} card-hours")]
