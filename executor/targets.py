@@ -65,6 +65,7 @@ class Target(BaseModel):
     profile: str = "dsv4-flash-910c-p8d8"  # simulator profile (sim engine)
     time_scale: float = Field(50.0, gt=0)  # sim serve: simulated seconds per real second
     tuneloop: tuple[str, ...] | None = None  # how to call tuneloop on the target (default: local python)
+    engine_command: tuple[str, ...] | None = None  # how to call the engine binary (llama.cpp: default llama-server)
     pd_connector: str | None = None  # KV connector override (vLLM / vLLM-Ascend)
     extra_args: dict[str, tuple[str, ...]] = {}  # per role, appended verbatim as argv
     env: dict[str, str] = {}

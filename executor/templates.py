@@ -86,7 +86,7 @@ def _env(target: Target, host: Host, visible: str) -> dict[str, str]:
 
 # ---- tuneloop sim serve -------------------------------------------------------------------------
 
-def render_sim(target: Target, station: Station, faults: tuple[str, ...] = ()) -> Rendered:
+def render_sim(target: Target, station: Station, faults: tuple[str, ...] = (), expected_requests: int | None = None) -> Rendered:
     hosts = target.hosts_for("mixed") or target.hosts_for("prefill") or list(target.hosts)
     host = hosts[0] if hosts else Host(host="sim", roles=("mixed", "load"), cards=0, port=1)  # virtual-time target
     argv = list(target.tuneloop or ("tuneloop",)) + ["sim", "serve", "--profile", target.profile, "--scenario-free",
@@ -95,6 +95,8 @@ def render_sim(target: Target, station: Station, faults: tuple[str, ...] = ()) -
         argv += ["--knob", f"{flag}={_fmt(value)}"]
     for f in faults:
         argv += ["--fault", f]
+    if expected_requests and any(f.startswith("crash_at") for f in faults):
+        argv += ["--expected-requests", str(expected_requests)]  # crash_at=F crashes after F * N requests
     url = f"http://{host.host}:{host.port}"
     svc = ServiceSpec(name="sim-0", role="mixed", host=host.host, port=host.port, argv=tuple(argv), cards=host.cards)
     return Rendered(services=(svc,), endpoint=url, metrics={"mixed": f"{url}/metrics"}, engine="sim")
@@ -134,8 +136,9 @@ def render_vllm(target: Target, station: Station, faults: tuple[str, ...] = ()) 
                     kv["kv_role"] = "kv_both"
                 argv += ["--kv-transfer-config", json.dumps(kv, sort_keys=True, separators=(",", ":"))]
             argv += _vllm_knob_args(station.server_knobs, role) + list(target.extra_args.get(role, ()))
+            env = _env(target, host, visible) | {"VLLM_SERVER_DEV_MODE": "1"}  # mounts /reset_prefix_cache
             services.append(ServiceSpec(name=f"{role}-{i}", role=role, host=host.host, port=host.port,
-                                        argv=tuple(argv), env=_env(target, host, visible), cards=host.cards))
+                                        argv=tuple(argv), env=env, cards=host.cards))
     return _with_router(target, services, "vllm", _vllm_router)
 
 
@@ -266,7 +269,7 @@ def render_mindie(target: Target, station: Station, faults: tuple[str, ...] = ()
 
 def render_llamacpp(target: Target, station: Station, faults: tuple[str, ...] = ()) -> Rendered:
     host = target.hosts[0]
-    argv = ["llama-server", "--host", "0.0.0.0", "--port", str(host.port), "--metrics"]
+    argv = [*(target.engine_command or ("llama-server",)), "--host", "0.0.0.0", "--port", str(host.port), "--metrics"]
     if target.model:
         argv += ["-m", target.model]
     argv += _generic(knob_flags(station.server_knobs, "llamacpp", "mixed")) + list(target.extra_args.get("mixed", ()))
@@ -284,7 +287,7 @@ ENGINE_KEY = {"sim": "sim", "vllm": "vllm", "vllm-ascend": "vllm", "sglang": "sg
               "llamacpp": "llamacpp"}
 
 
-def render(target: Target, station: Station, faults: tuple[str, ...] = ()) -> Rendered:
+def render(target: Target, station: Station, faults: tuple[str, ...] = (), expected_requests: int | None = None) -> Rendered:
     """Render every service of the target for this station. Extra argv strings are checked too."""
     template = target.template or target.engine
     if template not in RENDERERS:
@@ -295,4 +298,6 @@ def render(target: Target, station: Station, faults: tuple[str, ...] = ()) -> Re
                 raise ValueError(f"extra_args.{role}: NUL byte in {a!r}")
     for f in faults:
         check_safe("faults", f)
+    if template == "sim":
+        return render_sim(target, station, tuple(faults), expected_requests)
     return RENDERERS[template](target, station, tuple(faults))
