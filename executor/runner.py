@@ -25,10 +25,10 @@ from executor.journal import as_record, is_stale_epoch
 from executor.knobs import KnobError
 from executor.phases import (ExecSettings, PhaseFailure, SKIP_WHEN_OK, TargetUnknown, UnknownState, crashpoint,
                              finished, load_resume_action, ok_phases)
-from executor.station import Station, change_cost, full_knobs, needs_restart
+from executor.station import Station, change_cost, content_hash, full_knobs, needs_restart
 from executor.summary import Reason, Summary, Verdict
 from executor.targets import Target, builtin_sim
-from executor.templates import ENGINE_KEY, Rendered, render
+from executor.templates import ENGINE_KEY, Rendered, ServiceSpec, render
 from executor.transports.base import AlreadyClaimed, LoadPlan, StaleLaunch, Transient
 from executor.trial import CostEntry, TrialResult, TrialSpec
 
@@ -167,6 +167,7 @@ class _Run:
         self.rendered: Rendered | None = None
         self.restarted = False
         self.cards = target.cards or 1
+        self.zero_cache = False
 
     # -- journal --------------------------------------------------------------------------------
     def record(self, phase: str, event: str, status: str, detail: dict | None = None, error_class: str | None = None):
@@ -299,11 +300,13 @@ class _Run:
             scenario = scenarios.load(self.spec.scenario)
         except (KnobError, FileNotFoundError, ValueError) as e:
             raise PhaseFailure("invalid_station", str(e)) from None
+        self.zero_cache = scenario.zero_cache
         source = await self.source_identity()
         self.station = Station(engine=self.target.engine, knobs=knobs, scenario=self.spec.scenario,
                                data_version=scenario.data_version, source_identity=source, target=self.target.name)
         try:
-            self.rendered = render(self.target, self.station, tuple(self.spec.faults))
+            self.rendered = render(self.target, self.station, tuple(self.spec.faults),
+                                   expected_requests=self.spec.n + self.spec.warmup)
         except ValueError as e:
             raise PhaseFailure("invalid_station", str(e)) from None
         frozen = self.station.model_dump(mode="python") | {"hash": self.station.hash}  # python mode keeps inf
@@ -332,7 +335,7 @@ class _Run:
     async def deploy(self) -> dict:
         assert self.station and self.rendered
         states = [await self.transport.service_state(s) for s in self.rendered.services]
-        warm = all(st.alive and st.station == self.station.server_hash for st in states)
+        warm = all(st.alive and st.station == self.service_key(s) for s, st in zip(self.rendered.services, states))
         cost = change_cost(self._running_knobs(), self.station.knobs)
         if warm:
             return {"restarted": False, "cost_class": cost or "none", "reused": self.station.server_hash}
@@ -340,20 +343,32 @@ class _Run:
         steps = []
         if cost == "relayout":  # expert statistics: collect -> fit -> load, then the restart loads the layout
             steps = ["collect_expert_stats", "fit_layout", "load_layout"]
+        await self.start_services()
+        return {"restarted": True, "cost_class": cost, "relayout_steps": steps,
+                "services": [s.name for s in self.rendered.services]}
+
+    def service_key(self, svc: ServiceSpec) -> str:
+        """What a running service is: the station's server hash and its exact rendered launch (argv, env,
+        files), so a service started with injected faults or an older template is never reused."""
+        assert self.station
+        return f"{self.station.server_hash}-{content_hash(svc.model_dump(mode='json'))[:8]}"
+
+    async def start_services(self) -> None:
+        """(Re)start every service of the station; the launcher stops a previous instance first."""
+        assert self.station and self.rendered
         for i, svc in enumerate(self.rendered.services):
-            await self.retry(lambda svc=svc: self.transport.start_service(svc, self.station.server_hash, self.epoch))
+            await self.retry(lambda svc=svc: self.transport.start_service(svc, self.service_key(svc), self.epoch))
             if i == 0:
                 crashpoint("deploy", "mid")
         self.restarted = True
         (self.ex.root / "_targets").mkdir(exist_ok=True)
         rec.write_atomic(self.ex.root / "_targets" / f"{self.target.name}.station.json",
                          json.dumps(self.station.knobs, sort_keys=True, default=str))
-        return {"restarted": True, "cost_class": cost, "relayout_steps": steps,
-                "services": [s.name for s in self.rendered.services]}
 
     async def health(self) -> dict:
         assert self.rendered
-        deadline = time.monotonic() + self.s.timeout("health")
+        # our own deadline comes before the phase's outer timeout, so the record says never_healthy, not timeout
+        deadline = time.monotonic() + 0.9 * self.s.timeout("health")
         for svc in self.rendered.services:
             while True:
                 st = await self.transport.service_state(svc)
@@ -370,8 +385,27 @@ class _Run:
 
     async def warmup(self) -> dict:
         # warm-up requests travel at the head of the load run (excluded from figures), so they share its
-        # run-directory claim and can never be sent twice; this phase records the plan and its cost.
-        return {"warmup_requests": self.spec.warmup, "after_restart": self.deploy_restarted()}
+        # run-directory claim and can never be sent twice; this phase records the plan, the cache flush
+        # a reused service needs before a zero-cache run, and its cost.
+        restarted = self.deploy_restarted()
+        out: dict[str, Any] = {"warmup_requests": self.spec.warmup, "after_restart": restarted}
+        if self.zero_cache and not restarted:
+            out |= await self.flush_caches()
+        return out
+
+    async def flush_caches(self) -> dict:
+        """Empty every engine's prefix cache; where an engine cannot, restart it (cold = empty)."""
+        from executor.cacheflush import cache_holders, flush_service
+
+        assert self.rendered
+        done = [await self.retry(lambda s=s: flush_service(self.transport, s, self.target.engine))
+                for s in cache_holders(self.rendered.services)]
+        if all(d["ok"] for d in done):
+            return {"cache_flush": done}
+        log.warning("run %s: prefix cache flush refused (%s); restarting for a cold cache", self.spec.run_id, done)
+        await self.start_services()
+        await self.health()
+        return {"cache_flush": done, "cache_flush_fallback": "restart"}
 
     def deploy_restarted(self) -> bool:
         recs = [as_record(r) for r in self.ex.store.phases(self.spec.run_id)]
@@ -456,6 +490,11 @@ class _Run:
         if verdict is None:
             verdict = Verdict(kind="collection_fault", reasons=[Reason(code="statistics_failed", message=error or "")])
         healthy = await self.healthy_after()
+        if not healthy and verdict.kind != "valid" and self.target.kind != "sim":
+            died = await self.dead_service_text()
+            if died:  # a server that died mid-run is a tooling fault with its own words, never a slow result
+                verdict = Verdict(kind="orchestration_fault", reasons=[Reason(code="server_died", message=died)])
+                error = died
         evidence = _read_json(run_dir / "evidence.json") or {}
         if profile:
             evidence = evidence | {"profile": profile.get("summary")}
@@ -469,8 +508,17 @@ class _Run:
         return TrialResult(run_id=self.spec.run_id, verdict=verdict, summary=summary, evidence=evidence,
                            costs=self.costs, run_dir=str(run_dir), station_hash=prep.get("station_hash"),
                            source_identity=prep.get("source_identity"), data_version=prep.get("data_version"),
-                           healthy_after=healthy, failed_phase=None if verdict.kind != "collection_fault" else "collect",
-                           error=error if verdict.kind == "collection_fault" else None)
+                           healthy_after=healthy, failed_phase={"collection_fault": "collect", "orchestration_fault": "load"}.get(verdict.kind),
+                           error=error if verdict.kind in ("collection_fault", "orchestration_fault") else None)
+
+    async def dead_service_text(self) -> str | None:
+        """'<service> exited (rc=..) during the run: <its log tail>' for the first dead service, else None."""
+        for svc in (self.rendered.services if self.rendered else ()):
+            st = await self.transport.service_state(svc)
+            if not st.alive:
+                text = (await self.transport.service_log(svc)).strip()
+                return f"{svc.name} exited (rc={st.rc}) during the run: {text[-3000:]}"
+        return None
 
     async def healthy_after(self) -> bool:
         if not self.rendered:
