@@ -106,6 +106,10 @@ def _prefill_supply(ev: dict[str, Any]) -> Hypothesis:
     if breqs is not None and breqs <= 1.05 and (pshare or 0) >= 0.5:
         pfor.append(f"prefill batches carry {breqs:.2f} requests on average while requests wait")
         score += 0.05
+    if _num(ev, "decode_busy_slots_mean") is not None and (pshare or 0) > 0:
+        # llama.cpp: one queue (requests_deferred) in front of the slots; waiting means waiting for a slot
+        pagainst.append("single-queue server: deferred requests wait for a free slot, not for prefill")
+        score -= 0.2
     return Hypothesis(name="prefill_supply", likelihood=_clamp(score), evidence_for=pfor, evidence_against=pagainst)
 
 
@@ -145,6 +149,13 @@ def _decode_capacity(ev: dict[str, Any]) -> Hypothesis:
     elif run_max is not None and limit:
         pagainst.append(f"decode running peaks at {run_max:.0f} of a {limit:.0f} batch limit")
         score -= 0.05
+    busy = _num(ev, "decode_busy_slots_mean")  # llama.cpp: slots in each decode step, read like D running
+    if busy is not None and limit:
+        if busy >= 0.9 * limit and dmean is not None and dmean > 0.5:
+            pfor.append(f"{busy:.1f} of {limit:.0f} slots busy per decode step with {dmean:.1f} deferred")
+            score += 0.1
+        else:
+            pagainst.append(f"{busy:.1f} of {limit:.0f} slots busy per decode step")
     if kv is not None:
         if kv >= 0.95:
             pfor.append(f"KV cache usage reached {kv:.0%}")

@@ -22,6 +22,7 @@ from executor.records import EngineSample, JsonlWriter, PrefillBatch, RunInfo
 
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
+BUSY_SLOTS = ("llamacpp:n_busy_slots_per_decode",)  # llama.cpp: requests_processing/deferred map onto RUNNING/WAITING
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
             "llamacpp:kv_cache_usage_ratio")
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
@@ -107,7 +108,8 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
         "decode_waiting_nonzero_share": _mean([1.0 if v > 0 else 0.0 for v in dw]),
         "decode_running_mean": _mean(dr),
         "decode_running_max": max(dr) if dr else None,
-        "decode_batch_limit": knobs.get("max_num_seqs") or knobs.get("max_running_requests"),
+        "decode_batch_limit": knobs.get("max_num_seqs") or knobs.get("max_running_requests") or knobs.get("parallel"),
+        "decode_busy_slots_mean": _mean(_series(samples, "decode", BUSY_SLOTS)),  # llama.cpp: slots per decode step
         "kv_usage_max": max(kv) if kv else None,
         "spec_accept_length": _accept_length(samples),
         "prefill_batch_reqs_mean": _mean([b.n_reqs for b in batches]),
