@@ -112,6 +112,7 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
                                                    help="OpenAI-compatible endpoint for the LLM planner"),
         llm_model: str = typer.Option("tuneloop-planner", "--llm-model", envvar="TUNELOOP_LLM_MODEL"),
         fault: list[str] = typer.Option([], "--fault", help="inject a simulator fault into the Nth run: N:fault"),
+        targets: Optional[Path] = typer.Option(None, "--targets", help="targets YAML (local/ssh engines; sim needs none)"),
         ) -> None:
     """Run the tuning loop for GOAL to a stop (or until a person must approve a step)."""
     from state.errors import GoalError
@@ -126,15 +127,24 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     faults = _fault_plan(fault)
+    tg = None
+    if isinstance(targets, (str, Path)):  # called from Python (tuneloop demo) the option object stands for None
+        from executor.targets import load_targets
+        try:
+            tg = load_targets(targets)
+        except (OSError, ValueError) as e:
+            raise typer.BadParameter(str(e), param_hint="--targets") from None
     console = Console()
     display = Display(url, console)
     planner = make_planner(llm_base_url, llm_model, os.environ.get("TUNELOOP_LLM_API_KEY"))
     if console.is_terminal:
         with Live(display.table(), console=console, refresh_per_second=4) as live:
             display.live = live
-            res = run_session(spec, url, auto_approve=auto_approve, planner=planner, faults=faults, on_event=display)
+            res = run_session(spec, url, auto_approve=auto_approve, planner=planner, faults=faults, on_event=display,
+                              targets=tg)
     else:
-        res = run_session(spec, url, auto_approve=auto_approve, planner=planner, faults=faults, on_event=display)
+        res = run_session(spec, url, auto_approve=auto_approve, planner=planner, faults=faults, on_event=display,
+                              targets=tg)
     console.print(summary_text(res, url), highlight=False)
     if res.waiting_for:
         console.print(f"waiting: approve candidate {res.waiting_for.get('candidate_id')} "

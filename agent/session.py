@@ -39,7 +39,7 @@ def make_planner(llm_base_url: str | None, llm_model: str = "tuneloop-planner", 
 def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planner: Any = None,
                 executor: Any = None, faults: Callable | None = None, resume: Any = None,
                 on_event: Callable[[str, dict[str, Any]], None] | None = None, who: str = "tuneloop run",
-                goal_id: str | None = None) -> SessionResult:
+                goal_id: str | None = None, targets: dict[str, Any] | None = None) -> SessionResult:
     """Run the loop for `spec` until it stops or waits for a person; `resume` answers a pending approval."""
     from langgraph.types import Command
 
@@ -50,7 +50,7 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
     store = Store(store_url)
     try:
         goal = store.get_goal(goal_id) if goal_id else store.open_goal(spec)
-        executor = executor or Executor(store)
+        executor = executor or Executor(store, targets)  # targets: e.g. a local llama.cpp server (issue 7)
         state_path: list[str] = []
 
         def state_file(st: Any, gid: str, **info: Any) -> None:

@@ -11,7 +11,7 @@ import random
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,11 +31,12 @@ class Scenario(BaseModel):
     prefix_groups: int = Field(0, ge=0)
     min_request_hit: float | None = Field(None, ge=0.0, le=1.0)  # contract: each formal request's hit
     seed: int = 0
+    model: dict[str, Any] | None = None  # real engines: recipe (+ pinned sha256) of a generated model (issue 7)
 
     @property
     def data_version(self) -> str:
-        """Identity of the generated data: name, version, generator parameters."""
-        blob = self.model_dump_json().encode()
+        """Identity of the generated data: name, version, generator parameters (and the served model's)."""
+        blob = self.model_dump_json(exclude={"model"} if self.model is None else None).encode()
         return f"{self.name}@v{self.version}:{hashlib.sha256(blob).hexdigest()[:12]}"
 
     @property
