@@ -16,11 +16,17 @@ from state.errors import Conflict, GoalError, InvalidTransition, NotFound, Stale
 DASHBOARD = Path(__file__).with_name("dashboard") / "index.html"
 
 
-def create_app(settings: Settings | None = None, *, start_workers: bool = True) -> FastAPI:
-    settings = settings or Settings.from_env()
+def create_app(settings: Settings | None = None, *, start_workers: bool = True,
+               service: Service | None = None) -> FastAPI:
+    """The app; it opens its own Service on startup unless one is given (then it is also usable without
+    a lifespan, e.g. by an in-process schema fuzzer)."""
+    settings = service.settings if service is not None else (settings or Settings.from_env())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if service is not None:
+            yield
+            return
         svc = Service.open(settings)
         app.state.service = svc
         if start_workers:
@@ -36,6 +42,8 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True) 
     for r in (goals, candidates, experiments, stations, budget, reports, chat, health):
         app.include_router(r.router)
     _errors(app)
+    if service is not None:
+        app.state.service = service
 
     @app.middleware("http")
     async def count(request: Request, call_next: Any) -> Any:
