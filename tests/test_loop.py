@@ -11,9 +11,9 @@ from state.goal import load_goal
 from state.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-# The profile's own starting layout (P 2x4 + D 1x8, MTP k=3, static EPLB); the report's start: P cap 1.
-START = {"num_prefill_instances": 2, "num_decode_instances": 1, "speculative_method": "mtp",
-         "num_speculative_tokens": 3, "expert_layout": "static_eplb", "max_prefill_reqs": 1}
+# The report's start: P cap 1 on the deployed layout (the profile's: P 4x2 + D 1x8, MTP k=3, static EPLB).
+START = {"speculative_method": "mtp", "num_speculative_tokens": 3, "expert_layout": "static_eplb",
+         "max_prefill_reqs": 1}
 
 
 def goal_file(tmp_path: Path, base: str = "goal-16k.yaml", **over) -> Path:
@@ -135,24 +135,36 @@ def test_restart_continues_without_repeating_or_reasking(tmp_path):
         st.close()
 
 
-@pytest.mark.xfail(reason="planner does not yet value C128->C90 highly enough to screen it on 128K (open)", strict=False)
 def test_128k_records_the_c128_c90_tradeoff_whole_and_native_apart(tmp_path):
-    spec = load_goal(goal_file(tmp_path, "goal-128k.yaml", start={"max_prefill_reqs": 2},
-                               search_space={"concurrency": [90, 128]},
-                               protocol={"warmup": 8}))  # warm-up primes the 8 prefix groups
+    """The report's 128K question: C90 loses a little whole-run throughput but has lower TTFT, TPOT and E2E.
+
+    It is screened, confirmed at the same N as its reference, and kept on the frontier as a trade-off, not
+    closed as a negative. (The simulator gives C128 a valid native window at N=640 where the field has
+    none; at the N=320 screen neither has one, and those cells stay empty.)
+    """
+    spec = load_goal(goal_file(tmp_path, "goal-128k.yaml", start={"max_prefill_reqs": 2}))
     res = run_session(spec, url(tmp_path), auto_approve=True)
     st = Store(url(tmp_path))
     try:
-        trade = [d for d in st.decisions(res.goal_id) if d.kind == "tradeoff"]
+        ds = st.decisions(res.goal_id)
+        assert not [d for d in ds if d.kind == "negative"]  # a trade-off is a result, never a negative
+        screen90 = next(d for d in ds if d.kind == "promising")
+        assert screen90.data["knobs"]["concurrency"] == 90 and screen90.data["figures"]["native"] is None
+        trade = [d for d in ds if d.kind == "tradeoff"]
         assert trade and trade[0].data["knobs"]["concurrency"] == 90
         f90 = trade[0].data["figures"]
-        ref = next(d for d in st.decisions(res.goal_id) if d.kind == "baseline" and d.data["figures"]["n"] == f90["n"])
+        ref = next(d for d in ds if d.kind == "baseline" and d.data["figures"]["n"] == f90["n"])
         f128 = ref.data["figures"]
+        assert f90["n"] == f128["n"] == spec.protocol.confirm_n  # confirmed at the same N as its reference
         assert f128["whole"] > f90["whole"]  # C128 wins whole-run throughput
-        assert f90["tpot_mean"] < f128["tpot_mean"] and f90["ttft_mean"] < f128["ttft_mean"]
-        assert f128["native"] is None  # no valid native window: the cell stays empty, never 0
-        rows = {d.station_hash for d in st.frontier(res.goal_id)}
-        assert trade[0].station_hash in rows and ref.station_hash in rows
+        for k in ("ttft_mean", "tpot_mean", "e2e_mean"):
+            assert f90[k] < f128[k], k
+        assert f90["native"] is not None and f90["native"] != f90["whole"]  # separate columns
+        ref320 = next(d for d in ds if d.kind == "baseline" and d.data["figures"]["n"] == spec.protocol.screen_n)
+        assert ref320.data["figures"]["native"] is None  # window < 60 s: empty, never 0
+        rows = {(d.station_hash, d.kind) for d in st.frontier(res.goal_id)}
+        assert (trade[0].station_hash, "tradeoff") in rows and (ref.station_hash, "baseline") in rows
+        assert st.best(res.goal_id).data["knobs"]["concurrency"] == 128  # the objective (whole) still picks C128
     finally:
         st.close()
 

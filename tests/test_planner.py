@@ -203,3 +203,15 @@ def test_planner_stops_when_budget_or_value_runs_out():
     tiny = history([outcome(baseline(), summary(), "reference")], budget=0.001)
     plan = p.ask(tiny)
     assert plan.card is None and plan.stop_reason
+
+
+def test_lower_latency_at_a_small_whole_cost_is_a_tradeoff_not_a_loss():
+    # the simulator's 128K screen: C90 -2.2 % whole, TTFT and E2E far lower, TPOT only 4 % lower
+    h = history([outcome(baseline(), summary(whole=244.3, ttft=6710.0, tpot=17.8, e2e=24900.0), "reference")])
+    f = lambda s: Figures.of(s, "output_tok_s_per_card", GOAL16.constraints.violations(s))  # noqa: E731
+    c90 = screen("concurrency", 90)
+    d, why = decide(c90, "valid", f(summary(whole=239.0, ttft=2570.0, tpot=17.1, e2e=20100.0)), h)
+    assert d == "promising" and "trade-off" in why
+    # one latency mean higher: no trade-off, a clear loss
+    d2, why2 = decide(c90, "valid", f(summary(whole=239.0, ttft=2570.0, tpot=18.0, e2e=20100.0)), h)
+    assert d2 == "negative" and "clear loss" in why2
