@@ -169,23 +169,35 @@ def test_128k_records_the_c128_c90_tradeoff_whole_and_native_apart(tmp_path):
         st.close()
 
 
-@pytest.mark.xfail(reason="planner values index_cache_reuse below MIN_VALUE without decode/latency evidence (open)",
-                   strict=False)
-def test_quality_risk_knob_is_pending_until_its_evaluation_passes(tmp_path):
-    spec = load_goal(goal_file(tmp_path, search_space={"index_cache_reuse": [False, True]},
-                               budget={"experiments": 4}))
+def test_quality_risk_knob_is_pending_fails_its_evaluation_and_is_never_the_deployable_best(tmp_path):
+    """The search space leaves only the decode speed-up with quality risk; the loop values it on the
+    latency hypothesis (128K at C128 runs at ~18 ms of a 20 ms TPOT limit), screens it, confirms it faster, stays "performance-positive, quality pending", the
+    modelled accuracy evaluation fails it, and the best station, STATE.md and the summary never show it."""
+    from agent.runcli import summary_text
+    from agent.session import SessionResult
+
+    spec = load_goal(goal_file(tmp_path, "goal-128k.yaml", start={"max_prefill_reqs": 2},
+                               search_space={"index_cache_reuse": [False, True]}))
     res = run_session(spec, url(tmp_path), auto_approve=True)
     st = Store(url(tmp_path))
     try:
         ds = st.decisions(res.goal_id)
         kinds = [d.kind for d in ds]
-        assert "quality_pending" in kinds
+        screen = next(c.card for c in st.candidates(res.goal_id) if c.card["stage"] == "screen")
+        assert screen["change"]["knob"] == "index_cache_reuse" and screen["quality_risk"]
+        assert "latency_bound" in screen["ranked"][0][2]  # valued on the latency hypothesis it tests
+        assert "promising" in kinds and "quality_pending" in kinds
         i = kinds.index("quality_pending")
-        assert not any(d.kind == "new_best" and d.data.get("knobs", {}).get("index_cache_reuse") for d in ds[:i + 1])
-        after = kinds[i + 1]
-        assert after in ("quality_passed", "quality_failed")
+        assert kinds[i + 1] == "quality_failed"
+        assert not any(d.kind in ("new_best", "quality_passed") for d in ds)
         best = st.best(res.goal_id)
-        if after == "quality_failed":
-            assert not best.data["knobs"].get("index_cache_reuse")
+        assert best is not None and not best.data["knobs"].get("index_cache_reuse")
+        risky = ds[i].station_hash
+        assert st.best_station(res.goal_id).hash != risky
+        state_md = Path(res.state_path or "").read_text()
+        best_line = next(line for line in state_md.splitlines() if "best station" in line)
+        assert risky not in best_line
+        text = summary_text(SessionResult(res.goal_id, res.status, res.reason), url(tmp_path))
+        assert f"tuneloop restore {risky}" not in text and "quality_failed" in text
     finally:
         st.close()
