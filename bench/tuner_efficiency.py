@@ -147,12 +147,14 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     results: dict[str, Any] = {"quick": args.quick, "settings": cf.settings.model_dump(), "cases": []}
+    text = ""
     for case in cases:
         log(f"case {case.name}")
         results["cases"].append(run_case(case, args.quick, cf.settings, cache, log))
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    text = write_table(results, out / "results.md")
-    plot(results, out / "best_so_far.png")
+        # written after every case, so a long full run leaves its finished cases behind
+        (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+        text = write_table(results, out / "results.md")
+        plot(results, out / "best_so_far.png")
     print(text)
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'best_so_far.png'}")
     return 0
