@@ -117,7 +117,7 @@ class DeterministicPlanner:
                 return Plan(card=None, diagnosis=diag, ranked=ranked,
                             stop_reason=f"nothing left is worth its cost (best value {v.value:.3f} < {MIN_VALUE})")
             return Plan(card=card, diagnosis=diag, ranked=ranked)
-        return Plan(card=None, diagnosis=diag, ranked=ranked, stop_reason="no candidate passes the checks")
+        return Plan(card=None, diagnosis=diag, ranked=ranked, stop_reason=_no_candidate_reason(ranked, history))
 
     @staticmethod
     def _checked(card: CandidateCard, history: History, diag: Diagnosis | None, why: str) -> Plan:
@@ -127,3 +127,13 @@ class DeterministicPlanner:
                         stop_reason=f"cannot run the {why}: " + "; ".join(refusals))
         card = card.model_copy(update={"est_card_hours": round(estimate(card, history), 4)})
         return Plan(card=card, diagnosis=diag, ranked=[(card.title(), 1.0, why)])
+
+
+def _no_candidate_reason(ranked: list[tuple[str, float, str]], history: History) -> str:
+    """Why nothing passed: say so plainly when the budget is what refused the candidates left."""
+    unaffordable = [r for r in ranked if "affordable:" in r[2]]
+    if unaffordable and all("affordable:" in r[2] or "not_finished" in r[2] or "known_negative" in r[2]
+                            for r in ranked):
+        return (f"budget spent: none of the {len(unaffordable)} remaining candidate(s) is affordable "
+                f"({history.budget_left_card_hours:.2f} card-h left)")
+    return "no candidate passes the checks"
