@@ -29,13 +29,20 @@ class Batches:
 
 
 def queues(run_dir: str | Path | None) -> Queues | None:
-    """Queue lengths over time, summed over the instances of each role at each scrape time."""
+    """Queue lengths over time, summed over the instances of each role per scrape round (a round closes
+    when an instance reports again: real scrapers stamp each endpoint with its own time)."""
     if not run_dir or not (Path(run_dir) / rec.METRICS).exists():
         return None
-    acc: dict[float, list[float]] = {}
+    samples = sorted(rec.read_jsonl(Path(run_dir) / rec.METRICS, rec.EngineSample), key=lambda s: s.t)
+    rounds: list[tuple[float, list[float]]] = []  # (time, [P waiting, D waiting, D running])
+    seen: set[str] = set()
     counts: dict[str, int] = {}
-    for s in rec.read_jsonl(Path(run_dir) / rec.METRICS, rec.EngineSample):
-        row = acc.setdefault(round(s.t, 6), [0.0, 0.0, 0.0])
+    for s in samples:
+        if not rounds or s.instance in seen:
+            rounds.append((s.t, [0.0, 0.0, 0.0]))
+            seen = set()
+        seen.add(s.instance)
+        row = rounds[-1][1]
         for role in ("prefill", "decode"):
             if s.role != role and s.role != "mixed":
                 continue
@@ -46,9 +53,8 @@ def queues(run_dir: str | Path | None) -> Queues | None:
             else:
                 row[1] += w
                 row[2] += base_value(s.values, RUNNING) or 0.0
-    ts = sorted(acc)
-    return Queues(t=ts, p_waiting=[acc[t][0] for t in ts], d_waiting=[acc[t][1] for t in ts],
-                  d_running=[acc[t][2] for t in ts], samples=counts)
+    return Queues(t=[t for t, _ in rounds], p_waiting=[r[0] for _, r in rounds], d_waiting=[r[1] for _, r in rounds],
+                  d_running=[r[2] for _, r in rounds], samples=counts)
 
 
 def batches(run_dir: str | Path | None) -> Batches | None:
