@@ -93,6 +93,7 @@ class Content:
     contract: dict[str, Any]
     scenario: dict[str, Any]
     definitions: dict[str, str]
+    definitions_from: str  # which run recorded them, or the load generator's own
     experiments: list[Experiment]
     best: Experiment | None
     best_station: Any  # state.snapshots.Station or None
@@ -157,20 +158,37 @@ def gather(store: Any, goal_id: str, base: str | Path | None = None) -> Content:
             station = store.get_station(best_d.station_hash)
         except LookupError:
             station = None
-    passed = {d.station_hash for d in decisions if d.kind == "quality_passed"}
+    evaluated = {d.station_hash for d in decisions if d.kind in ("quality_passed", "quality_failed")}
     pending = [by_id[d.run_id] for d in decisions if d.kind == "quality_pending" and d.run_id in by_id
-               and d.station_hash not in passed]
+               and d.station_hash not in evaluated]
     failed = [by_id[d.run_id] for d in decisions if d.kind == "quality_failed" and d.run_id in by_id]
     stops = [d for d in decisions if d.kind == "stop"]
-    first = next((r.result.summary for r in store.results(goal_id) if r.result.summary is not None), None)
+    defs, defs_from = definitions(goal, store.results(goal_id))
     return Content(
         goal=goal, store_url=store.url, contract=spec.contract().model_dump(), scenario=_scenario(spec.scenario),
-        definitions=dict(first.definitions) if first else {}, experiments=experiments, best=best,
+        definitions=defs, definitions_from=defs_from, experiments=experiments, best=best,
         best_station=station, restore_command=restore_command(store.url, station, best),
         pending=pending, quality_failed=failed, tradeoffs=tradeoffs(goal, experiments),
         kpis=compute_kpis(store, goal_id), budget=store.budget(goal_id), ledger=ledger,
         ledger_summary=summarize_ledger(ledger), stop=stops[-1] if stops else None,
         notes=[d for d in decisions if d.kind == "note"])
+
+
+def definitions(goal: Goal, results: list[Any]) -> tuple[dict[str, str], str]:
+    """The metric definitions a run recorded with its summary; else the load generator's, with this goal's
+    native-window minimums."""
+    for r in results:
+        if r.result.summary is not None and r.result.summary.definitions:
+            return dict(r.result.summary.definitions), f"as recorded with run {r.run_id}"
+    from executor.metrics import DEFINITIONS
+
+    p = goal.spec.protocol
+    defs = dict(DEFINITIONS)
+    try:
+        defs["native_window"] = defs["native_window"].format(min_n=p.native_min_requests, min_s=p.native_min_seconds)
+    except (KeyError, IndexError):
+        pass
+    return defs, "the load generator's definitions (no run recorded its own)"
 
 
 def _ruled_out(outcome: Decision | None, card: dict[str, Any]) -> str:

@@ -71,9 +71,7 @@ def _goal(c: Content) -> list[Block]:
 
 def _definitions(c: Content) -> list[Block]:
     out: list[Block] = [Heading(2, "Metric definitions (REFERENCE.md §1)", "definitions")]
-    if not c.definitions:
-        return out + [Para("No run has been summarised yet: no definitions recorded.")]
-    return out + [Table(("metric", "definition"), tuple((Cell(k, "key"), Cell(v)) for k, v in
+    return out + [Para(f"Definitions {c.definitions_from}.", "muted"), Table(("metric", "definition"), tuple((Cell(k, "key"), Cell(v)) for k, v in
                                                         sorted(c.definitions.items())), "definitions",
                         tuple(sorted(c.definitions)))]
 
