@@ -252,7 +252,9 @@ def test_each_plot_draws_the_stored_data_and_is_not_blank(demo):
             (rid, getattr(getattr(s, lat), slo), s.whole.output_tok_s_per_card,
              s.native.output_tok_s_per_card if s.native else None) for rid, s in valid.items()}
         for n, front in ser["frontier"].items():
-            pts = [(p["x"], p["whole"]) for p in ser["points"] if p["n"] == n and p["slo_ok"]]
+            kept = {d.run_id for d in st.decisions(gid, ("baseline", "new_best", "tradeoff"))}
+            assert {p["run_id"] for p in ser["points"] if p["kept"]} == kept
+            pts = [(p["x"], p["whole"]) for p in ser["points"] if p["n"] == n and p["kept"]]
             assert front and set(front) <= set(pts)
             assert not any(x2 <= x and y2 >= y and (x2, y2) != (x, y) for x, y in front for x2, y2 in pts)
     assert rep.plots["tput_tpot"].series["slo"] == spec.constraints.tpot_mean_ms_lt == 20

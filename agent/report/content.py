@@ -26,6 +26,9 @@ RULED_OUT = {
 }
 
 
+KEPT = ("baseline", "new_best", "tradeoff", "quality_pending", "quality_passed")  # frontier candidates
+
+
 @dataclass(frozen=True)
 class Experiment:
     """One run of the goal with its card, its result and the decisions it led to."""
@@ -82,6 +85,7 @@ class TradeRow:
     tpot_mean: float | None
     e2e_mean: float | None
     slo_ok: bool
+    kept: bool = False  # meets the SLO and the loop kept it (reference, best, trade-off, quality pending)
     frontier: bool = False
     vs_reference: str | None = None  # percentage against the reference at the same N and window only
 
@@ -268,7 +272,8 @@ def _row(sc: str, e: Experiment, s: Summary, spec: Any) -> TradeRow:
         native=getattr(nat, metric) if nat else None, native_s=nat.duration if nat else None,
         native_n=nat.n_requests if nat else None, native_reason=s.native_reason,
         ttft_mean=s.ttft_ms.mean, ttft_p90=s.ttft_ms.p90, tpot_mean=s.tpot_ms.mean, e2e_mean=s.e2e_ms.mean,
-        slo_ok=not spec.constraints.violations(s))
+        slo_ok=not spec.constraints.violations(s),
+        kept=not spec.constraints.violations(s) and e.outcome is not None and e.outcome.kind in KEPT)
 
 
 def _vs(row: TradeRow, ref: Experiment | None, spec: Any) -> TradeRow:
@@ -288,7 +293,8 @@ def _vs(row: TradeRow, ref: Experiment | None, spec: Any) -> TradeRow:
 
 
 def _mark(row: TradeRow, rows: list[TradeRow]) -> TradeRow:
-    """Frontier: meets the SLO and no other row at this N is as fast (whole) with every latency mean as low."""
+    """Frontier: kept by the loop, meets the SLO, and no other kept row at this N is as fast (whole) with every
+    latency mean as low (the loop's own rule, agent.judgement.frontier)."""
     from dataclasses import replace
 
     keys = ("ttft_mean", "tpot_mean", "e2e_mean")
@@ -299,7 +305,7 @@ def _mark(row: TradeRow, rows: list[TradeRow]) -> TradeRow:
         return (b.whole >= a.whole and all(getattr(b, k) <= getattr(a, k) for k in keys)
                 and (b.whole > a.whole or any(getattr(b, k) < getattr(a, k) for k in keys)))
 
-    return replace(row, frontier=row.slo_ok and not any(beats(o, row) for o in rows if o is not row and o.slo_ok))
+    return replace(row, frontier=row.kept and not any(beats(o, row) for o in rows if o is not row and o.kept))
 
 
 def best_objectives(content: Content) -> list[tuple[str, float, float | None, int | None]]:

@@ -44,7 +44,8 @@ def frontier_2d(points: Sequence[tuple[float, float]]) -> list[tuple[float, floa
 def throughput_vs_latency(name: str, rows: list[TradeRow], latency: str, label: str, slo: float | None,
                           metric: str) -> Plot:
     """Whole-window figure (filled) and native figure where valid (hollow) against one latency, one colour
-    per N; the valid frontier per N (whole figure, runs meeting the SLO) and the SLO limit as a line."""
+    per N; the valid frontier per N (whole figure, over the stations the loop kept that meet the SLO) and
+    the SLO limit as a line."""
     fig = Figure(figsize=(7.5, 4.6))
     ax = fig.add_subplot()
     points, frontiers = [], {}
@@ -53,13 +54,13 @@ def throughput_vs_latency(name: str, rows: list[TradeRow], latency: str, label: 
         at_n = [r for r in rows if r.n == n and getattr(r, latency) is not None and r.whole is not None]
         for r in at_n:
             points.append({"run_id": r.run_id, "n": n, "x": getattr(r, latency), "whole": r.whole, "native": r.native,
-                           "slo_ok": r.slo_ok})
+                           "slo_ok": r.slo_ok, "kept": r.kept})
         ax.scatter([getattr(r, latency) for r in at_n], [r.whole for r in at_n], color=c, label=f"whole, N={n}")
         nat = [r for r in at_n if r.native is not None]
         if nat:
             ax.scatter([getattr(r, latency) for r in nat], [r.native for r in nat], facecolors="none", edgecolors=c,
                        label=f"native, N={n}")
-        front = frontier_2d([(getattr(r, latency), r.whole) for r in at_n if r.slo_ok])
+        front = frontier_2d([(getattr(r, latency), r.whole) for r in at_n if r.kept])
         frontiers[n] = front
         if front:
             ax.plot([p[0] for p in front], [p[1] for p in front], color=c, linestyle="--", linewidth=1,
@@ -73,7 +74,7 @@ def throughput_vs_latency(name: str, rows: list[TradeRow], latency: str, label: 
         ax.legend(fontsize=7, loc="best")
     title = f"Throughput vs {label}"
     caption = (f"Each valid run: whole-window figure (filled) and native figure where its window was valid (hollow); "
-               f"dashed: valid frontier per N over runs meeting the SLO; dotted: the SLO limit"
+               f"dashed: valid frontier per N over the stations kept (reference, best, trade-off) that meet the SLO; dotted: the SLO limit"
                + ("" if slo is not None else f" (this goal sets no {label} limit)") + ".")
     ax.set_title(title)
     return Plot(name, title, caption, _png(fig), {"points": points, "frontier": frontiers, "slo": slo})
