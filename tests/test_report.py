@@ -392,3 +392,13 @@ def test_quality_pending_is_shown_apart_and_never_as_the_best(store, make_result
     assert rep.content.best_station.hash == base.hash
     page = render(rep, tmp_path / "b").html.read_text()
     assert "quality evaluation failed: never deployable" in page
+
+
+def test_a_goal_with_no_runs_still_renders_and_says_why_plots_are_missing(store, tmp_path):
+    goal = store.create_goal(load_goal(ROOT / "examples/goal-16k.yaml"))
+    rep = build_report(store, goal.id)
+    md = render(rep, tmp_path).markdown.read_text()
+    assert "No experiment has run yet." in md and "No deployable best station yet." in md
+    assert set(rep.missing) == {"queues", "prefill_batches"} and "queues: not drawn — no valid candidate" in md
+    assert rep.plots["tput_tpot"].series["points"] == [] and rep.plots["progress"].series["best"] == []
+    assert "| per_card |" in md  # the definitions are stated even before a run recorded them

@@ -63,8 +63,8 @@ def throughput_vs_latency(name: str, rows: list[TradeRow], latency: str, label: 
         front = frontier_2d([(getattr(r, latency), r.whole) for r in at_n if r.kept])
         frontiers[n] = front
         if front:
-            ax.plot([p[0] for p in front], [p[1] for p in front], color=c, linestyle="--", linewidth=1,
-                    label=f"valid frontier, N={n}")
+            ax.plot([p[0] for p in front], [p[1] for p in front], color=c, linestyle="--", linewidth=1, marker="s",
+                    markersize=11, markerfacecolor="none", label=f"valid frontier, N={n}")
     if slo is not None:
         ax.axvline(slo, color="black", linestyle=":", label=f"SLO {label} < {slo:g} ms")
     ax.set_xlabel(f"{label} (ms)")
