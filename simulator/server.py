@@ -7,12 +7,14 @@ hands each request the events due since (one SSE chunk per request per wake: a d
 tokens, or several steps' when the scale makes steps shorter than the tick). Prompt tokens are
 whitespace words; prefix-cache block hashes are chained hashes of 64-word blocks. The output is
 always max_tokens long (the simulator has no EOS: ignore_eos / min_tokens hold trivially) unless
-the truncate fault cuts it. `/sim/records` returns the server's own per-request records in virtual
+the truncate fault cuts it. `/sim/info` reports the driver's own lag (how late events went out).
+`/sim/records` returns the server's own per-request records in virtual
 seconds: the ground truth a client measurement is checked against.
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import sys
@@ -55,6 +57,14 @@ class SimService:
         self.next_id = 0
         self.wake = asyncio.Event()
         self.task: asyncio.Task | None = None
+        self.lags: collections.deque[float] = collections.deque(maxlen=100_000)  # wall s late, per wake
+
+    def lag_ms(self) -> dict[str, float | int | None]:
+        """How late the driver handed out events (wall ms past their virtual due time, per wake): the
+        server's own scheduling lag, which a busy machine adds to what every client measures."""
+        xs = sorted(self.lags)
+        pick = lambda q: round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1e3, 3) if xs else None  # noqa: E731
+        return {"wakes": len(xs), "p50": pick(0.5), "p99": pick(0.99), "max": pick(1.0)}
 
     def vnow(self) -> float:
         return (time.perf_counter_ns() - self.w0) / 1e9 * self.scale
@@ -62,8 +72,11 @@ class SimService:
     def advance(self) -> None:
         """Run the cluster to now and hand each request the events due (one list per request)."""
         per: dict[int, list[Event]] = {}
-        for ev in self.cluster.run_until(self.vnow()):
+        now = self.vnow()
+        for ev in self.cluster.run_until(now):
             per.setdefault(ev.req_id, []).append(ev)
+        if per:
+            self.lags.append(max(0.0, now - min(ev.t for evs in per.values() for ev in evs)) / self.scale)
         for rid, evs in per.items():
             rec = self.truth[rid]
             for ev in evs:
@@ -110,6 +123,15 @@ class SimService:
         self.wake.set()
         return rid, q
 
+    def reset_prefix_cache(self) -> int:
+        """vLLM's POST /reset_prefix_cache: drop every cached block (hit counters keep counting)."""
+        self.advance()
+        dropped = 0
+        for inst in self.cluster.prefill:
+            dropped += len(inst.cache._blocks)
+            inst.cache._blocks.clear()  # the cache has no public clear(); its block map is the cache
+        return dropped
+
     def metrics(self) -> str:
         self.advance()
         return (self.cluster.metrics_text() + "# TYPE tuneloop_sim_requests_total counter\n"
@@ -133,6 +155,10 @@ def create_app(svc: SimService, model: str, healthy: bool = True) -> FastAPI:
     async def metrics():
         return PlainTextResponse(svc.metrics(), media_type="text/plain; version=0.0.4")
 
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache():
+        return {"reset": True, "dropped_blocks": svc.reset_prefix_cache()}
+
     @app.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "tuneloop"}]}
@@ -151,7 +177,7 @@ def create_app(svc: SimService, model: str, healthy: bool = True) -> FastAPI:
     @app.get("/sim/info")
     async def info():
         return {"cards": svc.cluster.cards, "time_scale": svc.scale, "model": model, "knobs": svc.cluster.knobs,
-                "served": svc.served, "virtual_now": svc.vnow()}
+                "served": svc.served, "virtual_now": svc.vnow(), "emit_lag_ms": svc.lag_ms()}
 
     async def complete(req: Request, chat: bool):
         if not healthy:
@@ -192,6 +218,8 @@ def create_app(svc: SimService, model: str, healthy: bool = True) -> FastAPI:
             try:
                 while finish is None:
                     evs = await q.get()
+                    while not q.empty():  # behind after a stall: one chunk for all that is due, not one per wake
+                        evs = evs + q.get_nowait()
                     toks = 0
                     for ev in evs:
                         if ev.kind == "first":
@@ -267,7 +295,8 @@ def serve(
     task: Optional[str] = typer.Option(None, help="workload type for MTP acceptance: copy | chat | code"),
     scenario_free: bool = typer.Option(True, "--scenario-free/--no-scenario-free",
                                        help="serve any prompt (the only mode; accepted for launch templates)"),
-    expected_requests: Optional[int] = typer.Option(None, help="N for crash_at=F: crash after F*N requests"),
+    expected_requests: Optional[int] = typer.Option(None, help="N for crash_at=F (required with it): crash after "
+                                                                  "F*N requests"),
     seed: int = typer.Option(0, help="simulation seed"),
     model: Optional[str] = typer.Option(None, help="model id to report (default: the profile name)"),
 ) -> None:
@@ -289,11 +318,13 @@ def serve(
         typer.echo(f"sim serve: launch failed: {e}", err=True)
         raise typer.Exit(3)
     crash_after = None
-    if faults.crash_at is not None:
-        if expected_requests is None:
-            typer.echo("sim serve: crash_at needs --expected-requests N; ignoring it", err=True)
-        else:
-            crash_after = int(faults.crash_at * expected_requests)
+    if faults.crash_at is not None:  # a server cannot know how many requests a load will send: it is told
+        if expected_requests is None or expected_requests < 1:
+            typer.echo(f"sim serve: --fault crash_at={faults.crash_at:g} needs --expected-requests N (N >= 1, the "
+                       f"requests the load will send, warm-up included): the server crashes after "
+                       f"crash_at * N of them; got {expected_requests!r}", err=True)
+            raise typer.Exit(2)
+        crash_after = int(faults.crash_at * expected_requests)
     svc = SimService(cluster, time_scale, crash_after)
     app = create_app(svc, model or prof.name, healthy=cluster.healthy)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=600)

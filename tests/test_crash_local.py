@@ -58,7 +58,7 @@ def world(tmp_path):
 
 def _spec(scenario: str, run_id: str) -> TrialSpec:
     return TrialSpec(run_id=run_id, goal_id="g", target="loc", scenario=scenario, n=N, warmup=WARMUP, seed=1,
-                     knobs={"concurrency": 4, "request_rate": "inf", "enable_prefix_caching": False})
+                     knobs={"concurrency": 4, "request_rate": "inf"})  # prefix caching on: flushed per run
 
 
 def _crash(make, spec: TrialSpec, point: str) -> int:
@@ -97,6 +97,7 @@ def test_crashes_resume_with_exactly_one_load_each(world):
         assert after[:len(before)] == before, point
         assert all(any(r.phase == ph and r.event == "outcome" and r.status == "ok" for r in after) for ph in PHASES)
         assert got.verdict.kind == "valid", (point, got.verdict, got.error)
+        assert got.summary.cache_hit == 0.0, point  # zero-cache scenario on a warm service: the cache was flushed
         runs.append(got)
     ref = make().run_trial(_spec(scenario, "reference"))
     for got in runs:
@@ -106,5 +107,8 @@ def test_crashes_resume_with_exactly_one_load_each(world):
     log = (make().targets["loc"].run_root + "/launch.log")
     text = open(log).read()
     assert text.count("start-service ") == 1  # warm service reused across all runs
+    warm = [as_record(r) for r in make().store.phases("reference")]
+    flush = next(r.detail for r in warm if r.phase == "warmup" and r.event == "outcome")["cache_flush"]
+    assert flush == [{"service": "sim-0", "method": "POST /reset_prefix_cache", "status": 200, "ok": True}]
     for i in range(len(POINTS)):
         assert text.count(f"start-run r{i}.load ") == 1

@@ -151,4 +151,6 @@ def test_targets_example_file_loads():
     from executor.targets import load_targets
 
     for p in Path(__file__).resolve().parents[1].glob("examples/targets*.yaml"):
+        if "@" in p.read_text():  # a template with placeholders the llama.cpp test fills in (not a targets file yet)
+            continue
         assert load_targets(p)

@@ -168,13 +168,18 @@ class LauncherTransport(abc.ABC):
         res = await self.run(["tail", "-c", str(tail), f"{svc_dir(self.target, svc.name)}/log"], host=svc.host)
         return res.stdout
 
-    async def health(self, svc: ServiceSpec, timeout: float = 2.0) -> bool:
-        url = f"http://{svc.host}:{svc.port}{svc.health_path}"
+    async def http(self, svc: ServiceSpec, method: str, path: str, timeout: float = 30.0) -> tuple[int | None, str]:
+        """One HTTP request to a service: (status, body); status None when nothing answered."""
+        url = f"http://{svc.host}:{svc.port}{path}"
         try:
             async with httpx.AsyncClient(timeout=timeout) as c:
-                return (await c.get(url)).status_code == 200
-        except httpx.HTTPError:
-            return False
+                r = await c.request(method, url)
+                return r.status_code, r.text
+        except httpx.HTTPError as e:
+            return None, repr(e)
+
+    async def health(self, svc: ServiceSpec, timeout: float = 2.0) -> bool:
+        return (await self.http(svc, "GET", svc.health_path, timeout))[0] == 200
 
     def load_argv(self, key: str, plan: LoadPlan) -> list[str]:
         out = f"{self.root}/runs/{key}/out"

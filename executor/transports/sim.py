@@ -102,6 +102,11 @@ class SimTransport:
         s = self._state(svc.name)
         return bool(s and s["alive"] and s["healthy"])
 
+    async def http(self, svc: ServiceSpec, method: str, path: str, timeout: float = 30.0) -> tuple[int | None, str]:
+        """Virtual time has no HTTP: a live service answers 200 (each simulated load starts cache-cold)."""
+        s = self._state(svc.name)
+        return (200, "{}") if s and s["alive"] else (None, "not running")
+
     async def launch(self, key: str, plan: LoadPlan, epoch: int) -> int:
         with self._fenced(epoch, key):
             final = self.root / "runs" / key
