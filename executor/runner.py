@@ -323,10 +323,10 @@ class _Run:
 
             p = profiles.load(self.target.profile)
             return f"simulator:tuneloop-{version('tuneloop')}:profile={p.name}"
-        argv = list(render_probe(self.target))
-        res = await self.transport.run(["sh", "-c", 'p=$(command -v "$1") && sha256sum "$p"', "sh", argv[0]])
-        digest = res.stdout.split()[0][:16] if res.rc == 0 and res.stdout else "unknown"
-        return f"{self.target.engine}:{argv[0]}:sha256={digest}"
+        from executor.identity import source_identity
+
+        return await source_identity(self.transport, self.target.engine, render_probe(self.target), self.target.python,
+                                     self.target.image_digest)
 
     def _running_knobs(self) -> dict | None:
         p = self.ex.root / "_targets" / f"{self.target.name}.station.json"
@@ -465,7 +465,7 @@ class _Run:
         br = self.work / "load" / rec.BREAKDOWN
         if self.target.kind == "sim" and br.exists():
             return {"summary": json.loads(br.read_text()), "source": "simulator breakdown"}
-        return await profile_window(self.transport, self.rendered, self.target.profiler_seconds)
+        return await profile_window(self.transport, self.rendered, self.target.profiler_seconds, self.target.python)
 
     async def collect_and_validate(self, prep: dict, load: dict, profile: dict | None) -> TrialResult:
         from executor.collect import CollectionError, summarize_run
@@ -570,32 +570,48 @@ class _Run:
                 return await fn()
 
 
-def render_probe(target: Target) -> tuple[str, ...]:
-    """The engine binary whose identity we record: the first service's program."""
+def render_probe(target: Target) -> ServiceSpec:
+    """The engine service whose identity we record: the first one (prefill, or the only one)."""
     from executor.templates import RENDERERS
 
     dummy = Station(engine=target.engine, knobs={}, scenario="-", data_version="-", source_identity="-", target=target.name)
-    svc = RENDERERS[target.template or target.engine](target, dummy).services[0]
-    return svc.argv
+    return RENDERERS[target.template or target.engine](target, dummy).services[0]
 
 
-async def profile_window(transport: Any, rendered: Rendered | None, seconds: float) -> dict:
-    """vLLM/SGLang expose /start_profile and /stop_profile; the trace stays on the target."""
-    import httpx
+async def profile_window(transport: Any, rendered: Rendered | None, seconds: float, python: str = "python3") -> dict:
+    """vLLM/SGLang `/start_profile` .. `/stop_profile`; the trace stays on each service's host, where the
+    analyser (executor/profilers.py, copied there) reduces it; only its summary JSON comes back."""
+    from executor import profilers
 
-    if rendered is None:
-        return {"summary": None, "error": "nothing deployed"}
-    svc = rendered.services[0]
-    base = f"http://{svc.host}:{svc.port}"
-    try:
-        async with httpx.AsyncClient(timeout=30) as c:
-            r1 = await c.post(f"{base}/start_profile")
-            await asyncio.sleep(seconds)  # the profiling window itself
-            r2 = await c.post(f"{base}/stop_profile")
-        ok = r1.status_code == 200 and r2.status_code == 200
-        return {"summary": {"window_s": seconds, "captured": ok}, "source": f"{base} profiler endpoints"}
-    except httpx.HTTPError as e:
-        return {"summary": None, "error": f"profiler unavailable: {e}"}
+    svcs = [s for s in (rendered.services if rendered else ()) if s.profile_dir]
+    if not svcs:
+        return {"summary": None, "error": "no service of this template writes a profiler trace"}
+    source = Path(profilers.__file__).read_text()
+    script = f"{transport.root}/profilers-{content_hash(source)[:12]}.py"
+    since: dict[str, str] = {}
+    for s in svcs:
+        await transport.put_text(script, source, 0o755, host=s.host)
+        res = await transport.run(["date", "+%s.%N"], host=s.host)  # the window starts on the target's clock
+        since[s.name] = res.stdout.strip() or "0"
+    started = {s.name: (await transport.http(s, "POST", "/start_profile"))[0] for s in svcs}
+    await asyncio.sleep(seconds)  # the profiling window itself
+    stopped = {s.name: (await transport.http(s, "POST", "/stop_profile", timeout=600.0))[0] for s in svcs}
+    parts, errors = [], {}
+    for s in svcs:
+        out = f"{s.profile_dir}.summary.json"
+        res = await transport.run([python, script, s.profile_dir, out, since[s.name]], timeout=600.0, host=s.host)
+        text = (await transport.run(["cat", out], host=s.host)).stdout
+        try:
+            summary = json.loads(text)
+        except ValueError:
+            summary = {"files": 0, "error": f"analyser rc={res.rc}: {res.stderr.strip()[-500:]}"}
+        if summary.get("files"):
+            parts.append(summary)
+        else:
+            errors[s.name] = summary.get("error")
+    merged = profilers.merge(parts) if parts else None
+    return {"summary": merged, "source": "torch profiler trace analysed on the target", "start_status": started,
+            "stop_status": stopped, **({"errors": errors} if errors else {})}
 
 
 def _unknown_result(spec: TrialSpec, why: str) -> TrialResult:

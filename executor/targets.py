@@ -65,6 +65,8 @@ class Target(BaseModel):
     profile: str = "dsv4-flash-910c-p8d8"  # simulator profile (sim engine)
     time_scale: float = Field(50.0, gt=0)  # sim serve: simulated seconds per real second
     tuneloop: tuple[str, ...] | None = None  # how to call tuneloop on the target (default: local python)
+    image_digest: str | None = None  # the engine's container image digest: the source identity when given
+    python: str = "python3"  # the target's python (runs the profile analyser and the health probe over ssh)
     engine_command: tuple[str, ...] | None = None  # how to call the engine binary (llama.cpp: default llama-server)
     pd_connector: str | None = None  # KV connector override (vLLM / vLLM-Ascend)
     extra_args: dict[str, tuple[str, ...]] = {}  # per role, appended verbatim as argv
@@ -78,7 +80,7 @@ class Target(BaseModel):
             raise ValueError(f"name: {v!r} may only hold letters, digits and _ . : -")
         return v
 
-    @field_validator("run_root", "model")
+    @field_validator("run_root", "model", "image_digest", "python")
     @classmethod
     def _paths(cls, v: str | None, info: Any) -> str | None:
         return None if v is None else check_safe(info.field_name, v)

@@ -30,6 +30,7 @@ class ServiceSpec(BaseModel):
     files: dict[str, str] = {}  # file name in the service directory -> content
     health_path: str = "/health"
     cards: int = 0
+    profile_dir: str | None = None  # where the engine's profiler writes traces (/start_profile../stop_profile)
 
 
 class Rendered(BaseModel):
@@ -136,9 +137,11 @@ def render_vllm(target: Target, station: Station, faults: tuple[str, ...] = ()) 
                     kv["kv_role"] = "kv_both"
                 argv += ["--kv-transfer-config", json.dumps(kv, sort_keys=True, separators=(",", ":"))]
             argv += _vllm_knob_args(station.server_knobs, role) + list(target.extra_args.get(role, ()))
-            env = _env(target, host, visible) | {"VLLM_SERVER_DEV_MODE": "1"}  # mounts /reset_prefix_cache
+            trace = f"{svc_dir(target, f'{role}-{i}')}/trace"
+            # dev mode mounts /reset_prefix_cache; a profiler dir mounts /start_profile and /stop_profile
+            env = _env(target, host, visible) | {"VLLM_SERVER_DEV_MODE": "1", "VLLM_TORCH_PROFILER_DIR": trace}
             services.append(ServiceSpec(name=f"{role}-{i}", role=role, host=host.host, port=host.port,
-                                        argv=tuple(argv), env=env, cards=host.cards))
+                                        argv=tuple(argv), env=env, cards=host.cards, profile_dir=trace))
     return _with_router(target, services, "vllm", _vllm_router)
 
 
@@ -206,8 +209,10 @@ def render_sglang(target: Target, station: Station, faults: tuple[str, ...] = ()
                 argv += ["--disaggregation-mode", role,
                          "--disaggregation-transfer-backend", target.pd_connector or "mooncake"]
             argv += _sglang_knob_args(station.server_knobs, role) + list(target.extra_args.get(role, ()))
+            trace = f"{svc_dir(target, f'{role}-{i}')}/trace"
+            env = _env(target, host, "CUDA_VISIBLE_DEVICES") | {"SGLANG_TORCH_PROFILER_DIR": trace}
             services.append(ServiceSpec(name=f"{role}-{i}", role=role, host=host.host, port=host.port, argv=tuple(argv),
-                                        env=_env(target, host, "CUDA_VISIBLE_DEVICES"), cards=host.cards))
+                                        env=env, cards=host.cards, profile_dir=trace))
     return _with_router(target, services, "sglang", _sglang_router)
 
 

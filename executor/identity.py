@@ -1,0 +1,52 @@
+"""Source identity of a real engine: what a station's results were measured on.
+
+Preference: an image digest declared in the target YAML (containers are identified by it), then the
+engine's own word (`vllm --version`, `llama-server --version`, the sglang / mindie package version),
+then the sha256 of the engine binary. Asked on the host that runs the engine.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from executor.templates import ServiceSpec
+
+_PY_VERSION = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
+
+
+def version_probe(engine: str, argv: tuple[str, ...], python: str) -> list[str] | None:
+    """The command that makes this engine state its version, or None when it has none."""
+    if engine in ("vllm", "vllm-ascend", "llamacpp"):
+        return [argv[0], "--version"]
+    if engine == "sglang":
+        return [argv[0] if "python" in argv[0] else python, "-c", _PY_VERSION, "sglang"]
+    if engine == "mindie":
+        return [python, "-c", _PY_VERSION, "mindie_llm"]
+    return None
+
+
+def parse_version(engine: str, out: str) -> str | None:
+    """The version (with build/commit where the engine prints one) from the probe's output."""
+    text = out.strip()
+    if not text:
+        return None
+    if engine == "llamacpp":  # "version: 6123 (1a2b3c4d)" on stderr
+        m = re.search(r"version:\s*(\d+)\s*\(([0-9a-f]+)\)", text)
+        return f"{m.group(1)} ({m.group(2)})" if m else None
+    last = text.splitlines()[-1].strip()  # vllm prints log lines before the bare version
+    return last if re.fullmatch(r"[0-9][0-9A-Za-z.+\-_]*", last) else None
+
+
+async def source_identity(transport: Any, engine: str, svc: ServiceSpec, python: str,
+                          image_digest: str | None = None) -> str:
+    if image_digest:
+        return f"{engine}:image={image_digest}"
+    probe = version_probe(engine, svc.argv, python)
+    if probe:
+        res = await transport.run(probe, timeout=120.0, host=svc.host)
+        ver = parse_version(engine, f"{res.stdout}\n{res.stderr}") if res.rc == 0 else None
+        if ver:
+            return f"{engine}:version={ver}"
+    res = await transport.run(["sh", "-c", 'p=$(command -v "$1") && sha256sum "$p"', "sh", svc.argv[0]], host=svc.host)
+    digest = res.stdout.split()[0][:16] if res.rc == 0 and res.stdout else "unknown"
+    return f"{engine}:{svc.argv[0]}:sha256={digest}"

@@ -1,0 +1,58 @@
+"""Source identity of a real engine, asked on its host: the image digest from the target YAML, else
+the engine's own version (with its build commit), else the sha256 of its binary."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sys
+
+import pytest
+
+from executor.identity import parse_version, source_identity
+from executor.targets import Host, Target
+from executor.templates import ServiceSpec
+from executor.transports.local import LocalTransport
+
+
+def _engine(tmp_path, name: str, body: str) -> str:
+    p = tmp_path / name
+    p.write_text(f"#!/bin/sh\n{body}\n")
+    p.chmod(0o755)
+    return str(p)
+
+
+def _ident(tmp_path, engine: str, binary: str, image: str | None = None) -> str:
+    t = Target(name="loc", kind="local", engine=engine, model="m", run_root=str(tmp_path / "tgt"),
+               hosts=(Host(host="127.0.0.1", roles=("mixed", "load")),))
+    svc = ServiceSpec(name="mixed-0", role="mixed", host="127.0.0.1", port=1, argv=(binary, "--port", "1"))
+    return asyncio.run(source_identity(LocalTransport(t), engine, svc, sys.executable, image))
+
+
+def test_llama_server_states_its_build_and_commit(tmp_path):
+    exe = _engine(tmp_path, "llama-server", 'echo "version: 6123 (1a2b3c4d)" >&2; echo "built with cc" >&2')
+    assert _ident(tmp_path, "llamacpp", exe) == "llamacpp:version=6123 (1a2b3c4d)"
+
+
+def test_vllm_version_after_its_log_lines(tmp_path):
+    exe = _engine(tmp_path, "vllm", 'echo "INFO 11-30 12:00:00 [__init__.py] Automatically detected platform cuda."; '
+                                     'echo 0.11.1.dev12+g1234abcd')
+    assert _ident(tmp_path, "vllm", exe) == "vllm:version=0.11.1.dev12+g1234abcd"
+
+
+def test_no_version_falls_back_to_the_binary_hash(tmp_path):
+    exe = _engine(tmp_path, "vllm", "echo 'usage: vllm' >&2; exit 2")
+    digest = hashlib.sha256(open(exe, "rb").read()).hexdigest()[:16]
+    assert _ident(tmp_path, "vllm", exe) == f"vllm:{exe}:sha256={digest}"
+
+
+def test_image_digest_in_the_target_wins(tmp_path):
+    exe = _engine(tmp_path, "vllm", "echo 0.11.0")
+    assert _ident(tmp_path, "vllm", exe, "sha256:abc123") == "vllm:image=sha256:abc123"
+    with pytest.raises(ValueError, match="image_digest"):
+        Target(name="x", kind="local", engine="vllm", model="m", image_digest="sha256:a;rm -rf /",
+               hosts=(Host(host="h", roles=("mixed", "load")),))
+
+
+def test_parse_version_refuses_noise():
+    assert parse_version("vllm", "Traceback (most recent call last):\nImportError: x") is None
+    assert parse_version("llamacpp", "no version here") is None
