@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from executor.summary import Summary
 from executor.trial import TrialResult
@@ -14,6 +14,9 @@ from state.kpis import LoopKPIs, compute_kpis
 from state.ledger import BudgetState, summarize_ledger
 from state.snapshots import Decision, Goal, LedgerEntry, Run
 from state.store import BEST_KINDS
+
+if TYPE_CHECKING:
+    from agent.report.tradeoffs import TradeRow
 
 # what a decision of each kind ruled out, when it is not a negative (only a valid negative rules a change out)
 RULED_OUT = {
@@ -24,9 +27,6 @@ RULED_OUT = {
     "quality_failed": "this station as a deployable best: its quality evaluation failed",
     "fault": "nothing: a fault or a contract violation is not a result, never a negative",
 }
-
-
-KEPT = ("baseline", "new_best", "tradeoff", "quality_pending", "quality_passed")  # frontier candidates
 
 
 @dataclass(frozen=True)
@@ -63,33 +63,6 @@ class Experiment:
         return list(((self.outcome.data or {}).get("figures") or {}).get("slo_violations") or []) if self.outcome else []
 
 
-@dataclass(frozen=True)
-class TradeRow:
-    """One valid station at one N: whole and native apart; native None where the window was invalid."""
-
-    scenario: str
-    n: int
-    station: str | None
-    run_id: str
-    change: str
-    status: str
-    whole: float | None
-    whole_s: float | None
-    whole_n: int | None
-    native: float | None
-    native_s: float | None
-    native_n: int | None
-    native_reason: str | None
-    ttft_mean: float | None
-    ttft_p90: float | None
-    tpot_mean: float | None
-    e2e_mean: float | None
-    slo_ok: bool
-    kept: bool = False  # meets the SLO and the loop kept it (reference, best, trade-off, quality pending)
-    frontier: bool = False
-    vs_reference: str | None = None  # percentage against the reference at the same N and window only
-
-
 @dataclass
 class Content:
     goal: Goal
@@ -104,7 +77,7 @@ class Content:
     restore_command: str | None
     pending: list[Experiment]  # performance-positive, quality pending
     quality_failed: list[Experiment]
-    tradeoffs: dict[str, dict[int, list[TradeRow]]]  # scenario -> N -> rows
+    tradeoffs: dict[str, dict[int, list["TradeRow"]]]  # scenario -> N -> rows
     kpis: LoopKPIs
     budget: BudgetState
     ledger: list[LedgerEntry]
@@ -168,6 +141,7 @@ def gather(store: Any, goal_id: str, base: str | Path | None = None) -> Content:
     failed = [by_id[d.run_id] for d in decisions if d.kind == "quality_failed" and d.run_id in by_id]
     stops = [d for d in decisions if d.kind == "stop"]
     defs, defs_from = definitions(goal, store.results(goal_id))
+    from agent.report.tradeoffs import tradeoffs  # (it builds on Experiment, defined here)
     return Content(
         goal=goal, store_url=store.url, contract=spec.contract().model_dump(), scenario=_scenario(spec.scenario),
         definitions=defs, definitions_from=defs_from, experiments=experiments, best=best,
@@ -237,75 +211,6 @@ def restore_command(store_url: str, station: Any, best: Experiment | None) -> st
     if best is not None and best.run_dir is not None:  # run dirs are <runs-root>/<run id>/load
         parts += ["--runs-root", str(best.run_dir.parents[1])]
     return shlex.join(parts)
-
-
-def tradeoffs(goal: Goal, experiments: list[Experiment]) -> dict[str, dict[int, list[TradeRow]]]:
-    """Valid runs per scenario and N (the latest per station), with the frontier marked per N."""
-    spec = goal.spec
-    latest: dict[tuple[str, int, str], tuple[TradeRow, Experiment | None]] = {}
-    seen: dict[tuple[str, int, str], Experiment] = {}  # the latest valid run of each station so far
-    for e in experiments:
-        s = e.summary
-        if e.verdict != "valid" or s is None:
-            continue
-        sc = e.run.spec.get("scenario", spec.scenario)
-        ref = seen.get((sc, e.run.n, e.parent or "")) if e.card.get("change") else None
-        key = (sc, e.run.n, e.station or e.run.id)
-        latest[key] = (_row(sc, e, s, spec), ref)
-        seen[key] = e
-    out: dict[str, dict[int, list[TradeRow]]] = {}
-    for (sc, n, _), (row, ref) in latest.items():
-        out.setdefault(sc, {}).setdefault(n, []).append(_vs(row, ref, spec))
-    for by_n in out.values():
-        for n, rows in by_n.items():
-            by_n[n] = sorted((_mark(r, rows) for r in rows), key=lambda r: -(r.whole or 0.0))
-    return {sc: dict(sorted(v.items())) for sc, v in out.items()}
-
-
-def _row(sc: str, e: Experiment, s: Summary, spec: Any) -> TradeRow:
-    metric = spec.objective.metric
-    w, nat = s.whole, s.native
-    return TradeRow(
-        scenario=sc, n=e.run.n, station=e.station, run_id=e.run.id, change=e.change,
-        status=e.outcome.kind if e.outcome else "not judged",
-        whole=getattr(w, metric) if w else None, whole_s=w.duration if w else None, whole_n=w.n_requests if w else None,
-        native=getattr(nat, metric) if nat else None, native_s=nat.duration if nat else None,
-        native_n=nat.n_requests if nat else None, native_reason=s.native_reason,
-        ttft_mean=s.ttft_ms.mean, ttft_p90=s.ttft_ms.p90, tpot_mean=s.tpot_ms.mean, e2e_mean=s.e2e_ms.mean,
-        slo_ok=not spec.constraints.violations(s),
-        kept=not spec.constraints.violations(s) and e.outcome is not None and e.outcome.kind in KEPT)
-
-
-def _vs(row: TradeRow, ref: Experiment | None, spec: Any) -> TradeRow:
-    """The gain over the parent's latest valid run at the same N, in the objective's window when both have
-    it, else the whole window for both; None without such a run (never a percentage across N)."""
-    from dataclasses import replace
-
-    if ref is None or ref.summary is None or ref.run.n != row.n:
-        return row
-    for w in ([spec.objective.window, "whole"] if spec.objective.window == "native" else ["whole"]):
-        a = row.native if w == "native" else row.whole
-        rw = ref.summary.native if w == "native" else ref.summary.whole
-        b = getattr(rw, spec.objective.metric) if rw is not None else None
-        if a is not None and b:
-            return replace(row, vs_reference=f"{a / b - 1.0:+.2%} {w} vs parent at N={row.n}")
-    return row
-
-
-def _mark(row: TradeRow, rows: list[TradeRow]) -> TradeRow:
-    """Frontier: kept by the loop, meets the SLO, and no other kept row at this N is as fast (whole) with every
-    latency mean as low (the loop's own rule, agent.judgement.frontier)."""
-    from dataclasses import replace
-
-    keys = ("ttft_mean", "tpot_mean", "e2e_mean")
-
-    def beats(b: TradeRow, a: TradeRow) -> bool:
-        if any(getattr(x, k) is None for x in (a, b) for k in keys) or a.whole is None or b.whole is None:
-            return False
-        return (b.whole >= a.whole and all(getattr(b, k) <= getattr(a, k) for k in keys)
-                and (b.whole > a.whole or any(getattr(b, k) < getattr(a, k) for k in keys)))
-
-    return replace(row, frontier=row.kept and not any(beats(o, row) for o in rows if o is not row and o.kept))
 
 
 def best_objectives(content: Content) -> list[tuple[str, float, float | None, int | None]]:

@@ -8,7 +8,8 @@ from typing import Any
 
 from agent.report.blocks import Block, Cell, Code, Heading, Image, Items, Para, Table, kv
 from agent.report.build import Report
-from agent.report.content import Content, Experiment, TradeRow
+from agent.report.content import Content, Experiment
+from agent.report.tradeoffs import TradeRow
 
 LAYOUT_KNOBS = ("num_prefill_instances", "num_decode_instances", "expert_layout", "parallel")
 PLOT_ORDER = ("tput_tpot", "tput_ttft", "queues", "prefill_batches", "progress")

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from agent.report.content import TradeRow
+from agent.report.tradeoffs import TradeRow
 from agent.report.raw import Batches, Queues
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
@@ -73,8 +73,9 @@ def throughput_vs_latency(name: str, rows: list[TradeRow], latency: str, label: 
     if points or slo is not None:
         ax.legend(fontsize=7, loc="best")
     title = f"Throughput vs {label}"
-    caption = (f"Each valid run: whole-window figure (filled) and native figure where its window was valid (hollow); "
-               f"dashed: valid frontier per N over the stations kept (reference, best, trade-off) that meet the SLO; dotted: the SLO limit"
+    caption = ("Each valid run: whole-window figure (filled) and native figure where its window was valid (hollow); "
+               "dashed: valid frontier per N over the stations kept (reference, best, trade-off) that meet the SLO; "
+               "dotted: the SLO limit"
                + ("" if slo is not None else f" (this goal sets no {label} limit)") + ".")
     ax.set_title(title)
     return Plot(name, title, caption, _png(fig), {"points": points, "frontier": frontiers, "slo": slo})
