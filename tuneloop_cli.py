@@ -19,6 +19,7 @@ app.add_typer(load_app, name="load", help="Load generator: run a scenario agains
 app.add_typer(__import__("executor.execcli", fromlist=["app"]).app, name="exec", help="Deterministic executor: run, resume.")
 app.command("restore")(__import__("executor.execcli", fromlist=["restore_cmd"]).restore_cmd)
 app.command("run")(__import__("agent.runcli", fromlist=["run"]).run)
+app.command("approve")(__import__("agent.runcli", fromlist=["approve"]).approve)
 app.add_typer(__import__("executor.llamacpp", fromlist=["app"]).app, name="llamacpp", help="llama.cpp: generated model, targets file.")
 app.command("serve")(__import__("api.cli", fromlist=["serve"]).serve)
 app.command("worker")(__import__("api.cli", fromlist=["worker"]).worker)

@@ -40,8 +40,8 @@ class Display:
             self._refresh_store_rows()
         if self.live is not None:
             self.live.update(self.table())
-        elif not self.console.is_terminal:
-            self.console.print(f"[{self.rows['phase']}] {self.rows['card']} | {self.rows['last']}", highlight=False)
+        else:  # no terminal (a pipe, a log file): one plain line per event, never a redrawn table
+            typer.echo(event_line(phase, info, self.rows))
 
     def _refresh_store_rows(self) -> None:
         from state.store import Store
@@ -68,8 +68,43 @@ class Display:
             st.close()
 
 
-def summary_text(res: SessionResult, store_url: str) -> str:
+def event_line(phase: str, info: dict[str, Any], rows: dict[str, str]) -> str:
+    """One line for one loop event (what a log file or a pipe gets instead of the live table)."""
+    parts = [f"[{phase}]"]
+    if info.get("retry"):
+        parts.append(f"retry {info['retry']} after {info.get('fault')}")
+    if info.get("card"):
+        parts.append(rows["card"])
+    if phase == "authorise" and info.get("why"):
+        parts.append(f"({info['why']})")
+    if info.get("run_id"):
+        parts.append(f"run {info['run_id']}")
+    if phase in ("judge", "stop") and info.get("reason"):
+        parts.append("-> " + " ".join(str(info["reason"]).split())[:200])
+    if info.get("diagnosis"):
+        parts.append("leading: " + str(info["diagnosis"]).splitlines()[0])
+    if phase in ("observe", "stop"):
+        parts.append(f"budget {rows['budget']}")
+    return " ".join(parts)
+
+
+def kpi_lines(store: Any, goal_id: str) -> list[str]:
+    """The loop KPIs (DESIGN.md §3) as lines, for the end of a run."""
     from state.kpis import compute_kpis
+
+    k = compute_kpis(store, goal_id)
+    fmt = lambda v, f="{:.2f}": "—" if v is None else f.format(v)  # noqa: E731
+    return ["KPIs:",
+            f"  experiments {k.experiments} ({k.valid_experiments} valid), card-hours {k.card_hours_used:.2f}",
+            f"  first valid decision after {fmt(k.seconds_to_first_valid_decision, '{:.1f}')} s "
+            f"({fmt(k.card_hours_to_first_valid_decision)} card-h)",
+            f"  share of experiments that changed a decision {fmt(k.decision_changing_share, '{:.0%}')}",
+            f"  repeated negatives {k.repeated_negatives}, invalid runs recorded as negatives {k.invalid_negatives}",
+            f"  objective {fmt(k.baseline_objective)} -> {fmt(k.best_objective)} "
+            f"({fmt(k.improvement_pct, '{:+.2f}')} %), card-hours per point {fmt(k.card_hours_per_point)}"]
+
+
+def summary_text(res: SessionResult, store_url: str) -> str:
     from state.store import Store
 
     st = Store(store_url)
@@ -81,10 +116,7 @@ def summary_text(res: SessionResult, store_url: str) -> str:
         best = st.best_station(res.goal_id)
         if best is not None:
             lines.append(f"best station {best.hash}: restore with `tuneloop restore {best.hash}`")
-        k = compute_kpis(st, res.goal_id)
-        lines.append(f"experiments {k.experiments} ({k.valid_experiments} valid), card-hours {k.card_hours_used:.2f}, "
-                     f"improvement {k.improvement_pct if k.improvement_pct is None else round(k.improvement_pct, 2)} %, "
-                     f"repeated negatives {k.repeated_negatives}, invalid negatives {k.invalid_negatives}")
+        lines += kpi_lines(st, res.goal_id)
         if res.state_path:
             lines.append(f"state file: {res.state_path}")
         report = _report(st, res.goal_id)
@@ -113,6 +145,7 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
         llm_model: str = typer.Option("tuneloop-planner", "--llm-model", envvar="TUNELOOP_LLM_MODEL"),
         fault: list[str] = typer.Option([], "--fault", help="inject a simulator fault into the Nth run: N:fault"),
         targets: Optional[Path] = typer.Option(None, "--targets", help="targets YAML (local/ssh engines; sim needs none)"),
+        new: bool = typer.Option(False, "--new", help="start a fresh goal even if one with this spec exists"),
         ) -> None:
     """Run the tuning loop for GOAL to a stop (or until a person must approve a step)."""
     from state.errors import GoalError
@@ -137,18 +170,43 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
     console = Console()
     display = Display(url, console)
     planner = make_planner(llm_base_url, llm_model, os.environ.get("TUNELOOP_LLM_API_KEY"))
+    kw = dict(auto_approve=auto_approve, planner=planner, faults=faults, on_event=display, targets=tg,
+              new_goal=new is True)  # called from Python (tuneloop demo) the option object stands for False
     if console.is_terminal:
         with Live(display.table(), console=console, refresh_per_second=4) as live:
             display.live = live
-            res = run_session(spec, url, auto_approve=auto_approve, planner=planner, faults=faults, on_event=display,
-                              targets=tg)
+            res = run_session(spec, url, **kw)
     else:
-        res = run_session(spec, url, auto_approve=auto_approve, planner=planner, faults=faults, on_event=display,
-                              targets=tg)
-    console.print(summary_text(res, url), highlight=False)
+        res = run_session(spec, url, **kw)
+    if res.already_finished:
+        typer.echo(res.reason)
+        return
+    typer.echo(summary_text(res, url))
     if res.waiting_for:
-        console.print(f"waiting: approve candidate {res.waiting_for.get('candidate_id')} "
-                      f"(card hash {res.waiting_for.get('card_hash')}), then run again", highlight=False)
+        typer.echo(f"waiting: approve candidate {res.waiting_for.get('candidate_id')} "
+                   f"(card hash {res.waiting_for.get('card_hash')}): `tuneloop approve {res.waiting_for.get('candidate_id')}"
+                   f"{' --db ' + url if db else ''}` (or the API), then run again")
+
+
+def approve(candidate: int = typer.Argument(..., help="candidate id (shown when the loop waits)"),
+            db: Optional[str] = typer.Option(None, "--db", help="store URL (default sqlite:///.tuneloop/tuneloop.db)"),
+            who: str = typer.Option(os.environ.get("USER") or "cli", "--who", help="who approves (recorded)"),
+            reject: bool = typer.Option(False, "--reject", help="reject instead of approving"),
+            reason: Optional[str] = typer.Option(None, "--reason")) -> None:
+    """Approve (or reject) a candidate the loop is waiting for; the next `tuneloop run` goes on from there."""
+    from state.errors import Conflict, NotFound
+    from state.store import Store
+
+    st = Store(db or "sqlite:///" + str(Path(".tuneloop") / "tuneloop.db"))
+    try:
+        cand = st.get_candidate(candidate)
+        (st.reject if reject else st.approve)(candidate, cand.card_hash, who, reason)
+    except (Conflict, NotFound, LookupError) as e:
+        typer.echo(f"candidate {candidate}: {e}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        st.close()
+    typer.echo(f"candidate {candidate} {'rejected' if reject else 'approved'} by {who}")
 
 
 def _fault_plan(specs: list[str]) -> Any:

@@ -12,6 +12,7 @@ from typing import Any, Callable
 from agent.graph import build_graph, checkpointer, run_config
 from agent.nodes import Loop
 from agent.planner import DeterministicPlanner
+from executor.phases import crashpoint
 
 
 @dataclass
@@ -22,10 +23,29 @@ class SessionResult:
     waiting_for: dict[str, Any] | None = None  # the interrupt payload (card, candidate_id, card_hash)
     state_path: str | None = None
     notes: list[str] = field(default_factory=list)
+    already_finished: bool = False  # the goal had finished before this call: nothing was run
 
 
 def default_store_url(goal_path: str | Path | None = None) -> str:
     return "sqlite:///" + str(Path(".tuneloop") / "tuneloop.db")
+
+
+def finished(store: Any, goal: Any) -> bool:
+    """Done, and no instruction given since that asks for more (one more round, resume, go back)."""
+    if goal.status != "done":
+        return False
+    ins = store.current_instruction(goal.id)
+    if ins is None or ins.kind in ("pause", "stop"):
+        return True
+    made, done_at = ins.created_at, goal.updated_at
+    if made.tzinfo is None or done_at.tzinfo is None:
+        made, done_at = made.replace(tzinfo=None), done_at.replace(tzinfo=None)
+    return made <= done_at
+
+
+def finished_reason(goal: Any, state_path: str) -> str:
+    return (f"goal {goal.id} already finished: {goal.status_reason or 'done'}. Results: {state_path}, "
+            f"`tuneloop report {goal.id}`; run with --new to start a fresh goal with this spec")
 
 
 def make_planner(llm_base_url: str | None, llm_model: str = "tuneloop-planner", api_key: str | None = None) -> Any:
@@ -39,8 +59,14 @@ def make_planner(llm_base_url: str | None, llm_model: str = "tuneloop-planner", 
 def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planner: Any = None,
                 executor: Any = None, faults: Callable | None = None, resume: Any = None,
                 on_event: Callable[[str, dict[str, Any]], None] | None = None, who: str = "tuneloop run",
-                goal_id: str | None = None, targets: dict[str, Any] | None = None) -> SessionResult:
-    """Run the loop for `spec` until it stops or waits for a person; `resume` answers a pending approval."""
+                goal_id: str | None = None, targets: dict[str, Any] | None = None,
+                new_goal: bool = False) -> SessionResult:
+    """Run the loop for `spec` until it stops or waits for a person; `resume` answers a pending approval.
+
+    The same spec continues its latest goal; a goal that already finished is not run again (the result
+    says so and where its results are) unless an instruction given since asks for more; `new_goal`
+    starts a fresh goal with the same spec.
+    """
     from langgraph.types import Command
 
     from executor.runner import Executor
@@ -49,7 +75,14 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
 
     store = Store(store_url)
     try:
-        goal = store.get_goal(goal_id) if goal_id else store.open_goal(spec)
+        if goal_id:
+            goal = store.get_goal(goal_id)
+        else:
+            goal = store.create_goal(spec) if new_goal else store.open_goal(spec)
+        if resume is None and finished(store, goal):
+            path = str(write_state(store, goal.id))
+            return SessionResult(goal.id, goal.status, finished_reason(goal, path), state_path=path,
+                                 already_finished=True)
         executor = executor or Executor(store, targets)  # targets: e.g. a local llama.cpp server (issue 7)
         state_path: list[str] = []
 
@@ -67,6 +100,7 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
             out = graph.invoke(inp, cfg, durability="sync")
             interrupts = out.get("__interrupt__") if isinstance(out, dict) else None
         if interrupts:
+            crashpoint("approval", "waiting")  # tests: SIGKILL while the loop waits for a person (checkpoint written)
             payload = interrupts[0].value
             reason = f"waiting for approval of candidate {payload.get('candidate_id')}: {payload.get('why')}"
             if store.get_goal(goal.id).status == "running":

@@ -89,7 +89,7 @@ def test_valid_llm_proposal_becomes_an_llm_card(h):
 @pytest.mark.parametrize("bad, why", [
     (proposal("no_such_knob", "2"), "invalid proposal"),
     (proposal("max_prefill_reqs", "3"), "in_range"),  # in the catalog's range, not in the goal's space
-    (proposal("num_speculative_tokens", "2"), "dependencies"),  # needs speculative_method first
+    (proposal("speculative_method", "none"), "dependencies"),  # the start's draft width k=3 needs a method
     ("this is not json", "LLM error"),
     (500, "LLM error"),
 ])
