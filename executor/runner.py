@@ -263,8 +263,10 @@ class _Run:
     async def release(self, healthy: bool) -> None:
         self.record("release", "intent", "started", {"healthy_after": healthy})
         crashpoint("release", "before")
-        self.ex.store.release_lease(self.spec.target, self.s.holder, self.epoch)
+        # the outcome goes in first: once the lease is given up, another holder may move the epoch at once
+        # and a write with ours is (rightly) refused. A crash in between leaves a lease that expires by TTL.
         self.record("release", "outcome", "ok", {"healthy_after": healthy})
+        self.ex.store.release_lease(self.spec.target, self.s.holder, self.epoch)
 
     async def body(self) -> TrialResult:
         try:

@@ -1,4 +1,5 @@
-"""The executor on the sim target with the real Store: phases, warm reuse, faults, restore, refusals."""
+"""The executor on the sim target with the real Store (SQLite and PostgreSQL): phases, warm reuse, faults,
+restore, refusals."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,8 +29,8 @@ def scenario(tmp_path) -> str:
 
 
 @pytest.fixture
-def ex(tmp_path) -> Executor:
-    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+def ex(tmp_path, store_url) -> Executor:
+    store = Store(store_url)  # once on SQLite, once on PostgreSQL (conftest's store_url)
     yield Executor(store, settings=ExecSettings(runs_root=tmp_path / "runs", holder="t:ex", lease_ttl_s=30))
     store.close()
 

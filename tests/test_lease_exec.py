@@ -1,5 +1,5 @@
 """Fenced leases with real processes: two executors on one target never overlap; a holder paused
-(SIGSTOP) past its lease has its late launch and its late journal writes refused."""
+(SIGSTOP) past its lease has its late launch and its late journal writes refused. On SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import os
@@ -16,8 +16,8 @@ from state.store import Store
 SCENARIO = "name: tiny-copy\nversion: 1\ntask: copy\ninput_len: 256\noutput_len: 32\nseed: 7\n"
 
 
-def _ex(tmp_path, holder: str, ttl: float = 30.0) -> Executor:
-    return Executor(Store(f"sqlite:///{tmp_path / 'state.db'}"),
+def _ex(tmp_path, holder: str, ttl: float = 30.0, url: str | None = None) -> Executor:
+    return Executor(Store(url or f"sqlite:///{tmp_path / 'state.db'}"),
                     settings=ExecSettings(runs_root=tmp_path / "runs", holder=holder, lease_ttl_s=ttl))
 
 
@@ -26,16 +26,16 @@ def _spec(scenario: str, run_id: str, c: int = 4) -> TrialSpec:
                      knobs={"concurrency": c, "request_rate": "inf"})
 
 
-def test_two_executors_over_20_runs_never_overlap(tmp_path):
+def test_two_executors_over_20_runs_never_overlap(tmp_path, store_url):
     (tmp_path / "s.yaml").write_text(SCENARIO)
-    _ex(tmp_path, "init")  # create the schema once, before two processes race to
+    _ex(tmp_path, "init", url=store_url)  # create the schema once, before two processes race to
     pids = []
     for who in ("A", "B"):
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
-                ex = _ex(tmp_path, f"holder-{who}")
+                ex = _ex(tmp_path, f"holder-{who}", url=store_url)
                 for i in range(10):  # alternate stations so some runs restart and some reuse
                     assert ex.run_trial(_spec(str(tmp_path / "s.yaml"), f"{who}{i}", c=4 + i % 2)).verdict.kind == "valid"
             except BaseException as e:  # noqa: BLE001
@@ -63,16 +63,16 @@ def test_two_executors_over_20_runs_never_overlap(tmp_path):
     assert holders == {"A", "B"}
 
 
-def test_paused_holder_past_its_lease_is_fenced(tmp_path):
+def test_paused_holder_past_its_lease_is_fenced(tmp_path, store_url):
     (tmp_path / "s.yaml").write_text(SCENARIO)
     mark = tmp_path / "paused"
-    _ex(tmp_path, "init")
+    _ex(tmp_path, "init", url=store_url)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
         os.environ.update(TUNELOOP_CRASH_AT="load:before", TUNELOOP_CRASH_SIGNAL="STOP", TUNELOOP_CRASH_MARK=str(mark))
-        ex = _ex(tmp_path, "holder-A", ttl=1.0)
+        ex = _ex(tmp_path, "holder-A", ttl=1.0, url=store_url)
         verdict = "no-error"
         try:
             ex.run_trial(_spec(str(tmp_path / "s.yaml"), "late"))
@@ -91,7 +91,7 @@ def test_paused_holder_past_its_lease_is_fenced(tmp_path):
     while not mark.exists():  # the child announces its pause through this file, then stops itself
         time.sleep(0.02)
     assert os.WIFSTOPPED(os.waitpid(pid, os.WUNTRACED)[1])  # really paused, holding epoch 1
-    b = _ex(tmp_path, "holder-B", ttl=30.0)
+    b = _ex(tmp_path, "holder-B", ttl=30.0, url=store_url)
     got = b.run_trial(_spec(str(tmp_path / "s.yaml"), "fresh"))  # waits out A's 1 s lease, then takes over
     assert got.verdict.kind == "valid"
     os.kill(pid, signal.SIGCONT)
