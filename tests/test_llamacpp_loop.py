@@ -102,7 +102,7 @@ def test_loop_raises_parallel_until_tpot_binds(engine, tmp_path):
             assert cal.verdict.kind == "valid", cal.verdict
             tpot[p] = cal.summary.tpot_ms.mean
         assert tpot[16] > 1.2 * tpot[4], tpot  # more slots per step: every step slower
-        limit = round((tpot[4] * tpot[16]) ** 0.5, 3)
+        limit = round(tpot[4] ** 0.4 * tpot[16] ** 0.6, 3)  # nearer 16: 4 slots are measured twice (screen, confirm)
         goal = GoalSpec.model_validate({
             "name": "llamacpp-test", "engine": "llamacpp", "target": "llama", "sim_profile": None, "scenario": SCENARIO,
             "objective": {"metric": "output_tok_s", "window": "whole"},
@@ -128,7 +128,7 @@ def test_loop_raises_parallel_until_tpot_binds(engine, tmp_path):
         bound = [d for d in raised if d[3] == "negative"]
         assert bound and "tpot_mean_ms_lt" in bound[-1][4], decisions  # the TPOT limit stopped the raising
         best = history.best_knobs
-        assert best["parallel"] > 1 and best["parallel"] < bound[-1][2]
+        assert 1 < best["parallel"] < bound[-1][2], (tpot, limit, decisions)
         again = ex.run_trial(_trial("remeasure", "llama", best))  # the final station, measured again
         assert again.verdict.kind == "valid"
         assert goal.constraints.violations(again.summary) == []
@@ -159,7 +159,8 @@ def test_server_killed_mid_run_is_an_orchestration_fault(engine, tmp_path):
         reqs = tmp_path / "tgt" / "runs" / "dies.load" / "out" / "requests.jsonl"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if reqs.exists() and reqs.read_text().count('"warmup":false') >= 1:
+            text = reqs.read_text() if reqs.exists() else ""
+            if text.replace(" ", "").count('"warmup":false') >= 1:
                 pid = int((tmp_path / "tgt" / "svc" / "mixed-0" / "pid").read_text().split()[0])
                 os.kill(pid, signal.SIGKILL)
                 killed.set()
