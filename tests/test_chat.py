@@ -1,0 +1,82 @@
+"""Chat: the deterministic intent parser (English and Chinese) and its actions through the API."""
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.chat import parse
+from api.settings import Settings
+from test_api_support import TOKENS_ENV, auth, small_goal, wait_until
+
+CASES = [
+    ("approve 7", {"kind": "approve", "candidate_id": 7}),
+    ("Approve candidate #12", {"kind": "approve", "candidate_id": 12}),
+    ("批准 7", {"kind": "approve", "candidate_id": 7}),
+    ("reject 3 because TPOT is too close to the limit", {"kind": "reject", "candidate_id": 3,
+                                                         "reason": "TPOT is too close to the limit"}),
+    ("拒绝 3 因为 TPOT 太高", {"kind": "reject", "candidate_id": 3, "reason": "TPOT 太高"}),
+    ("pause", {"kind": "pause"}), ("暂停", {"kind": "pause"}),
+    ("resume", {"kind": "resume"}), ("继续", {"kind": "resume"}),
+    ("stop", {"kind": "stop"}), ("停止", {"kind": "stop"}),
+    ("one more round at C90", {"kind": "one_more_round", "count": 1, "knobs": {"concurrency": 90}}),
+    ("two more rounds at C=64", {"kind": "one_more_round", "count": 2, "knobs": {"concurrency": 64}}),
+    ("再跑一轮 C90", {"kind": "one_more_round", "count": 1, "knobs": {"concurrency": 90}}),
+    ("go back to the best", {"kind": "restore_best"}), ("回到最佳", {"kind": "restore_best"}),
+    ("status", {"kind": "status"}), ("状态", {"kind": "status"}),
+    ("why was 12 rejected?", {"kind": "why_rejected", "candidate_id": 12}),
+    ("为什么拒绝了 12", {"kind": "why_rejected", "candidate_id": 12}),
+    ("12 为什么被拒绝", {"kind": "why_rejected", "candidate_id": 12}),
+    ("approve 5 0123456789abcdef", {"kind": "approve", "candidate_id": 5, "card_hash": "0123456789abcdef"}),
+    ("what a nice day", {"kind": "unknown"}),
+]
+
+
+@pytest.mark.parametrize("text,want", CASES)
+def test_parser(text, want):
+    assert parse(text).model_dump(exclude_defaults=True) | {"kind": parse(text).kind} == want
+
+
+@pytest.fixture
+def client(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = Settings.from_env({"TUNELOOP_TOKENS": TOKENS_ENV, "TUNELOOP_DB": f"sqlite:///{tmp_path / 't.db'}",
+                           "TUNELOOP_RUNS_ROOT": str(tmp_path / "runs"), "TUNELOOP_POLL_S": "0.05"})
+    with TestClient(create_app(s)) as c:
+        yield c
+
+
+def say(c, gid: str, text: str, role: str = "approver") -> dict:
+    r = c.post(f"/goals/{gid}/chat", json={"text": text}, headers=auth(role))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_chat_drives_the_loop_and_cites_ids_and_figures(client):
+    c = client
+    gid = c.post("/goals", json=small_goal(experiments=3), headers=auth("admin")).json()["id"]
+    first = wait_until(lambda: c.get(f"/goals/{gid}/candidates?awaiting=true", headers=auth("viewer")).json())[0]
+    out = say(c, gid, f"批准 {first['id']}")
+    assert out["action"] == {"candidate_id": first["id"], "decision": "approve"}
+    assert first["card_hash"] in out["reply"]
+    ap = c.get(f"/candidates/{first['id']}/approval", headers=auth("viewer")).json()
+    assert ap["who"] == "approver1 (chat)"
+    second = wait_until(lambda: [x for x in c.get(f"/goals/{gid}/candidates?awaiting=true", headers=auth("viewer")).json()
+                                 if x["id"] != first["id"]])[0]
+    status = say(c, gid, "status", role="viewer")["reply"]
+    run = c.get(f"/goals/{gid}/experiments", headers=auth("viewer")).json()[0]
+    assert run["id"] in status and "tok/s/card at N=40" in status and f"candidate {second['id']}" in status
+    out = say(c, gid, f"reject {second['id']} because the client is not the bottleneck")
+    assert out["action"]["decision"] == "reject"
+    why = say(c, gid, f"why was {second['id']} rejected?", role="viewer")["reply"]
+    assert "approver1 (chat)" in why and "the client is not the bottleneck" in why
+    out = say(c, gid, "one more round at C90")
+    ins = c.get(f"/goals/{gid}/instructions", headers=auth("viewer")).json()[-1]
+    assert (ins["kind"], ins["count"], ins["knobs"], ins["who"]) == ("one_more_round", 1, {"concurrency": 90}, "approver1")
+    assert "concurrency=90" in out["reply"]
+    assert say(c, gid, "暂停")["action"]["instruction"] > ins["id"]
+    assert c.get(f"/goals/{gid}/instructions", headers=auth("viewer")).json()[-1]["kind"] == "pause"
+    assert "approve N" in say(c, gid, "hello there", role="viewer")["reply"]
+    back = say(c, gid, "go back to the best")["reply"]
+    best = c.get(f"/goals/{gid}/best", headers=auth("viewer")).json()
+    assert best["hash"] in back and run["id"] in back
