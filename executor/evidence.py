@@ -1,7 +1,9 @@
 """Engine evidence: Prometheus scrapes during a load, and the digest the planner reasons over.
 
 The scraper polls each role=URL endpoint about once a second and appends EngineSamples to
-metrics.jsonl (labels folded into the name). The digest answers the planner's questions: is the
+metrics.jsonl (labels folded into the name). Queues are summed over a role's instances per scrape
+round (a PD deployment has several P and D instances; the planner reads the role's queue), then
+averaged over time. The digest answers the planner's questions: is the
 prefill queue persistently non-empty, is decode at its batch limit, what is the spec acceptance,
 are prefill batches mostly tails? vLLM, SGLang and llama.cpp (`llamacpp:*`) names are understood;
 missing evidence is None, never 0.
@@ -57,7 +59,35 @@ def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+def _rounds(samples: Sequence[EngineSample], role: str) -> list[list[EngineSample]]:
+    """The role's samples grouped by scrape round: a round closes when an instance shows up again.
+    (The scraper polls every endpoint once per round; the simulator stamps a round with one t.)"""
+    rounds: list[list[EngineSample]] = []
+    seen: set[str] = set()
+    for s in sorted((s for s in samples if s.role == role or (s.role == "mixed" and role in ("prefill", "decode"))),
+                    key=lambda s: s.t):
+        if not rounds or s.instance in seen:
+            rounds.append([])
+            seen = set()
+        rounds[-1].append(s)
+        seen.add(s.instance)
+    return rounds
+
+
+def role_series(samples: Sequence[EngineSample], role: str, names: Iterable[str]) -> list[tuple[float, float]]:
+    """(t, value summed over the role's instances) per scrape round: the queue of the role as a whole.
+    A round where no instance reported the metric is left out (missing, not 0)."""
+    names = tuple(names)
+    out = []
+    for rnd in _rounds(samples, role):
+        vals = [v for s in rnd if (v := base_value(s.values, names)) is not None]
+        if vals:
+            out.append((rnd[0].t, float(sum(vals))))
+    return out
+
+
 def _series(samples: Sequence[EngineSample], role: str, names: Iterable[str]) -> list[float]:
+    """Per instance and scrape (not summed): for limits that hold per instance, like max_num_seqs."""
     names = tuple(names)
     out = []
     for s in samples:
@@ -94,7 +124,9 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
            info: RunInfo | None, knobs: dict[str, Any] | None) -> dict[str, Any]:
     """The evidence the planner reads (pinned keys; None where the evidence is missing)."""
     knobs = knobs or {}
-    pw, dw = _series(samples, "prefill", WAITING), _series(samples, "decode", WAITING)
+    pw = [v for _, v in role_series(samples, "prefill", WAITING)]
+    dw = [v for _, v in role_series(samples, "decode", WAITING)]
+    dr_total = [v for _, v in role_series(samples, "decode", RUNNING)]
     dr = _series(samples, "decode", RUNNING)
     kv = [v for s in samples if (v := base_value(s.values, KV_USAGE)) is not None]
     budget = knobs.get("max_num_batched_tokens") or knobs.get("chunked_prefill_size")
@@ -102,14 +134,19 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
     if batches and budget:
         tail = sum(1 for b in batches if b.n_tokens < budget / 8) / len(batches)
     return {
+        # queues: summed over the role's instances at each scrape round, then over time
         "prefill_waiting_mean": _mean(pw),
         "prefill_waiting_nonzero_share": _mean([1.0 if v > 0 else 0.0 for v in pw]),
         "decode_waiting_mean": _mean(dw),
         "decode_waiting_nonzero_share": _mean([1.0 if v > 0 else 0.0 for v in dw]),
+        # running: per instance (the batch limit holds per instance) and summed over the role
         "decode_running_mean": _mean(dr),
         "decode_running_max": max(dr) if dr else None,
-        "decode_batch_limit": knobs.get("max_num_seqs") or knobs.get("max_running_requests") or knobs.get("parallel"),
-        "decode_busy_slots_mean": _mean(_series(samples, "decode", BUSY_SLOTS)),  # llama.cpp: slots per decode step
+        "decode_running_total_mean": _mean(dr_total),
+        "decode_running_total_max": max(dr_total) if dr_total else None,
+        "decode_batch_limit": knobs.get("max_num_seqs") or knobs.get("max_running_requests"),
+        "prefill_instances": len({s.instance for r in _rounds(samples, "prefill") for s in r}) or None,
+        "decode_instances": len({s.instance for r in _rounds(samples, "decode") for s in r}) or None,
         "kv_usage_max": max(kv) if kv else None,
         "spec_accept_length": _accept_length(samples),
         "prefill_batch_reqs_mean": _mean([b.n_reqs for b in batches]),

@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from executor import records as rec
-from executor.evidence import digest, parse_endpoints, parse_prometheus, scrape_loop
+from executor.evidence import WAITING, digest, parse_endpoints, parse_prometheus, role_series, scrape_loop
 from executor.records import EngineSample, PrefillBatch
 
 VLLM_TEXT = """# HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -53,6 +53,27 @@ def test_digest_queue_and_batch_evidence():
     assert d["prefill_batch_tokens_mean"] == pytest.approx(16392 / 3)
     assert d["prefill_tail_batch_share"] == pytest.approx(1 / 3)
     assert d["breakdown"] == {"prefill": {"compute": 1.0}} and d["spec_accept_length"] is None
+
+
+def test_queues_are_summed_per_role_per_scrape_round():
+    """Two P and two D instances scraped a few ms apart each round: the role's queue is the sum per round."""
+    W, R = "vllm:num_requests_waiting", "vllm:num_requests_running"
+    samples = []
+    for k, (p0, p1, d0, d1) in enumerate([(3, 0, 0, 0), (0, 0, 0, 0), (1, 1, 2, 0), (0, 2, 0, 0)]):
+        t = float(k)
+        samples += [S(t + 0.001, "prefill", {W: p0}, "p0"), S(t + 0.004, "prefill", {W: p1}, "p1"),
+                    S(t + 0.006, "decode", {W: d0, R: 10 + k}, "d0"), S(t + 0.009, "decode", {W: d1, R: 20}, "d1")]
+    d = digest(samples, [], {}, None, {"max_num_seqs": 20})
+    assert d["prefill_waiting_mean"] == pytest.approx((3 + 0 + 2 + 2) / 4)  # per round, not per sample (7/8)
+    assert d["prefill_waiting_nonzero_share"] == 0.75  # per sample it would be 4/8
+    assert d["decode_waiting_mean"] == 0.5 and d["decode_waiting_nonzero_share"] == 0.25
+    assert d["decode_running_max"] == 20 == d["decode_batch_limit"]  # per instance, against the per-instance limit
+    assert d["decode_running_total_max"] == 33 and d["decode_running_total_mean"] == pytest.approx(31.5)
+    assert d["prefill_instances"] == 2 and d["decode_instances"] == 2
+    assert role_series(samples, "prefill", WAITING) == [(0.001, 3.0), (1.001, 0.0), (2.001, 2.0), (3.001, 2.0)]
+    # a mixed instance counts for both roles; a round where nobody reported the metric is missing, not 0
+    mixed = [S(0, "mixed", {W: 4}, "m0"), S(0.01, "mixed", {W: 1}, "m1"), S(1, "mixed", {}, "m0")]
+    assert role_series(mixed, "prefill", WAITING) == role_series(mixed, "decode", WAITING) == [(0, 5.0)]
 
 
 def test_digest_missing_evidence_is_none_and_spec_acceptance_from_counters():
