@@ -107,40 +107,67 @@ def test_http_run_agrees_with_virtual_time_run(server, tmp_path):
     assert got.whole.output_tok_s == pytest.approx(want.whole.output_tok_s, rel=0.05)
 
 
+def tie_broken(server_recs, mine):
+    """The server's records with its ties (events of one virtual instant, e.g. a decode step that ends
+    several requests) broken in the order the client received them: the truth orders nothing within an
+    instant, and a window boundary on such an instant must count it the way the client did."""
+    got = {int(r.response_id.removeprefix("cmpl-sim")): r.chunk_times[-1] for r in mine}
+    span = max(got.values()) + 1.0
+    return [r.model_copy(update={"chunk_times": [t + 1e-6 * got.get(r.id, span) / span for t in r.chunk_times]})
+            for r in server_recs]
+
+
 def test_whole_and_native_match_server_ground_truth(tmp_path):
     """The server's own records (virtual seconds, exact emission times) are the ground truth. The whole
-    window is the server's own; the native window is where the client held C in flight, so the truth is
-    the server's tokens and requests inside the client's [a, b], shifted onto the server's clock."""
-    scale, c, n = 10.0, 32, 240  # 10 virtual s per wall s: a CPU stall on a busy machine costs less
+    window is the server's own; the native window is the client's, mapped onto the server's clock by the
+    events that bound it (the burst of sends that opens it, the completion that closes it), so the truth
+    measures the same window in the server's time. A machine stall that lands on a boundary event is
+    named in the failure, with the server's own scheduling lag, instead of passing for a client error."""
+    scale, c, n = 5.0, 32, 240  # 5 virtual s per wall s: fewer chunks per wall s, so fewer stalls
     p, url = start_server(time_scale=scale)
     try:
         run(LoadConfig(endpoint=url, n=n, concurrency=c), str(DATA / "native.yaml"), tmp_path, cards=8)
         info = rec.RunInfo.model_validate_json((tmp_path / rec.RUN_INFO).read_text())
         mine = scaled(list(rec.read_jsonl(tmp_path / rec.REQUESTS, RequestRecord)), scale)
         server_recs = truth(url)
+        server_lag = httpx.get(url + "/sim/info").json()["emit_lag_ms"]
     finally:
         p.kill()
         p.wait()
     got = summarize(mine, info)
     assert got.native is not None, got.native_reason
     want_whole = summarize(server_recs, info).whole
-    # client clock -> server clock: pair records by the response id the server sent and align on the median
-    # gap between the server emitting a last token and the client receiving it
-    by_id = {f"cmpl-sim{r.id}": r for r in server_recs}
-    lags = sorted(by_id[r.response_id].chunk_times[-1] - r.chunk_times[-1] for r in mine)
-    off = lags[len(lags) // 2]
-    want_native = window("native", server_recs, inflight_steps(server_recs), got.native.start + off,
-                         got.native.end + off, info.cards, None)
+    by_id = {f"cmpl-sim{r.id}": r for r in tie_broken(server_recs, mine)}
+    a, b = got.native.start, got.native.end
+    # opened by a burst of sends (one per completion that freed a slot): the server reads a burst in any
+    # order, so the window opens at the first of them it received; closed by the completion of one request
+    a_s = min(by_id[r.response_id].t_send for r in mine if r.t_send >= a)
+    closer = next(r for r in mine if r.chunk_times and r.chunk_times[-1] == b)
+    b_s = by_id[closer.response_id].chunk_times[-1]
+    truth_recs = list(by_id.values())
+    want_native = window("native", truth_recs, inflight_steps(truth_recs), a_s, b_s, info.cards, None)
     # (achieved concurrency is not compared: the server sees fewer in flight by every client round trip)
-    sends = sorted(by_id[r.response_id].t_send - r.t_send for r in mine)  # arrival at the server, same pairing
-    off_send = sends[len(sends) // 2]
-    a, b = got.native.start + off_send, got.native.end + off_send
-    want_native = want_native.model_copy(update={"n_requests": sum(1 for r in server_recs if a <= r.t_send <= b)})
-    for g, w, fields in ((got.whole, want_whole, ("output_tok_s", "output_tok_s_per_card", "duration",
-                                                  "n_requests", "qps")),
-                         (got.native, want_native, ("output_tok_s", "output_tok_s_per_card", "n_requests", "qps"))):
-        for f in fields:
-            assert getattr(g, f) == pytest.approx(getattr(w, f), rel=0.02), (g.kind, f)
+    errors = {(g.kind, f): getattr(g, f) / getattr(w, f) - 1 for g, w, fields in (
+        (got.whole, want_whole, ("output_tok_s", "output_tok_s_per_card", "duration", "n_requests", "qps")),
+        (got.native, want_native, ("output_tok_s", "output_tok_s_per_card", "duration", "n_requests", "qps")))
+        for f in fields}
+    bad = {k: round(v, 4) for k, v in errors.items() if abs(v) > 0.02}
+    print("relative errors", {k: round(v, 4) for k, v in errors.items()}, "server lag (wall ms)", server_lag)  # shown with pytest -s
+    if bad:
+        # why: a stall of the server's event loop longer than 2 % of the window moves boundary events on the
+        # server's side (late emissions, requests read out of order): the machine, not the client, moved them
+        budget_ms = 0.02 * got.native.duration / scale * 1e3
+        end_lag = sorted(r.chunk_times[-1] - by_id[r.response_id].chunk_times[-1] for r in mine)
+        send_lag = sorted(r.t_send - by_id[r.response_id].t_send for r in mine)
+        med_end, med_send = end_lag[len(end_lag) // 2], send_lag[len(send_lag) // 2]
+        detail = (f"transit lag vs median at the boundaries (wall ms): opening send "
+                  f"{((a - a_s) - med_send) / scale * 1e3:+.1f}, closing token {((b - b_s) - med_end) / scale * 1e3:+.1f}; "
+                  f"server scheduling lag (wall ms) {server_lag}; load average {os.getloadavg()[0]:.1f}")
+        if (server_lag["max"] or 0) > budget_ms:
+            pytest.fail(f"machine too busy for a 2 % check: the server's own event loop stalled "
+                        f"{server_lag['max']:.0f} ms > {budget_ms:.0f} ms (2 % of the native window); "
+                        f"off by more than 2 %: {bad}; {detail}")
+        pytest.fail(f"client figures off by more than 2 % from the server's truth: {bad}; {detail}")
     assert got.native.duration >= 60 and got.native.n_requests >= 128
 
 
@@ -194,3 +221,21 @@ def test_load_killed_halfway_leaves_summarisable_raw_file(server, tmp_path):
     assert verdict.kind == "orchestration_fault" and verdict.reasons[0].count == 200 - len(done)
     with pytest.raises(CollectionError):
         summarize_run(tmp_path / "nothing-here")
+
+
+def test_crash_at_needs_expected_requests_and_crashes_after_that_share():
+    bare = subprocess.run([sys.executable, str(ROOT / "tuneloop_cli.py"), "sim", "serve", "--profile", PROFILE,
+                           "--port", str(free_port()), "--fault", "crash_at=0.5"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert bare.returncode == 2 and "crash_at=0.5 needs --expected-requests N" in bare.stderr
+    p, url = start_server("--fault", "crash_at=0.5", "--expected-requests", "4", time_scale=50.0)
+    try:
+        for _ in range(2):
+            ok = httpx.post(url + "/v1/completions", json={"prompt": "a b c", "max_tokens": 2}, timeout=30)
+            assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2
+        with pytest.raises(httpx.HTTPError):
+            httpx.post(url + "/v1/completions", json={"prompt": "a b c", "max_tokens": 2}, timeout=30)
+        assert p.wait(30) == 137  # the third of 4 expected requests: after 0.5 * 4 were served
+    finally:
+        p.kill()
+        p.wait()
