@@ -7,7 +7,8 @@ Faults for client tests: every `fail_every`-th stream sends an in-stream error o
 tokens; every `http_error_every`-th request gets HTTP 500. `/metrics` reports requests and the most
 streams ever in flight at once; `barrier` holds every stream until N are in flight (to check
 that the client really reaches C).
-Run: `python -m executor.mockserver --port N [--itl-ms X] [--fail-every K] [--http-error-every K] [--barrier N]`.
+Run: `python -m executor.mockserver --port N [--itl-ms X] [--fail-every K] [--http-error-every K] [--barrier N]
+[--workers K]` (K forked processes share the listening socket).
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import argparse
 import asyncio
 import functools
 import json
+import os
+import socket
 
 MODEL = "mock"
 
@@ -138,13 +141,20 @@ async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter, itl_s: float 
 
 
 async def serve(host: str = "127.0.0.1", port: int = 0, itl_ms: float = 0.0, ready=None, fail_every: int = 0,
-                http_error_every: int = 0) -> None:
-    srv = await asyncio.start_server(lambda r, w: handle(r, w, itl_ms / 1e3, fail_every, http_error_every),
-                                     host, port, backlog=4096)
+                http_error_every: int = 0, sock: socket.socket | None = None) -> None:
+    h = lambda r, w: handle(r, w, itl_ms / 1e3, fail_every, http_error_every)  # noqa: E731
+    srv = await (asyncio.start_server(h, sock=sock, backlog=4096) if sock is not None
+                 else asyncio.start_server(h, host, port, backlog=4096))
     if ready is not None:
         ready(srv.sockets[0].getsockname()[1])
     async with srv:
         await srv.serve_forever()
+
+
+async def _orphan_watch(parent: int) -> None:
+    while os.getppid() == parent:  # a forked worker ends with the process that started it
+        await asyncio.sleep(0.5)
+    os._exit(0)
 
 
 def main() -> None:
@@ -155,9 +165,19 @@ def main() -> None:
     ap.add_argument("--fail-every", type=int, default=0)
     ap.add_argument("--http-error-every", type=int, default=0)
     ap.add_argument("--barrier", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=1, help="processes accepting on one socket (counters are per worker)")
     a = ap.parse_args()
     Counters.barrier = a.barrier
-    asyncio.run(serve(a.host, a.port, a.itl_ms, ready=lambda p: print(f"PORT {p}", flush=True),
+    sock = socket.create_server((a.host, a.port), backlog=4096)
+    parent = os.getpid()
+    for _ in range(a.workers - 1):
+        if os.fork() == 0:
+            async def worker():
+                asyncio.get_running_loop().create_task(_orphan_watch(parent))
+                await serve(sock=sock, itl_ms=a.itl_ms, fail_every=a.fail_every, http_error_every=a.http_error_every)
+            asyncio.run(worker())
+            os._exit(0)
+    asyncio.run(serve(sock=sock, itl_ms=a.itl_ms, ready=lambda p: print(f"PORT {p}", flush=True),
                       fail_every=a.fail_every, http_error_every=a.http_error_every))
 
 
