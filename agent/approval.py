@@ -18,6 +18,8 @@ def action_classes(card: dict[str, Any]) -> list[str]:
     classes = [card.get("cost_class") or "restart"]
     if card.get("quality_risk"):
         classes.append("quality_risk")
+    if card.get("profile_capture"):
+        classes.append("profile")
     return classes
 
 

@@ -64,6 +64,7 @@ class CandidateCard(BaseModel):
     note: str | None = None  # e.g. "retried: parent station changed"
     score: float | None = None  # the planner's rough value estimate
     est_card_hours: float | None = None
+    profile_capture: bool = False  # ask the executor for a profile: the queues could not separate the hypotheses
 
     @property
     def knobs(self) -> dict[str, Any]:
@@ -89,8 +90,10 @@ class CandidateCard(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def content_hash(self) -> str:
-        body = self.model_dump(exclude={"parent_station", "station", "experiment_key", "content_hash",
-                                        "score", "est_card_hours"})
+        skip = {"parent_station", "station", "experiment_key", "content_hash", "score", "est_card_hours"}
+        if not self.profile_capture:
+            skip.add("profile_capture")  # cards without a profile keep the hashes they always had
+        body = self.model_dump(exclude=skip)
         return digest(body, 24)
 
     def run_id(self) -> str:

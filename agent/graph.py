@@ -15,7 +15,7 @@ os.environ.setdefault("LANGGRAPH_STRICT_MSGPACK", "true")
 
 def build_graph(loop: Loop, checkpointer: Any = None) -> Any:
     g = StateGraph(LoopState)
-    for name in ("observe", "diagnose", "propose", "authorise", "execute", "judge", "decide", "stop"):
+    for name in ("observe", "diagnose", "propose", "authorise", "execute", "judge", "decide", "restore", "stop"):
         g.add_node(name, getattr(loop, name))
     g.add_edge(START, "observe")
     g.set_finish_point("stop")

@@ -17,6 +17,7 @@ from agent.history import Figures, History
 from agent.judgement import decide as judge_run
 from agent.planner import DeterministicPlanner, diagnosis_for
 from agent.record import CHANGED, KIND, OPEN_STATUSES, build_history, card_of, card_record, conditions, outcome_data
+from agent.restore import go_back
 from executor.trial import TrialSpec
 from state.authorisation import instruction_effect
 
@@ -25,6 +26,13 @@ FAULT_RETRIES = 2  # re-entries of run_trial for one run after a fault (it resum
 
 def _unknown(result: Any) -> bool:
     return any(r.code == "unknown_state" for r in result.verdict.reasons)
+
+
+def wants_profile(diag: Any, card: CandidateCard, history: History) -> bool:
+    """Profile only when the queues cannot separate the explanations, and once per parent station."""
+    if diag is None or not diag.propose_profile or card.stage == "baseline" and not history.outcomes:
+        return False
+    return not any(o.card.profile_capture and o.card.parent_station == card.parent_station for o in history.outcomes)
 
 
 class LoopState(TypedDict, total=False):
@@ -70,6 +78,8 @@ class Loop:
             return "stopped", f"run {unknown[0].id} is in an UNKNOWN state: no new work until a person resolves it"
         ins = self.store.current_instruction(self.goal_id)
         effect = instruction_effect(ins)
+        if effect == "restore":
+            return "restore", f"go back to the best, asked by {ins.who}"
         if effect == "pause":
             return "paused", f"paused by {ins.who}"
         if effect == "stop":
@@ -79,8 +89,10 @@ class Loop:
         return None
 
     # -- nodes ---------------------------------------------------------------------------------------
-    def observe(self, state: LoopState) -> Command[Literal["diagnose", "stop"]]:
+    def observe(self, state: LoopState) -> Command[Literal["diagnose", "restore", "stop"]]:
         gate = self._gate()
+        if gate and gate[0] == "restore":
+            return Command(goto="restore")
         if gate:
             return Command(goto="stop", update={"stop_status": gate[0], "stop_reason": gate[1]})
         goal = self.store.get_goal(self.goal_id)
@@ -112,7 +124,11 @@ class Loop:
         if card is None:
             reason = (plan.stop_reason if plan else None) or "the planner has nothing to propose"
             return Command(goto="stop", update={"stop_status": "done", "stop_reason": reason})
+        if plan is not None and wants_profile(plan.diagnosis, card, history):
+            card = card.model_copy(update={"profile_capture": True})
         rec = card_record(card)
+        if card.profile_capture and plan is not None and plan.diagnosis is not None:
+            rec["profile_reason"] = plan.diagnosis.profile_reason
         if plan is not None and plan.diagnosis is not None:
             rec["diagnosis"] = plan.diagnosis.model_dump(mode="json")
             rec["ranked"] = [list(r) for r in plan.ranked[:8]]
@@ -153,8 +169,10 @@ class Loop:
                                    text=f"{card.title()} not run: {decision} ({why})")
         return Command(goto="observe", update={"candidate_id": None})
 
-    def execute(self, state: LoopState) -> Command[Literal["judge", "stop"]]:
+    def execute(self, state: LoopState) -> Command[Literal["judge", "restore", "stop"]]:
         gate = self._gate()
+        if gate and gate[0] == "restore":
+            return Command(goto="restore")
         if gate:  # pause is honoured between phases: the card stays approved, nothing launched
             return Command(goto="stop", update={"stop_status": gate[0], "stop_reason": gate[1]})
         cand = self.store.get_candidate(state["candidate_id"])
@@ -166,7 +184,8 @@ class Loop:
         spec = TrialSpec.model_validate(known.spec) if known is not None else TrialSpec(run_id=card.run_id(), goal_id=self.goal_id, target=goal.target, scenario=goal.scenario,
                          knobs=card.knobs, parent_knobs=history.warm_knobs, stage=card.stage, n=card.n,
                          warmup=goal.protocol.warmup, seed=goal.protocol.seeds[0],
-                         faults=list(self.faults(card, n_runs)) if self.faults else [])
+                         faults=list(self.faults(card, n_runs)) if self.faults else [],
+                         profile_capture=card.profile_capture)
         self.store.create_run(spec, candidate_id=cand.id)
         if cand.status != "running":
             self.store.set_candidate_status(cand.id, "running")
@@ -259,6 +278,13 @@ class Loop:
         self.store.record_decision(self.goal_id, kind, candidate_id=candidate_id, run_id=res.run_id,
                                    station_hash=res.station_hash, changed=q.passed, text=text,
                                    data={"knobs": card.knobs} if q.passed else {"detail": str(q.detail)})
+
+    def restore(self, state: LoopState) -> Command[Literal["stop"]]:
+        """"Go back to the best": re-deploy the best (or the named) station, record who asked, then stop."""
+        if self.store.get_goal(self.goal_id).status != "running":
+            self.store.set_goal_status(self.goal_id, "running", "going back to the best station")
+        reason = go_back(self.store, self.executor, self.goal_id, self.event)
+        return Command(goto="stop", update={"stop_status": "stopped", "stop_reason": reason})
 
     def decide(self, state: LoopState) -> Command[Literal["observe"]]:
         ins = self.store.current_instruction(self.goal_id)

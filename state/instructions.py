@@ -47,6 +47,11 @@ class Instructions:
             rows = s.execute(select(InstructionRow).where(InstructionRow.goal_id == goal_id).order_by(InstructionRow.id))
             return [snap(Instruction, r) for r in rows.scalars()]
 
+    def close_instruction(self, instruction_id: int) -> None:
+        """An instruction carried out once (e.g. "go back to the best") stops being in force."""
+        with self._db.write() as s:
+            s.execute(update(InstructionRow).where(InstructionRow.id == instruction_id).values(active=False))
+
     def consume_round(self, goal_id: str) -> Instruction | None:
         """Count one finished round against the instruction in force; returns it (remaining 0 = stop)."""
         with self._db.write() as s:
