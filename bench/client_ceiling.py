@@ -1,6 +1,7 @@
 """The load generator's own ceiling, against a streaming server that adds no delay (executor.mockserver).
 
-From ONE client process (executor.loadgen.run_load, as `tuneloop load run` uses it):
+From ONE client process (executor.loadgen.run_load, as `tuneloop load run` uses it), or with --procs K
+from K processes sharing one arrival schedule and one budget of C credits (executor.loadgen.run_procs):
   * ceiling: requests/s and streamed tokens/s at rate=inf, C=256, 1024-token outputs;
   * paced: client queue delay (t_send - t_sched) p50/p99 at 50 req/s, C=256, 1024-token outputs.
 Each is repeated --repeats times in this one invocation and the medians are printed, with the load
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from executor import records as rec  # noqa: E402
-from executor.loadgen import LoadConfig, ScenarioPrompts, run_load  # noqa: E402
+from executor.loadgen import LoadConfig, ScenarioPrompts, run_load, run_procs  # noqa: E402
 from simulator.scenarios import Scenario  # noqa: E402
 
 SCENARIO = Scenario(name="ceiling", version=1, task="chat", input_len=32, output_len=1024)
@@ -59,14 +60,18 @@ def group_cpu_s(pgid: int) -> float:
     return total / TICK
 
 
-def one_run(url: str, pgid: int, n: int, c: int, rate: float) -> dict:
+def one_run(url: str, pgid: int, n: int, c: int, rate: float, procs: int = 1) -> dict:
     prompts = ScenarioPrompts(SCENARIO, n, 0)
     cfg = LoadConfig(endpoint=url, n=n, concurrency=c, request_rate=rate, model="mock", continuous_usage=False)
     info = rec.RunInfo(scenario="ceiling", scenario_version=1, n=n, concurrency=c, request_rate=rate, output_len=1024)
     out = Path(tempfile.mkdtemp(prefix="ceiling-"))
-    s0, c0 = group_cpu_s(pgid), time.process_time()
-    asyncio.run(run_load(cfg, prompts, out, info))
-    client_cpu, server_cpu = time.process_time() - c0, group_cpu_s(pgid) - s0
+    own = lambda: sum(os.times()[:4])  # noqa: E731  this process + its joined children (the --procs clients)
+    s0, c0 = group_cpu_s(pgid), own()
+    if procs > 1:  # K processes, one shared schedule and one shared budget of C credits
+        run_procs(cfg, SCENARIO, out, info, procs)
+    else:
+        asyncio.run(run_load(cfg, prompts, out, info))
+    client_cpu, server_cpu = own() - c0, group_cpu_s(pgid) - s0
     recs = list(rec.read_jsonl(out / rec.REQUESTS, rec.RequestRecord))
     ok = [r for r in recs if r.ok]
     span = max(r.t_last for r in ok) - min(r.t_send for r in ok)
@@ -89,16 +94,17 @@ def main() -> None:
     ap.add_argument("--rate-n", type=int, default=500)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--server-workers", type=int, default=1)
+    ap.add_argument("--procs", type=int, default=1, help="client processes sharing one schedule and one budget")
     a = ap.parse_args()
     server, url = start_server(a.server_workers)
     runs: dict[str, list[dict]] = {"ceiling": [], "paced": []}
     try:
-        print(f"one client process; mock server: {a.server_workers} worker process(es); outputs 1024 tokens; "
+        print(f"{a.procs} client process(es); mock server: {a.server_workers} worker process(es); outputs 1024 tokens; "
               f"{os.cpu_count()} cores; load average before {os.getloadavg()[0]:.2f}", flush=True)
         for i in range(a.repeats):
-            runs["ceiling"].append(one_run(url, server.pid, a.n, 256, math.inf))
+            runs["ceiling"].append(one_run(url, server.pid, a.n, 256, math.inf, a.procs))
             print(line(f"[{i + 1}] ceiling C=256 r=inf N={a.n}", runs["ceiling"][-1]), flush=True)
-            runs["paced"].append(one_run(url, server.pid, a.rate_n, 256, 50.0))
+            runs["paced"].append(one_run(url, server.pid, a.rate_n, 256, 50.0, a.procs))
             print(line(f"[{i + 1}] paced   C=256 r=50  N={a.rate_n}", runs["paced"][-1]), flush=True)
     finally:
         os.killpg(server.pid, signal.SIGKILL)

@@ -40,6 +40,7 @@ def run_cmd(
     metrics_url: List[str] = typer.Option([], help="role=URL of an engine /metrics (role prefill|decode|mixed)"),
     timeout_s: float = typer.Option(3600.0, help="per-request timeout (s)"),
     continuous_usage: bool = typer.Option(True, help="ask for usage in every chunk (vLLM continuous_usage_stats)"),
+    procs: int = typer.Option(1, help="client processes sharing one schedule and one budget of C (no warm-up)"),
 ) -> None:
     """Send the scenario's requests; append raw records as they finish; then write rc and done."""
     from executor.evidence import parse_endpoints
@@ -51,9 +52,11 @@ def run_cmd(
                          timeout_s=timeout_s, continuous_usage=continuous_usage,
                          metrics_urls=tuple(parse_endpoints(metrics_url)))
         cfg.check()
+        if procs < 1 or (procs > 1 and warmup):
+            raise ValueError(f"procs={procs}: must be >= 1, and 1 when warmup > 0")
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
-    rc = run(cfg, scenario, out, cards=cards)
+    rc = run(cfg, scenario, out, cards=cards, procs=procs)
     raise typer.Exit(rc)
 
 

@@ -151,3 +151,22 @@ def test_sigkill_mid_run_leaves_summarisable_raw_file(mock, tmp_path):
     summary, verdict = summarize_run(out)
     assert summary.n_ok == summary.n_formal == len(lines) == summary.whole.n_requests
     assert verdict.kind == "orchestration_fault" and verdict.reasons[0].count == 400 - len(lines)
+
+
+@pytest.mark.parametrize("mock", [("--itl-ms", "2",)], indirect=True)
+def test_processes_share_one_budget_and_one_schedule(mock, tmp_path):
+    """Two client processes, C=3 between them: the server never sees more than 3 streams at once, and does
+    see 3 (a budget split per process would cap at 1 + 1, or allow 3 + 3); every request is sent once, at
+    the shared schedule's time."""
+    from executor.loadgen import ScenarioPrompts, run_procs
+
+    cfg = LoadConfig(endpoint=mock, n=30, concurrency=3, request_rate=300.0, arrival="poisson", seed=3)
+    info = rec.RunInfo(scenario="tiny", scenario_version=1, n=30, concurrency=3, request_rate=300.0, output_len=16)
+    assert run_procs(cfg, TINY, tmp_path, info, procs=2) == 0
+    assert "mock_max_inflight 3\n" in httpx.get(mock + "/metrics").text
+    recs = sorted(rec.read_jsonl(tmp_path / rec.REQUESTS, rec.RequestRecord), key=lambda r: r.id)
+    assert [r.id for r in recs] == [s.id for s in ScenarioPrompts(TINY, 30, 0).specs] and all(r.ok for r in recs)
+    assert [r.t_sched for r in recs] == schedule(30, 300.0, "poisson", seed=3)
+    assert all(r.t_send >= r.t_sched for r in recs)
+    summary, verdict = summarize_run(tmp_path)
+    assert verdict.valid and summary.n_ok == 30
