@@ -339,15 +339,49 @@ class _Run:
         states = [await self.transport.service_state(s) for s in self.rendered.services]
         warm = all(st.alive and st.station == self.service_key(s) for s, st in zip(self.rendered.services, states))
         cost = change_cost(self._running_knobs(), self.station.knobs)
-        if warm:
+        # a deploy that an earlier invocation of this run began (and crashed in) may have started these very
+        # services already: it still counts as this run's restart, and its relayout steps are read back
+        resumed = any(r.phase == "deploy" and r.event == "intent" for r in self.recs) and needs_restart(cost)
+        if warm and not resumed:
             return {"restarted": False, "cost_class": cost or "none", "reused": self.station.server_hash}
         cost = cost if needs_restart(cost) else "restart"
-        steps = []
-        if cost == "relayout":  # expert statistics: collect -> fit -> load, then the restart loads the layout
+        steps: list = []
+        if self.rendered.relayout:  # a static layout: the target's collect -> fit, then the restart loads it
+            cost = "relayout"  # also from a cold start: the engine cannot start without its layout file
+            await self.transport.run(["mkdir", "-p", f"{self.target.run_root}/layout"])
+            steps = [await self.relayout_step(st.name, st.argv) for st in self.rendered.relayout] + ["load_layout"]
+        elif cost == "relayout":  # virtual (sim) or undeclared: the restart alone changes the layout
             steps = ["collect_expert_stats", "fit_layout", "load_layout"]
-        await self.start_services()
+        if warm:  # started by the crashed invocation: do not start it twice
+            self.note_running_station()
+        else:
+            await self.start_services()
         return {"restarted": True, "cost_class": cost, "relayout_steps": steps,
-                "services": [s.name for s in self.rendered.services]}
+                "services": [s.name for s in self.rendered.services], **({"resumed": True} if warm else {})}
+
+    async def relayout_step(self, name: str, argv: tuple[str, ...]) -> dict:
+        """One detached relayout step with its own run directory: launched once, read from its markers."""
+        key = f"{self.spec.run_id}.relayout-{name}"
+        t0 = time.perf_counter_ns()
+        m = await self.retry(lambda: self.transport.poll(key))
+        if load_resume_action(m.claimed, m.alive, m.done) == "start":
+            try:
+                await self.transport.launch_argv(key, list(argv), self.epoch)
+            except AlreadyClaimed:
+                pass
+        while True:
+            m = await self.retry(lambda: self.transport.poll(key))
+            a = load_resume_action(m.claimed, m.alive, m.done)
+            if a == "collect":
+                break
+            if a == "unknown":
+                raise UnknownState(f"relayout {name} ({key}): process ended without rc/done markers")
+            await self.renew()
+            await asyncio.sleep(self.s.poll_interval_s)  # polling a detached process's markers
+        if m.rc != 0:
+            text = await self.transport.run_log(key)
+            raise PhaseFailure("relayout_failed", f"relayout {name} exited rc={m.rc}: {text[-3000:]}")
+        return {"name": name, "rc": m.rc, "seconds": (time.perf_counter_ns() - t0) / 1e9}
 
     def service_key(self, svc: ServiceSpec) -> str:
         """What a running service is: the station's server hash and its exact rendered launch (argv, env,
@@ -362,6 +396,9 @@ class _Run:
             await self.retry(lambda svc=svc: self.transport.start_service(svc, self.service_key(svc), self.epoch))
             if i == 0:
                 crashpoint("deploy", "mid")
+        self.note_running_station()
+
+    def note_running_station(self) -> None:
         self.restarted = True
         (self.ex.root / "_targets").mkdir(exist_ok=True)
         rec.write_atomic(self.ex.root / "_targets" / f"{self.target.name}.station.json",
@@ -541,13 +578,15 @@ class _Run:
         if self.target.engine == "sim":
             from simulator import profiles
             prof = profiles.load(self.target.profile).costs
+        measured = sum(st.get("seconds", 0.0) for st in dep.get("relayout_steps", []) if isinstance(st, dict))
         if dep.get("restarted"):
-            self.costs.append(CostEntry(what="restart", seconds=prof.restart_s if prof else dep.get("seconds", 0.0), cards=c))
+            restart_s = prof.restart_s if prof else max(0.0, dep.get("seconds", 0.0) - measured)
+            self.costs.append(CostEntry(what="restart", seconds=restart_s, cards=c))
             if prof:
                 self.costs.append(CostEntry(what="weight_load", seconds=prof.weight_load_s, cards=c))
                 self.costs.append(CostEntry(what="warmup", seconds=prof.warmup_s, cards=c))
             if dep.get("cost_class") == "relayout":
-                self.costs.append(CostEntry(what="relayout", seconds=prof.relayout_s if prof else 0.0, cards=c))
+                self.costs.append(CostEntry(what="relayout", seconds=prof.relayout_s if prof else measured, cards=c))
         if prof is not None and summary is not None and summary.whole is not None:
             load_s = summary.whole.end  # virtual seconds from the first send to the last completion
         else:

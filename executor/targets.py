@@ -52,6 +52,17 @@ class SshOptions(BaseModel):
     reconnect_attempts: int = Field(5, ge=1, le=50)
 
 
+class Relayout(BaseModel):
+    """How this target changes its expert layout (e.g. vLLM-Ascend EPLB): detached steps run in order on
+    the load host, then the engines restart with `load` appended to their argv. `{stats}` and `{layout}`
+    in any argv item become files under the run root, keyed by the station; argv arrives byte-exact."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    collect: tuple[str, ...] = ()  # record expert load (e.g. a short recording run) -> {stats}
+    fit: tuple[str, ...] = ()  # compute a static placement from {stats} -> {layout}
+    load: tuple[str, ...] = ()  # engine arguments that load {layout} at start-up
+
+
 class Target(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     name: str
@@ -70,6 +81,7 @@ class Target(BaseModel):
     engine_command: tuple[str, ...] | None = None  # how to call the engine binary (llama.cpp: default llama-server)
     pd_connector: str | None = None  # KV connector override (vLLM / vLLM-Ascend)
     extra_args: dict[str, tuple[str, ...]] = {}  # per role, appended verbatim as argv
+    relayout: Relayout | None = None  # expert-layout steps; without it a relayout is a plain restart
     env: dict[str, str] = {}
     profiler_seconds: float = Field(5.0, gt=0)
 

@@ -33,12 +33,49 @@ class ServiceSpec(BaseModel):
     profile_dir: str | None = None  # where the engine's profiler writes traces (/start_profile../stop_profile)
 
 
+class RelayoutStep(BaseModel):
+    """One detached step of an expert relayout (collect statistics, fit a placement)."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    argv: tuple[str, ...]
+
+
 class Rendered(BaseModel):
     model_config = ConfigDict(frozen=True)
     services: tuple[ServiceSpec, ...]  # in start order: prefill, decode, then router
     endpoint: str  # base URL the load generator sends to
     metrics: dict[str, str] = {}  # role -> Prometheus URL scraped during the load
     engine: str
+    relayout: tuple[RelayoutStep, ...] = ()  # run before the services start, when the layout changes
+
+
+def layout_files(target: Target, station: Station) -> dict[str, str]:
+    """Where a station's expert statistics and placement live on the target (keyed by its server hash)."""
+    base = f"{target.run_root}/layout/{station.server_hash}"
+    return {"{stats}": f"{base}.stats.json", "{layout}": f"{base}.layout.json"}
+
+
+def _fill(argv: tuple[str, ...], files: dict[str, str]) -> tuple[str, ...]:
+    out = []
+    for a in argv:
+        for k, v in files.items():
+            a = a.replace(k, v)
+        out.append(a)
+    return tuple(out)
+
+
+def with_relayout(target: Target, station: Station, rendered: Rendered) -> Rendered:
+    """A static expert layout declared by the target: collect / fit steps, and the engines load it."""
+    if target.relayout is None or station.server_knobs.get("expert_layout") != "static_eplb":
+        return rendered
+    files = layout_files(target, station)
+    steps = tuple(RelayoutStep(name=n, argv=_fill(getattr(target.relayout, n), files))
+                  for n in ("collect", "fit") if getattr(target.relayout, n))
+    extra = _fill(target.relayout.load, files)
+    services = tuple(s.model_copy(update={"argv": s.argv + extra}) if s.role != "router" and extra else s
+                     for s in rendered.services)
+    return rendered.model_copy(update={"services": services, "relayout": steps})
 
 
 def svc_dir(target: Target, name: str) -> str:
@@ -301,8 +338,12 @@ def render(target: Target, station: Station, faults: tuple[str, ...] = (), expec
         for a in args:
             if "\x00" in a:
                 raise ValueError(f"extra_args.{role}: NUL byte in {a!r}")
+    for name, args in (target.relayout.model_dump() if target.relayout else {}).items():
+        for a in args:
+            if "\x00" in a:
+                raise ValueError(f"relayout.{name}: NUL byte in {a!r}")
     for f in faults:
         check_safe("faults", f)
     if template == "sim":
-        return render_sim(target, station, tuple(faults), expected_requests)
-    return RENDERERS[template](target, station, tuple(faults))
+        return with_relayout(target, station, render_sim(target, station, tuple(faults), expected_requests))
+    return with_relayout(target, station, RENDERERS[template](target, station, tuple(faults)))
