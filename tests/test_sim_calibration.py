@@ -101,3 +101,13 @@ def test_decode_bound_gpu_profile_rewards_decode_knobs_not_prefill_cap():
     ev = digest(base.samples, base.batches, base.breakdown, base.info, base.knobs)
     assert ev["decode_running_max"] == ev["decode_batch_limit"]  # decode at its batch limit ...
     assert ev["decode_waiting_mean"] > 1  # ... with requests waiting for it
+
+
+def test_128k_whole_figures_within_ten_percent_of_the_field(long_runs):
+    """Field (640 requests): C128 whole 240.37, C90 whole 228.09 / native 244.86 tok/s/card."""
+    s90 = summarize(long_runs[90].records, long_runs[90].info)
+    s128 = summarize(long_runs[128].records, long_runs[128].info)
+    assert abs(s128.whole.output_tok_s_per_card / 240.37 - 1) <= 0.10
+    assert abs(s90.whole.output_tok_s_per_card / 228.09 - 1) <= 0.10
+    assert abs(s90.native.output_tok_s_per_card / 244.86 - 1) <= 0.10
+    assert s128.tpot_ms.mean < 20.0 and s90.tpot_ms.mean < 20.0  # both meet the goal's SLO
