@@ -1,7 +1,6 @@
 """Instructions and requests the loop carries out besides experiments: "go back to the best" and profile capture."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
