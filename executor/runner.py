@@ -348,8 +348,9 @@ class _Run:
         steps: list = []
         if self.rendered.relayout:  # a static layout: the target's collect -> fit, then the restart loads it
             cost = "relayout"  # also from a cold start: the engine cannot start without its layout file
-            await self.transport.run(["mkdir", "-p", f"{self.target.run_root}/layout"])
+            await self.transport.run(["mkdir", "-p", f"{self.target.root_for(None)}/layout"])
             steps = [await self.relayout_step(st.name, st.argv) for st in self.rendered.relayout] + ["load_layout"]
+            await self.spread_layout()
         elif cost == "relayout":  # virtual (sim) or undeclared: the restart alone changes the layout
             steps = ["collect_expert_stats", "fit_layout", "load_layout"]
         if warm:  # started by the crashed invocation: do not start it twice
@@ -358,6 +359,23 @@ class _Run:
             await self.start_services()
         return {"restarted": True, "cost_class": cost, "relayout_steps": steps,
                 "services": [s.name for s in self.rendered.services], **({"resumed": True} if warm else {})}
+
+    async def spread_layout(self) -> None:
+        """The placement was fitted on the load host; each engine host gets it at the same path."""
+        from executor.templates import layout_files
+
+        assert self.station and self.rendered
+        path = layout_files(self.target, self.station)["{layout}"]
+        load_host = (self.target.host_entry(None) or self.target.hosts[0]).host
+        others = sorted({s.host for s in self.rendered.services} - {load_host})
+        if not others or self.target.kind == "local":  # local: one machine, the file is already there
+            return
+        res = await self.transport.run(["cat", path])
+        if res.rc != 0:
+            raise PhaseFailure("relayout_failed", f"relayout: the fitted layout {path} is missing: {res.stderr[-500:]}")
+        for h in others:
+            await self.transport.run(["mkdir", "-p", path.rsplit("/", 1)[0]], host=h)
+            await self.transport.put_text(path, res.stdout, host=h)
 
     async def relayout_step(self, name: str, argv: tuple[str, ...]) -> dict:
         """One detached relayout step with its own run directory: launched once, read from its markers."""
@@ -628,10 +646,10 @@ async def profile_window(transport: Any, rendered: Rendered | None, seconds: flo
     if not svcs:
         return {"summary": None, "error": "no service of this template writes a profiler trace"}
     source = Path(profilers.__file__).read_text()
-    script = f"{transport.root}/profilers-{content_hash(source)[:12]}.py"
+    name = f"profilers-{content_hash(source)[:12]}.py"
     since: dict[str, str] = {}
     for s in svcs:
-        await transport.put_text(script, source, 0o755, host=s.host)
+        await transport.put_text(f"{transport.root_for(s.host)}/{name}", source, 0o755, host=s.host)
         res = await transport.run(["date", "+%s.%N"], host=s.host)  # the window starts on the target's clock
         since[s.name] = res.stdout.strip() or "0"
     started = {s.name: (await transport.http(s, "POST", "/start_profile"))[0] for s in svcs}
@@ -640,6 +658,7 @@ async def profile_window(transport: Any, rendered: Rendered | None, seconds: flo
     parts, errors = [], {}
     for s in svcs:
         out = f"{s.profile_dir}.summary.json"
+        script = f"{transport.root_for(s.host)}/{name}"
         res = await transport.run([python, script, s.profile_dir, out, since[s.name]], timeout=600.0, host=s.host)
         text = (await transport.run(["cat", out], host=s.host)).stdout
         try:

@@ -33,8 +33,10 @@ class Host(BaseModel):
     cards: int = Field(1, ge=0)
     port: int = Field(8000, ge=1, le=65535)  # the service port on this host
     devices: str | None = None  # e.g. "0,1,2,3" -> CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES
+    ssh_port: int | None = Field(None, ge=1, le=65535)  # this host's sshd port (default: the target's ssh.port)
+    run_root: str | None = None  # this host's run root (default: the target's run_root)
 
-    @field_validator("host", "devices")
+    @field_validator("host", "devices", "run_root")
     @classmethod
     def _safe(cls, v: str | None, info: Any) -> str | None:
         return None if v is None else check_safe(info.field_name, v)
@@ -110,7 +112,23 @@ class Target(BaseModel):
                 raise ValueError(f"model: engine {self.engine!r} needs a model path")
         for k, v in self.env.items():
             check_safe(f"env.{k}", k)
+        for h in self.hosts:  # one address is one machine: its ssh port and run root must agree
+            same = [x for x in self.hosts if x.host == h.host]
+            if len({(x.ssh_port, x.run_root) for x in same}) > 1:
+                raise ValueError(f"hosts: {h.host!r} appears with different ssh_port / run_root")
         return self
+
+    def host_entry(self, host: str | None) -> Host | None:
+        """The host definition for an address (None: the load host, where loads and markers live)."""
+        if host is None:
+            load = self.hosts_for("load")
+            return load[0] if load else None
+        return next((h for h in self.hosts if h.host == host), None)
+
+    def root_for(self, host: str | None) -> str:
+        """The run root on one host (each host may have its own)."""
+        h = self.host_entry(host)
+        return (h.run_root if h and h.run_root else None) or self.run_root
 
     def hosts_for(self, role: str) -> list[Host]:
         return [h for h in self.hosts if role in h.roles]

@@ -52,7 +52,7 @@ class Rendered(BaseModel):
 
 def layout_files(target: Target, station: Station) -> dict[str, str]:
     """Where a station's expert statistics and placement live on the target (keyed by its server hash)."""
-    base = f"{target.run_root}/layout/{station.server_hash}"
+    base = f"{target.root_for(None)}/layout/{station.server_hash}"  # relayout steps run on the load host
     return {"{stats}": f"{base}.stats.json", "{layout}": f"{base}.layout.json"}
 
 
@@ -78,8 +78,9 @@ def with_relayout(target: Target, station: Station, rendered: Rendered) -> Rende
     return rendered.model_copy(update={"services": services, "relayout": steps})
 
 
-def svc_dir(target: Target, name: str) -> str:
-    return f"{target.run_root}/svc/{name}"
+def svc_dir(target: Target, name: str, host: str | None = None) -> str:
+    """A service's directory under the run root of the host it runs on."""
+    return f"{target.root_for(host)}/svc/{name}"
 
 
 def _fmt(v: Any) -> str:
@@ -174,7 +175,7 @@ def render_vllm(target: Target, station: Station, faults: tuple[str, ...] = ()) 
                     kv["kv_role"] = "kv_both"
                 argv += ["--kv-transfer-config", json.dumps(kv, sort_keys=True, separators=(",", ":"))]
             argv += _vllm_knob_args(station.server_knobs, role) + list(target.extra_args.get(role, ()))
-            trace = f"{svc_dir(target, f'{role}-{i}')}/trace"
+            trace = f"{svc_dir(target, f'{role}-{i}', host.host)}/trace"
             # dev mode mounts /reset_prefix_cache; a profiler dir mounts /start_profile and /stop_profile
             env = _env(target, host, visible) | {"VLLM_SERVER_DEV_MODE": "1", "VLLM_TORCH_PROFILER_DIR": trace}
             services.append(ServiceSpec(name=f"{role}-{i}", role=role, host=host.host, port=host.port,
@@ -246,7 +247,7 @@ def render_sglang(target: Target, station: Station, faults: tuple[str, ...] = ()
                 argv += ["--disaggregation-mode", role,
                          "--disaggregation-transfer-backend", target.pd_connector or "mooncake"]
             argv += _sglang_knob_args(station.server_knobs, role) + list(target.extra_args.get(role, ()))
-            trace = f"{svc_dir(target, f'{role}-{i}')}/trace"
+            trace = f"{svc_dir(target, f'{role}-{i}', host.host)}/trace"
             env = _env(target, host, "CUDA_VISIBLE_DEVICES") | {"SGLANG_TORCH_PROFILER_DIR": trace}
             services.append(ServiceSpec(name=f"{role}-{i}", role=role, host=host.host, port=host.port, argv=tuple(argv),
                                         env=env, cards=host.cards, profile_dir=trace))
@@ -298,7 +299,7 @@ def render_mindie(target: Target, station: Station, faults: tuple[str, ...] = ()
     for role in roles:
         for i, host in enumerate(target.hosts_for(role) or list(target.hosts)):
             name = f"{role}-{i}"
-            conf = f"{svc_dir(target, name)}/config.json"
+            conf = f"{svc_dir(target, name, host.host)}/config.json"
             env = _env(target, host, "ASCEND_RT_VISIBLE_DEVICES") | {"MIES_CONFIG_JSON_PATH": conf}
             text = json.dumps(mindie_config(target, station, role, host), indent=2, sort_keys=True)
             services.append(ServiceSpec(name=name, role=role, host=host.host, port=host.port,

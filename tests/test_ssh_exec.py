@@ -38,16 +38,10 @@ def _keygen(path: Path) -> str:
     return path.with_suffix(".pub").read_text().strip() if path.suffix else Path(f"{path}.pub").read_text().strip()
 
 
-@pytest.fixture
-def sshd(tmp_path):
-    if not os.path.exists(SSHD):
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("sshd is not installed under CI=true (make test installs openssh-server)")
-        pytest.skip("sshd not installed")
-    d = tmp_path / "sshd"
+def _start_sshd(d: Path, client_pub: str) -> dict:
+    """One OpenSSH sshd on 127.0.0.1 with its own host key and port, trusting `client_pub`."""
     d.mkdir()
     host_pub = _keygen(d / "host_key")
-    client_pub = _keygen(d / "client_key")
     (d / "authorized_keys").write_text(client_pub + "\n")
     os.chmod(d / "authorized_keys", 0o600)
     port = _free_port()
@@ -74,12 +68,28 @@ Subsystem sftp internal-sftp
             break
         except OSError:
             time.sleep(0.02)  # waiting for a server socket to open
-    kh = d / "known_hosts"
-    kh.write_text(f"[127.0.0.1]:{port} {host_pub}\n")
-    yield {"port": port, "known_hosts": str(kh), "key": str(d / "client_key"), "dir": d, "proc": proc}
-    proc.terminate()
-    proc.wait(timeout=10)
-    log.close()
+    return {"port": port, "host_pub": host_pub, "dir": d, "proc": proc, "log": log}
+
+
+def _stop_sshd(s: dict) -> None:
+    s["proc"].terminate()
+    s["proc"].wait(timeout=10)
+    s["log"].close()
+
+
+@pytest.fixture
+def sshd(tmp_path):
+    if not os.path.exists(SSHD):
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("sshd is not installed under CI=true (make test installs openssh-server)")
+        pytest.skip("sshd not installed")
+    client_pub = _keygen(tmp_path / "client_key")
+    s = _start_sshd(tmp_path / "sshd", client_pub)
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[127.0.0.1]:{s['port']} {s['host_pub']}\n")
+    yield {"port": s["port"], "known_hosts": str(kh), "key": str(tmp_path / "client_key"), "dir": s["dir"],
+           "proc": s["proc"], "start": lambda name: _start_sshd(tmp_path / name, client_pub)}
+    _stop_sshd(s)
 
 
 def _target(tmp_path, sshd, svc_port: int, time_scale: float = 100.0) -> Target:
@@ -174,3 +184,47 @@ def test_metacharacters_arrive_byte_exact_over_ssh(tmp_path, sshd):
     asyncio.run(go())
     assert json.loads((tmp_path / "fetched" / "argv.json").read_text()) == evil
     assert not list(tmp_path.rglob("pwned*")) and not list(Path.home().glob("pwned*"))
+
+
+def test_two_hosts_services_and_loads_each_on_their_own_host(tmp_path, sshd):
+    """Two "hosts" = two sshd on 127.0.0.1 (reached as 127.0.0.1 and as localhost) with their own ports and
+    run roots: the engine lives on the serving host, the load, its markers and the SFTP fetch on the load
+    host, health is probed on the serving host over SSH, and both hosts are fenced."""
+    second = sshd["start"]("sshd2")
+    port = _free_port()
+    target = None
+    try:
+        with open(sshd["known_hosts"], "a") as f:
+            f.write(f"[localhost]:{second['port']} {second['host_pub']}\n")
+        (tmp_path / "s.yaml").write_text(SCENARIO)
+        serve, load = tmp_path / "serve-root", tmp_path / "load-root"
+        target = Target(name="two", kind="ssh", engine="sim", run_root=str(tmp_path / "unused"), time_scale=100.0,
+                        tuneloop=(sys.executable, "-m", "tuneloop_cli"), python=sys.executable,
+                        ssh=SshOptions(port=1, known_hosts=sshd["known_hosts"], client_keys=(sshd["key"],)),
+                        hosts=(Host(host="127.0.0.1", roles=("mixed",), cards=16, port=port, ssh_port=sshd["port"],
+                                    run_root=str(serve)),
+                               Host(host="localhost", roles=("load",), cards=0, ssh_port=second["port"],
+                                    run_root=str(load))))
+        ex = Executor(Store(f"sqlite:///{tmp_path / 'state.db'}"), {"two": target},
+                      ExecSettings(runs_root=tmp_path / "runs", holder="two", poll_interval_s=0.1,
+                                   timeouts_s={"health": 60.0, "load": 120.0}))
+        r = ex.run_trial(TrialSpec(run_id="t1", goal_id="g", target="two", scenario=str(tmp_path / "s.yaml"), n=12,
+                                   seed=1, knobs={"concurrency": 4, "request_rate": "inf"}))
+        assert r.verdict.kind == "valid", (r.verdict, r.error)
+        assert (serve / "svc" / "sim-0" / "pid").exists() and not (load / "svc").joinpath("sim-0").exists()
+        assert (load / "runs" / "t1.load" / "done").exists() and not (serve / "runs" / "t1.load").exists()
+        assert (serve / "epoch").read_text() == (load / "epoch").read_text()  # both hosts fenced at the same epoch
+        assert "start-service sim-0" in (serve / "launch.log").read_text()
+        assert "start-run t1.load" in (load / "launch.log").read_text()
+        for d in (sshd["dir"], second["dir"]):
+            assert "Accepted publickey" in (d / "sshd.log").read_text()
+        from executor.templates import ServiceSpec
+        from executor.transports.ssh import SshTransport
+
+        t = SshTransport(target)
+        svc = ServiceSpec(name="sim-0", role="mixed", host="127.0.0.1", port=port, argv=("x",))
+        assert asyncio.run(t.http(svc, "GET", "/health"))[0] == 200 and t.connects == 1  # asked over SSH
+    finally:
+        if target is not None:
+            _stop(target, port)
+        _stop_sshd(second)

@@ -96,7 +96,7 @@ class LauncherTransport(abc.ABC):
 
     def __init__(self, target: Target):
         self.target = target
-        self.root = target.run_root
+        self.root = target.root_for(None)  # the load host's: loads, their markers, launch.log
         self._hosts_ready: set[str | None] = set()
 
     # -- what a concrete transport supplies ---------------------------------------------------
@@ -113,24 +113,28 @@ class LauncherTransport(abc.ABC):
         return None
 
     # -- the shared interface -----------------------------------------------------------------
-    @property
-    def script(self) -> str:
-        return f"{self.root}/{script_name()}"
+    def root_for(self, host: str | None) -> str:
+        return self.target.root_for(host)
+
+    def script_for(self, host: str | None) -> str:
+        return f"{self.root_for(host)}/{script_name()}"
 
     async def setup(self, host: str | None = None) -> None:
-        """Install the launcher (content-hashed name, so an existing copy is the same script)."""
+        """Install the launcher on a host (content-hashed name, so an existing copy is the same script)."""
         if host in self._hosts_ready:
             return
-        res = await self.run(["test", "-f", self.script], host=host)
+        script = self.script_for(host)
+        res = await self.run(["test", "-f", script], host=host)
         if res.rc != 0:
-            await self.run(["mkdir", "-p", self.root], host=host)
-            await self.put_text(self.script, SCRIPT, 0o755, host=host)
+            await self.run(["mkdir", "-p", self.root_for(host)], host=host)
+            await self.put_text(script, SCRIPT, 0o755, host=host)
         self._hosts_ready.add(host)
 
     async def _launcher(self, epoch: int, action: str, *args: str, timeout: float = 60.0,
                         host: str | None = None) -> CommandResult:
         await self.setup(host)
-        res = await self.run(["sh", self.script, self.root, str(epoch), action, *args], timeout=timeout, host=host)
+        res = await self.run(["sh", self.script_for(host), self.root_for(host), str(epoch), action, *args],
+                             timeout=timeout, host=host)
         if res.rc is None:
             raise Transient(f"launcher {action}: connection lost before an exit status came back")
         if res.rc == STALE_EPOCH_RC:
@@ -142,10 +146,17 @@ class LauncherTransport(abc.ABC):
         return res
 
     async def fence(self, epoch: int) -> None:
-        await self._launcher(epoch, "fence")
+        """Every host learns the new epoch, so a stale holder is refused on each of them."""
+        hosts: list[str | None] = [None] + sorted({h.host for h in self.target.hosts} - {self._load_host()})
+        for host in hosts:
+            await self._launcher(epoch, "fence", host=host)
+
+    def _load_host(self) -> str | None:
+        h = self.target.host_entry(None)
+        return h.host if h else None
 
     async def start_service(self, svc: ServiceSpec, station: str, epoch: int) -> None:
-        d = svc_dir(self.target, svc.name)
+        d = svc_dir(self.target, svc.name, svc.host)
         if svc.files:
             await self.run(["mkdir", "-p", d], host=svc.host)
             for name, text in svc.files.items():
@@ -165,7 +176,7 @@ class LauncherTransport(abc.ABC):
                             alive=kv.get("alive") == "1", rc=_int(kv.get("rc")))
 
     async def service_log(self, svc: ServiceSpec, tail: int = 4000) -> str:
-        res = await self.run(["tail", "-c", str(tail), f"{svc_dir(self.target, svc.name)}/log"], host=svc.host)
+        res = await self.run(["tail", "-c", str(tail), f"{svc_dir(self.target, svc.name, svc.host)}/log"], host=svc.host)
         return res.stdout
 
     async def http(self, svc: ServiceSpec, method: str, path: str, timeout: float = 30.0) -> tuple[int | None, str]:

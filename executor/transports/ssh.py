@@ -15,7 +15,20 @@ import asyncssh
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from executor.targets import Target
+from executor.templates import ServiceSpec
 from executor.transports.base import CommandResult, LauncherTransport, Transient, TransportError, remote_command
+
+
+_HTTP_PROBE = """import sys, urllib.request as u, urllib.error as e
+try:
+    r = u.urlopen(u.Request(sys.argv[2], method=sys.argv[1], data=b"" if sys.argv[1] == "POST" else None),
+                  timeout=float(sys.argv[3])); code, body = r.status, r.read()
+except e.HTTPError as x:
+    code, body = x.code, x.read()
+except Exception as x:
+    code, body = "-", repr(x).encode()
+sys.stdout.write(str(code) + "\\n" + body.decode("utf-8", "replace")[:65536])
+"""
 
 
 class HostKeyRefused(TransportError):
@@ -33,25 +46,30 @@ class SshTransport(LauncherTransport):
     def _host(self, host: str | None) -> str:
         return host or self.target.hosts_for("load")[0].host
 
+    def _port(self, host: str) -> int:
+        h = self.target.host_entry(host)
+        return (h.ssh_port if h and h.ssh_port else None) or self.opts.port
+
     async def _conn(self, host: str) -> asyncssh.SSHClientConnection:
         c = self._conns.get(host)
         if c is not None and not c.is_closed():
             return c
+        port = self._port(host)
         try:
             extra = {"username": self.opts.user} if self.opts.user else {}
             c = await asyncssh.connect(
-                host, port=self.opts.port, known_hosts=os.path.expanduser(self.opts.known_hosts), **extra,
+                host, port=port, known_hosts=os.path.expanduser(self.opts.known_hosts), **extra,
                 client_keys=[os.path.expanduser(k) for k in self.opts.client_keys] or None,
                 keepalive_interval=self.opts.keepalive_interval, keepalive_count_max=self.opts.keepalive_count_max,
                 connect_timeout=self.opts.connect_timeout, agent_path=None)
         except asyncssh.HostKeyNotVerifiable as e:
             raise HostKeyRefused(
-                f"ssh {host}:{self.opts.port}: the host key does not match {self.opts.known_hosts} ({e}); "
+                f"ssh {host}:{port}: the host key does not match {self.opts.known_hosts} ({e}); "
                 "refusing to connect. If the host was re-installed, verify its new key and update known_hosts.") from None
         except asyncssh.PermissionDenied as e:
-            raise TransportError(f"ssh {host}:{self.opts.port}: authentication refused: {e}") from None
+            raise TransportError(f"ssh {host}:{port}: authentication refused: {e}") from None
         except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
-            raise Transient(f"ssh {host}:{self.opts.port}: cannot connect: {e!r}") from None
+            raise Transient(f"ssh {host}:{port}: cannot connect: {e!r}") from None
         self._conns[host] = c
         self.connects += 1
         return c
@@ -91,6 +109,17 @@ class SshTransport(LauncherTransport):
             err = res.stderr if isinstance(res.stderr, str) else (res.stderr or b"").decode(errors="replace")
             return CommandResult(res.exit_status, out, err)
         return await self._with_reconnect(h, op)
+
+    async def http(self, svc: ServiceSpec, method: str, path: str, timeout: float = 30.0) -> tuple[int | None, str]:
+        """Probed on the service's own host (its port need not be reachable from here): a stdlib one-liner."""
+        url = f"http://{svc.host}:{svc.port}{path}"
+        try:
+            res = await self.run([self.target.python, "-c", _HTTP_PROBE, method, url, repr(timeout)],
+                                 timeout=timeout + 30.0, host=svc.host)
+        except Transient as e:  # the host could not be asked: no answer, like a refused connection
+            return None, str(e)
+        head, _, body = res.stdout.partition("\n")
+        return (int(head) if head.strip().isdigit() else None), body
 
     async def put_text(self, path: str, text: str, mode: int = 0o644, host: str | None = None) -> None:
         h = self._host(host)
