@@ -25,6 +25,7 @@ from executor.journal import as_record, is_stale_epoch
 from executor.knobs import KnobError
 from executor.phases import (ExecSettings, PhaseFailure, SKIP_WHEN_OK, TargetUnknown, UnknownState, crashpoint,
                              finished, load_resume_action, ok_phases)
+from executor.profilers_capture import profile_window
 from executor.station import Station, change_cost, content_hash, full_knobs, needs_restart
 from executor.summary import Reason, Summary, Verdict
 from executor.targets import Target, builtin_sim
@@ -635,43 +636,6 @@ def render_probe(target: Target) -> ServiceSpec:
 
     dummy = Station(engine=target.engine, knobs={}, scenario="-", data_version="-", source_identity="-", target=target.name)
     return RENDERERS[target.template or target.engine](target, dummy).services[0]
-
-
-async def profile_window(transport: Any, rendered: Rendered | None, seconds: float, python: str = "python3") -> dict:
-    """vLLM/SGLang `/start_profile` .. `/stop_profile`; the trace stays on each service's host, where the
-    analyser (executor/profilers.py, copied there) reduces it; only its summary JSON comes back."""
-    from executor import profilers
-
-    svcs = [s for s in (rendered.services if rendered else ()) if s.profile_dir]
-    if not svcs:
-        return {"summary": None, "error": "no service of this template writes a profiler trace"}
-    source = Path(profilers.__file__).read_text()
-    name = f"profilers-{content_hash(source)[:12]}.py"
-    since: dict[str, str] = {}
-    for s in svcs:
-        await transport.put_text(f"{transport.root_for(s.host)}/{name}", source, 0o755, host=s.host)
-        res = await transport.run(["date", "+%s.%N"], host=s.host)  # the window starts on the target's clock
-        since[s.name] = res.stdout.strip() or "0"
-    started = {s.name: (await transport.http(s, "POST", "/start_profile"))[0] for s in svcs}
-    await asyncio.sleep(seconds)  # the profiling window itself
-    stopped = {s.name: (await transport.http(s, "POST", "/stop_profile", timeout=600.0))[0] for s in svcs}
-    parts, errors = [], {}
-    for s in svcs:
-        out = f"{s.profile_dir}.summary.json"
-        script = f"{transport.root_for(s.host)}/{name}"
-        res = await transport.run([python, script, s.profile_dir, out, since[s.name]], timeout=600.0, host=s.host)
-        text = (await transport.run(["cat", out], host=s.host)).stdout
-        try:
-            summary = json.loads(text)
-        except ValueError:
-            summary = {"files": 0, "error": f"analyser rc={res.rc}: {res.stderr.strip()[-500:]}"}
-        if summary.get("files"):
-            parts.append(summary)
-        else:
-            errors[s.name] = summary.get("error")
-    merged = profilers.merge(parts) if parts else None
-    return {"summary": merged, "source": "torch profiler trace analysed on the target", "start_status": started,
-            "stop_status": stopped, **({"errors": errors} if errors else {})}
 
 
 def _unknown_result(spec: TrialSpec, why: str) -> TrialResult:

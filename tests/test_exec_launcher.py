@@ -58,7 +58,7 @@ async def test_detached_run_survives_and_argv_is_byte_exact(tmp_path):
     """Metacharacters in argv arrive as one argument each and are never executed."""
     t = LocalTransport(_target(tmp_path))
     evil = ["a b", "$(touch pwned)", "`touch pwned2`", "x;touch pwned3", "'\"", "|&<>*?"]
-    dump = f"import json,sys; json.dump(sys.argv[1:], open('out/argv.json','w'))"
+    dump = "import json,sys; json.dump(sys.argv[1:], open('out/argv.json','w'))"
     await t.launch_argv("r3", [sys.executable, "-c", dump, *evil], epoch=1)
     await _wait_done(t, "r3")
     run_dir = Path(t.root) / "runs/r3"

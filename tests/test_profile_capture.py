@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from executor import profilers
-from executor.runner import profile_window
+from executor.profilers_capture import profile_window
 from executor.targets import Host, Target
 from executor.templates import Rendered, ServiceSpec
 from executor.transports.local import LocalTransport
