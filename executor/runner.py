@@ -447,7 +447,9 @@ class _Run:
         # a reused service needs before a zero-cache run, and its cost.
         restarted = self.deploy_restarted()
         out: dict[str, Any] = {"warmup_requests": self.spec.warmup, "after_restart": restarted}
-        if self.zero_cache and not restarted:
+        if self.zero_cache and not restarted and getattr(self.transport, "virtual", False):
+            out["cache_flush"] = "not needed: every simulated load starts with an empty cache"
+        elif self.zero_cache and not restarted:
             out |= await self.flush_caches()
         return out
 
