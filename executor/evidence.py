@@ -144,7 +144,8 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
         "decode_running_max": max(dr) if dr else None,
         "decode_running_total_mean": _mean(dr_total),
         "decode_running_total_max": max(dr_total) if dr_total else None,
-        "decode_batch_limit": knobs.get("max_num_seqs") or knobs.get("max_running_requests"),
+        "decode_batch_limit": knobs.get("max_num_seqs") or knobs.get("max_running_requests") or knobs.get("parallel"),
+        "decode_busy_slots_mean": _mean(_series(samples, "decode", BUSY_SLOTS)),  # llama.cpp: slots per decode step
         "prefill_instances": len({s.instance for r in _rounds(samples, "prefill") for s in r}) or None,
         "decode_instances": len({s.instance for r in _rounds(samples, "decode") for s in r}) or None,
         "kv_usage_max": max(kv) if kv else None,
