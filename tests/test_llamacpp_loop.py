@@ -161,8 +161,11 @@ def test_server_killed_mid_run_is_an_orchestration_fault(engine, tmp_path):
         while time.monotonic() < deadline:
             text = reqs.read_text() if reqs.exists() else ""
             if text.replace(" ", "").count('"warmup":false') >= 1:
-                pid = int((tmp_path / "tgt" / "svc" / "mixed-0" / "pid").read_text().split()[0])
-                os.kill(pid, signal.SIGKILL)
+                # the pid file names the launcher's `sh -c` wrapper; the server is its child (as an OOM kill would)
+                wrapper = int((tmp_path / "tgt" / "svc" / "mixed-0" / "pid").read_text().split()[0])
+                children = Path(f"/proc/{wrapper}/task/{wrapper}/children").read_text().split()
+                assert len(children) == 1, children
+                os.kill(int(children[0]), signal.SIGKILL)
                 killed.set()
                 return
             time.sleep(0.01)  # polling a file another process writes
