@@ -7,6 +7,7 @@ from typing import Any
 
 from api.auth import Principal
 from api.chat import HELP, Intent
+from api.failures import shown_status
 from api.service import Service
 from state.errors import NotFound
 
@@ -58,7 +59,9 @@ def figures(svc: Service, run_id: str | None) -> str:
 def status_text(svc: Service, goal_id: str) -> str:
     st = svc.store
     g = st.get_goal(goal_id)
-    lines = [f"goal {g.id}: {g.status}" + (f" — {g.status_reason}" if g.status_reason else "")]
+    w = st.work_item(goal_id)
+    lines = [f"goal {g.id}: {shown_status(g, w is not None and w.state == 'failed')}"
+             + (f" — {g.status_reason}" if g.status_reason else "")]
     best = st.best(goal_id)
     if best is not None:
         lines.append(f"best: {best.kind} from experiment {best.run_id} (candidate {best.candidate_id}): "
@@ -132,26 +135,26 @@ def act(svc: Service, goal_id: str, intent: Intent, who: Principal) -> tuple[str
         best = st.best(goal_id)
         if best is None or not best.station_hash:
             return f"goal {goal_id} has no best station yet", None
-        ins = svc.store.add_instruction(goal_id, "restore", who.name, restore=best.station_hash,
-                                        text="chat: go back to the best")
-        try:
-            out = restore_station(svc, best.station_hash, who)
-            how = "restored and healthy" if out.get("healthy") else f"restore failed: {out.get('error')}"
-        except LookupError as e:
-            how = f"not restored here ({e}); run `tuneloop restore {best.station_hash}`"
-        return (f"back to the best station {best.station_hash} (from experiment {best.run_id}: "
-                f"{figures(svc, best.run_id)}): {how} (instruction {ins.id} by {who.name})",
+        ins = queue_restore(svc, goal_id, best.station_hash, who, "chat: go back to the best")
+        return (f"queued: go back to the best station {best.station_hash} (from experiment {best.run_id}: "
+                f"{figures(svc, best.run_id)}). The loop re-deploys it, checks its health and stops; the decision "
+                f"log shows the result (instruction {ins.id} by {who.name})",
                 {"instruction": ins.id, "station": best.station_hash})
     return HELP, None
 
 
-def restore_station(svc: Service, station_hash: str, who: Principal) -> dict[str, Any]:
-    """Re-deploy a frozen station on its target (the executor takes the target's lease)."""
-    from executor.phases import ExecSettings
-    from executor.runner import Executor
-
+def queue_restore(svc: Service, goal_id: str, station_hash: str, who: Principal, text: str) -> Any:
+    """'Go back to a station' has one path: an instruction the goal's loop carries out (agent/restore.py),
+    so it runs once, under the target's lease, and lands in the decision log with who asked."""
     st = svc.store
-    station = st.get_station(station_hash)
-    ex = Executor(st, svc.targets, ExecSettings.from_env(holder=f"{who.name}:restore", runs_root=svc.settings.runs_root))
-    out = ex.restore(station.hash)
-    return out | {"who": who.name}
+    st.get_station(station_hash)  # NotFound (404) for a station nobody froze
+    return instruct(svc, goal_id, "restore", who, restore=station_hash, text=text)
+
+
+def goal_of_station(svc: Service, station_hash: str) -> str:
+    """The goal whose latest experiment ran this station (the loop that owns its target)."""
+    svc.store.get_station(station_hash)
+    runs = [r for r in svc.store.runs() if r.station_hash == station_hash and r.goal_id]
+    if not runs:
+        raise NotFound(f"station {station_hash} belongs to no goal: restore it with `tuneloop restore {station_hash}`")
+    return max(runs, key=lambda r: r.created_at).goal_id

@@ -14,8 +14,10 @@ class _In(BaseModel):
 class GoalOut(BaseModel):
     id: str
     name: str
-    status: str
+    status: str = Field(description="running | waiting | paused | stopped | done, or failed: the loop raised and "
+                                     "no retry helped; status_reason has the error; resume the goal to retry")
     status_reason: str | None = None
+    worker_state: str | None = Field(None, description="the work queue's view: ready | claimed | idle | failed")
     target: str
     scenario: str
     spec_hash: str

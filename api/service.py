@@ -8,7 +8,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from api.auth import TokenTable
 from api.settings import Settings
@@ -27,6 +27,8 @@ class Service:
     targets: dict[str, Any]
     stop_event: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
+    base: Path = field(default_factory=Path.cwd)  # where relative paths of the settings (runs, reports) resolve
+    session: Callable[..., Any] | None = None  # the loop's entry point for workers (None: agent.session.run_session)
 
     @classmethod
     def open(cls, settings: Settings) -> "Service":
@@ -38,6 +40,10 @@ class Service:
         prepare_checkpoints(settings.db_url)
         return cls(settings=settings, store=store, tokens=TokenTable(settings),
                    notifier=Notifier(settings.webhooks), targets=load_targets(settings.targets_file))
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.base / self.settings.reports_dir
 
     def start_workers(self, n: int | None = None, name: str | None = None) -> None:
         from api.worker import Worker

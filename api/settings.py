@@ -50,6 +50,9 @@ class Settings(BaseModel):
     worker_name: str | None = None
     claim_ttl_s: float = Field(30.0, gt=0)
     poll_s: float = Field(0.5, gt=0)
+    loop_attempts: int = Field(3, ge=1, le=10)  # tries of a goal's loop when it raises a transient error
+    retry_wait_s: float = Field(1.0, ge=0, le=60)  # first back-off between those tries (doubles, max 30 s)
+    reports_root: Path | None = None  # None: <runs_root>/../reports
     llm_base_url: str | None = None
     llm_model: str = "tuneloop-planner"
     llm_api_key: SecretStr | None = None
@@ -62,17 +65,25 @@ class Settings(BaseModel):
             raise ValueError("two principals share one token")
         return v
 
+    @property
+    def reports_dir(self) -> Path:
+        """Where `GET /goals/{id}/report` writes (one folder per goal): beside the runs, not the CWD."""
+        return self.reports_root if self.reports_root is not None else self.runs_root.parent / "reports"
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> "Settings":
         """TUNELOOP_DB, TUNELOOP_RUNS_ROOT, TUNELOOP_TARGETS, TUNELOOP_TOKENS ("name:role:token,..."),
         TUNELOOP_TOKENS_FILE (YAML list of {name, role, token}), TUNELOOP_ADMIN_TOKEN,
         TUNELOOP_WEBHOOK_URL + TUNELOOP_WEBHOOK_FORMAT, TUNELOOP_WORKERS, TUNELOOP_WORKER_TARGETS,
-        TUNELOOP_WORKER_NAME, TUNELOOP_CLAIM_TTL_S, TUNELOOP_POLL_S, TUNELOOP_LLM_BASE_URL/MODEL/API_KEY."""
+        TUNELOOP_WORKER_NAME, TUNELOOP_CLAIM_TTL_S, TUNELOOP_POLL_S, TUNELOOP_LOOP_ATTEMPTS,
+        TUNELOOP_RETRY_WAIT_S, TUNELOOP_REPORTS_ROOT, TUNELOOP_LLM_BASE_URL/MODEL/API_KEY."""
         e = os.environ if env is None else env
         data: dict[str, object] = {}
         simple = {"TUNELOOP_DB": "db_url", "TUNELOOP_RUNS_ROOT": "runs_root", "TUNELOOP_TARGETS": "targets_file",
                   "TUNELOOP_WORKERS": "workers", "TUNELOOP_WORKER_NAME": "worker_name",
                   "TUNELOOP_CLAIM_TTL_S": "claim_ttl_s", "TUNELOOP_POLL_S": "poll_s",
+                  "TUNELOOP_LOOP_ATTEMPTS": "loop_attempts", "TUNELOOP_RETRY_WAIT_S": "retry_wait_s",
+                  "TUNELOOP_REPORTS_ROOT": "reports_root",
                   "TUNELOOP_LLM_BASE_URL": "llm_base_url", "TUNELOOP_LLM_MODEL": "llm_model",
                   "TUNELOOP_LLM_API_KEY": "llm_api_key"}
         for var, key in simple.items():

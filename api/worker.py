@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
+from tenacity import RetryCallState, Retrying, stop_after_attempt, wait_exponential
+
+from api.failures import describe, failure_reason, is_transient
 from state.workqueue import Claim
 
 if TYPE_CHECKING:
@@ -19,9 +22,13 @@ log = logging.getLogger("tuneloop.worker")
 
 
 class Worker:
-    def __init__(self, service: "Service", name: str):
+    """`session` is the loop's entry point (agent.session.run_session); a test may wrap it to inject faults."""
+
+    def __init__(self, service: "Service", name: str, session: Callable[..., Any] | None = None):
         self.svc, self.name = service, name
         self.settings = service.settings
+        self.session = session or service.session or _run_session
+        self.attempts = 0
 
     def run_forever(self) -> None:
         stop = self.svc.stop_event
@@ -37,19 +44,72 @@ class Worker:
             self.run_claim(claim)
 
     def run_claim(self, claim: Claim) -> Any:
+        """Run the goal's loop under a heartbeated claim: transient errors are retried (bounded), anything
+        else (or a transient error that persists) leaves the goal `failed` with the error, until a person
+        resumes it."""
         beat_stop = threading.Event()
         beat = threading.Thread(target=self._heartbeat, args=(claim, beat_stop), daemon=True)
         beat.start()
+        failed: str | None = None
         try:
-            return self._run(claim)
+            return self._retrying(claim)
         except Exception as e:
+            if not self.svc.store.heartbeat(claim, self.settings.claim_ttl_s):
+                log.warning("worker %s: %s failed after losing its claim; the new holder carries on", self.name,
+                            claim.goal_id)
+                return None
             log.exception("worker %s: goal %s failed", self.name, claim.goal_id)
-            self.svc.notifier.notify("stopped", claim.goal_id, f"worker error: {type(e).__name__}: {e}")
+            failed = self._record_failure(claim, e)
             return None
         finally:
             beat_stop.set()
             beat.join()
-            self.svc.store.finish(claim)
+            if failed is None:
+                self.svc.store.finish(claim)
+            else:
+                self.svc.store.fail(claim)
+
+    def _retrying(self, claim: Claim) -> Any:
+        s, stop = self.settings, self.svc.stop_event
+        self.attempts = 0
+
+        def retry_if(state: RetryCallState) -> bool:
+            e = state.outcome.exception() if state.outcome else None
+            return (e is not None and is_transient(e) and not stop.is_set()
+                    and self.svc.store.heartbeat(claim, s.claim_ttl_s))
+
+        def before_sleep(state: RetryCallState) -> None:
+            e = state.outcome.exception() if state.outcome else None
+            log.warning("worker %s: goal %s: transient %s (attempt %d of %d); retrying", self.name, claim.goal_id,
+                        describe(e) if e else "?", state.attempt_number, s.loop_attempts)
+
+        for attempt in Retrying(stop=stop_after_attempt(s.loop_attempts), retry=retry_if, reraise=True,
+                                wait=wait_exponential(multiplier=s.retry_wait_s, max=30), before_sleep=before_sleep,
+                                sleep=stop.wait):
+            with attempt:
+                self.attempts = attempt.retry_state.attempt_number
+                return self._run(claim)
+        return None  # not reached: the last attempt returns or raises
+
+    def _record_failure(self, claim: Claim, e: Exception) -> str:
+        """Goal stopped with a `failed: …` reason, a stop decision, STATE.md rewritten, a webhook; the reason."""
+        from state.statefile import write_state
+
+        st = self.svc.store
+        reason = failure_reason(describe(e), self.attempts, self.name, is_transient(e))
+        try:
+            goal = st.get_goal(claim.goal_id)
+            if goal.status != "done":
+                st.set_goal_status(goal.id, "stopped", reason)
+            st.record_decision(goal.id, "stop", text=reason,
+                               data={"status": "failed", "error": describe(e), "attempts": self.attempts,
+                                     "transient": is_transient(e), "worker": self.name})
+            write_state(st, goal.id)
+        except Exception as e2:  # the store itself is down: the work item still says failed once it is back
+            log.warning("worker %s: could not record the failure of %s: %s", self.name, claim.goal_id, describe(e2))
+        self.svc.notifier.notify("stopped", claim.goal_id, f"loop {reason}",
+                                 {"status": "failed", "error": describe(e), "attempts": self.attempts})
+        return reason
 
     def _heartbeat(self, claim: Claim, stop: threading.Event) -> None:
         while not stop.wait(self.settings.claim_ttl_s / 3):
@@ -58,7 +118,7 @@ class Worker:
                 return
 
     def _run(self, claim: Claim) -> Any:
-        from agent.session import make_planner, run_session
+        from agent.session import make_planner
         from executor.phases import ExecSettings
         from executor.runner import Executor
 
@@ -68,7 +128,7 @@ class Worker:
                                                                       runs_root=s.runs_root))
         planner = make_planner(s.llm_base_url, s.llm_model,
                                s.llm_api_key.get_secret_value() if s.llm_api_key else None)
-        res = run_session(goal.spec, store.url, goal_id=goal.id, executor=ex, planner=planner,
+        res = self.session(goal.spec, store.url, goal_id=goal.id, executor=ex, planner=planner,
                           who=f"worker {self.name}", on_event=self._events(goal.id))
         if res.status == "waiting" and res.waiting_for:
             w = res.waiting_for
@@ -93,3 +153,9 @@ class Worker:
                                          {"outcome": info.get("outcome"), "run_id": card.get("run_id"),
                                           "experiment_key": card.get("experiment_key")})
         return on_event
+
+
+def _run_session(*args: Any, **kwargs: Any) -> Any:
+    from agent.session import run_session
+
+    return run_session(*args, **kwargs)

@@ -3,7 +3,8 @@
 One row per goal. A person's action (post, approve, resume, an instruction) *wakes* the goal:
 its generation grows and it becomes `ready`. A worker claims a ready goal (or one whose claim
 expired: its worker died) with a lease of its own, runs the loop until it stops or waits for a
-person, and finishes the claim: back to `idle`, or `ready` again if it was woken meanwhile.
+person, and finishes the claim: back to `idle`, or `ready` again if it was woken meanwhile. A loop that
+failed for good is left `failed` (never claimed by itself) until a person's action wakes it again.
 A goal is never claimed while another live claim holds a goal on the same target, so a worker
 pointed at a busy target waits; the executor's per-target lease still guards every experiment.
 """
@@ -20,7 +21,7 @@ from state.db import Database, utcnow
 from state.store import Store
 from state.tables import Base
 
-READY, CLAIMED, IDLE = "ready", "claimed", "idle"
+READY, CLAIMED, IDLE, FAILED = "ready", "claimed", "idle", "failed"
 _PG_CLAIM_KEY = 0x776F_726B  # "work"
 
 
@@ -119,6 +120,16 @@ class WorkQueue:
             row = s.execute(select(WorkRow).where(WorkRow.goal_id == claim.goal_id).with_for_update()).scalar_one()
             if row.state == CLAIMED and row.epoch == claim.epoch and row.worker == claim.worker:
                 row.state = IDLE if row.gen == claim.gen else READY
+                row.worker, row.expires_at, row.updated_at = None, 0.0, utcnow()
+            return WorkItem.model_validate(row)
+
+    def fail(self, claim: Claim) -> WorkItem:
+        """Give the goal back as `failed` (the why is the goal's status reason): no worker retries it until a
+        person wakes it (resume, approve, …). A wake that arrived while the loop ran counts as that retry."""
+        with self._db.write() as s:
+            row = s.execute(select(WorkRow).where(WorkRow.goal_id == claim.goal_id).with_for_update()).scalar_one()
+            if row.state == CLAIMED and row.epoch == claim.epoch and row.worker == claim.worker:
+                row.state = FAILED if row.gen == claim.gen else READY
                 row.worker, row.expires_at, row.updated_at = None, 0.0, utcnow()
             return WorkItem.model_validate(row)
 

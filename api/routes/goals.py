@@ -7,15 +7,19 @@ from fastapi import APIRouter, Body, status
 
 from api import actions
 from api.auth import Admin, Approver, Viewer
+from api.failures import shown_status
 from api.deps import ServiceDep, StoreDep
 from api.schemas import DecisionOut, GoalOut, InstructionIn, InstructionOut
+from state.errors import NotFound
 from state.goal import parse_goal
 
 router = APIRouter(prefix="/goals", tags=["goals"])
 
 
-def goal_out(g: Any) -> GoalOut:
-    return GoalOut(id=g.id, name=g.name, status=g.status, status_reason=g.status_reason, target=g.spec.target,
+def goal_out(g: Any, store: Any) -> GoalOut:
+    w = store.work_item(g.id)
+    return GoalOut(id=g.id, name=g.name, status=shown_status(g, w is not None and w.state == "failed"),
+                   status_reason=g.status_reason, target=g.spec.target, worker_state=w.state if w else None,
                    scenario=g.spec.scenario, spec_hash=g.spec_hash, spec=g.spec.model_dump(mode="json"),
                    created_at=g.created_at, updated_at=g.updated_at)
 
@@ -26,19 +30,21 @@ def create_goal(svc: ServiceDep, who: Admin,
                 spec: dict[str, Any] = Body(..., description="a goal spec (the same fields as a goal YAML)")) -> GoalOut:
     """Post a goal; a worker picks it up and runs the loop."""
     parsed = parse_goal(spec, "request body")
+    if parsed.target not in svc.targets:
+        raise ValueError(f"target: {parsed.target!r} is not a target of this service (known: {sorted(svc.targets)})")
     goal = svc.store.create_goal(parsed)
     svc.store.wake(goal.id, who.name, target=parsed.target)
-    return goal_out(goal)
+    return goal_out(goal, svc.store)
 
 
 @router.get("", response_model=list[GoalOut])
 def list_goals(store: StoreDep, _: Viewer) -> list[GoalOut]:
-    return [goal_out(g) for g in store.goals()]
+    return [goal_out(g, store) for g in store.goals()]
 
 
 @router.get("/{goal_id}", response_model=GoalOut)
 def get_goal(goal_id: str, store: StoreDep, _: Viewer) -> GoalOut:
-    return goal_out(store.get_goal(goal_id))
+    return goal_out(store.get_goal(goal_id), store)
 
 
 def _instr(svc: Any, goal_id: str, kind: str, who: Any) -> InstructionOut:
@@ -63,7 +69,14 @@ def stop(goal_id: str, svc: ServiceDep, who: Approver) -> InstructionOut:
 
 @router.post("/{goal_id}/instructions", response_model=InstructionOut, status_code=status.HTTP_201_CREATED)
 def add_instruction(goal_id: str, body: InstructionIn, svc: ServiceDep, who: Approver) -> InstructionOut:
-    """Any instruction, e.g. `{"kind": "one_more_round", "count": 1, "knobs": {"concurrency": 90}}`."""
+    """Any instruction, e.g. `{"kind": "one_more_round", "count": 1, "knobs": {"concurrency": 90}}`;
+    `{"kind": "restore"}` goes back to the best station (or to `restore`, a station hash)."""
+    svc.store.get_goal(goal_id)
+    if body.kind == "restore" and body.restore is not None:
+        try:
+            svc.store.get_station(body.restore)
+        except NotFound:
+            raise ValueError(f"restore: no frozen station with hash {body.restore!r}") from None
     ins = actions.instruct(svc, goal_id, body.kind, who, count=body.count, knobs=body.knobs, restore=body.restore,
                            text=body.text)
     return InstructionOut.model_validate(ins, from_attributes=True)

@@ -8,6 +8,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
 from api.deps import ServiceDep
+from api.failures import shown_status
 
 router = APIRouter(tags=["health"])
 REGISTRY = CollectorRegistry()
@@ -29,14 +30,16 @@ def health(svc: ServiceDep) -> dict[str, Any]:
 @router.get("/metrics", response_class=Response)
 def metrics(svc: ServiceDep) -> Response:
     counts: dict[str, int] = {}
+    failed = {w.goal_id for w in svc.store.work_items() if w.state == "failed"}
     for g in svc.store.goals():
-        counts[g.status] = counts.get(g.status, 0) + 1
-    for s in ("running", "waiting", "paused", "stopped", "done"):
+        st = shown_status(g, g.id in failed)
+        counts[st] = counts.get(st, 0) + 1
+    for s in ("running", "waiting", "paused", "stopped", "done", "failed"):
         GOALS.labels(s).set(counts.get(s, 0))
     states: dict[str, int] = {}
     for w in svc.store.work_items():
         states[w.state] = states.get(w.state, 0) + 1
-    for s in ("ready", "claimed", "idle"):
+    for s in ("ready", "claimed", "idle", "failed"):
         WORK.labels(s).set(states.get(s, 0))
     WEBHOOKS.labels("sent").set(svc.notifier.sent)
     WEBHOOKS.labels("failed").set(svc.notifier.failed)

@@ -1,23 +1,78 @@
-"""Reports: the goal's summary (the report module's when it exists) and its STATE.md."""
+"""Reports: the goal's full report (self-contained HTML, its Markdown twin and images), a plain-text
+summary, and its STATE.md. Report files are written under the service's reports folder, never the CWD."""
 from __future__ import annotations
 
-from fastapi import APIRouter
-from fastapi.responses import PlainTextResponse
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, HTTPException
+from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
 
 from api.auth import Viewer
-from api.deps import StoreDep
+from api.deps import ServiceDep, StoreDep
 
 router = APIRouter(tags=["reports"])
+_LOCKS: dict[str, threading.Lock] = {}
+_GUARD = threading.Lock()
 
 
-@router.get("/goals/{goal_id}/report", response_class=PlainTextResponse)
-def report(goal_id: str, store: StoreDep, _: Viewer) -> str:
-    """Decisions, best station, KPIs (and the full report's path when the report module exists)."""
-    from agent.runcli import summary_text
-    from agent.session import SessionResult
+def write_goal_report(svc: Any, goal_id: str) -> Any:
+    """Render the report from the store now (one writer per goal at a time); its paths (agent.report)."""
+    from agent.report import render_report
+
+    svc.store.get_goal(goal_id)  # 404 before anything is written
+    with _GUARD:
+        lock = _LOCKS.setdefault(goal_id, threading.Lock())
+    with lock:
+        return render_report(svc.store, goal_id, svc.reports_dir / goal_id, base=svc.base)
+
+
+@router.get("/goals/{goal_id}/report", response_class=HTMLResponse,
+            responses={200: {"content": {"text/html": {}}, "description": "the self-contained report (no network)"}})
+def report(goal_id: str, svc: ServiceDep, _: Viewer) -> FileResponse:
+    """The goal's report as one self-contained HTML page (plots embedded), rendered from the store now."""
+    paths = write_goal_report(svc, goal_id)
+    return FileResponse(paths.html, media_type="text/html; charset=utf-8")
+
+
+@router.get("/goals/{goal_id}/report.md", response_class=PlainTextResponse,
+            responses={200: {"content": {"text/markdown": {}}, "description": "the Markdown twin"}})
+def report_markdown(goal_id: str, svc: ServiceDep, _: Viewer) -> FileResponse:
+    """The Markdown twin; its relative image links (`images/<name>.png`) resolve to the route below."""
+    paths = write_goal_report(svc, goal_id)
+    return FileResponse(paths.markdown, media_type="text/markdown; charset=utf-8")
+
+
+@router.get("/goals/{goal_id}/images/{name}", response_class=FileResponse,
+            responses={200: {"content": {"image/png": {}}, "description": "one plot of the report"}})
+def report_image(goal_id: str, name: str, svc: ServiceDep, _: Viewer) -> FileResponse:
+    """One plot of the last rendered report (`<name>.png`, as the Markdown twin links it)."""
+    svc.store.get_goal(goal_id)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+\.png", name) or name.startswith("."):
+        raise HTTPException(404, f"no report image {name!r}")
+    path = svc.reports_dir / goal_id / "images" / name
+    if not path.is_file():
+        paths = write_goal_report(svc, goal_id)  # not rendered yet since the service started
+        path = Path(paths.dir) / "images" / name
+        if not path.is_file():
+            raise HTTPException(404, f"the report of {goal_id} has no image {name!r}")
+    return FileResponse(path, media_type="image/png")
+
+
+@router.get("/goals/{goal_id}/summary", response_class=PlainTextResponse)
+def summary(goal_id: str, store: StoreDep, _: Viewer) -> str:
+    """Decisions, best station and loop KPIs as plain text (what `tuneloop run` prints at the end)."""
+    from agent.runcli import kpi_lines
 
     g = store.get_goal(goal_id)
-    return summary_text(SessionResult(g.id, g.status, g.status_reason or ""), store.url)
+    lines = [f"goal {g.id}: {g.status} — {g.status_reason or ''}"]
+    lines += [f"  [{d.kind}] {d.text}" for d in store.decisions(goal_id) if d.kind != "note" or "fell back" in d.text]
+    best = store.best_station(goal_id)
+    if best is not None:
+        lines.append(f"best station {best.hash}: restore with `tuneloop restore {best.hash}`")
+    return "\n".join(lines + kpi_lines(store, goal_id))
 
 
 @router.get("/goals/{goal_id}/state", response_class=PlainTextResponse)

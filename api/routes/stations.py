@@ -1,16 +1,16 @@
-"""Stations: the best, the valid frontier (JSON and a PNG plot), one station, restore."""
+"""Stations: the best, the valid frontier (JSON and a PNG plot), one station, restore (queued for the loop)."""
 from __future__ import annotations
 
 import io
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, status
 from fastapi.responses import Response
 
 from api import actions
 from api.auth import Admin, Viewer
 from api.deps import ServiceDep, StoreDep
-from api.schemas import FrontierPoint, StationOut
+from api.schemas import FrontierPoint, InstructionOut, StationOut
 
 router = APIRouter(tags=["stations"])
 
@@ -79,7 +79,10 @@ def get_station(station_hash: str, store: StoreDep, _: Viewer) -> StationOut:
     return StationOut.model_validate(store.get_station(station_hash), from_attributes=True)
 
 
-@router.post("/stations/{station_hash}/restore")
-def restore(station_hash: str, svc: ServiceDep, who: Admin) -> dict[str, Any]:
-    """Go back to this station: re-deploy it on its target and check its health."""
-    return actions.restore_station(svc, station_hash, who)
+@router.post("/stations/{station_hash}/restore", response_model=InstructionOut, status_code=status.HTTP_202_ACCEPTED)
+def restore(station_hash: str, svc: ServiceDep, who: Admin) -> InstructionOut:
+    """Go back to this station: queued as a `restore` instruction of the goal that ran it; that goal's worker
+    re-deploys it, checks its health and stops, and the decision log shows the result and who asked."""
+    goal_id = actions.goal_of_station(svc, station_hash)
+    ins = actions.queue_restore(svc, goal_id, station_hash, who, f"api: restore station {station_hash}")
+    return InstructionOut.model_validate(ins, from_attributes=True)
