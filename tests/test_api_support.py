@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -15,6 +17,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = {"viewer": "viewer-token-0123456789", "approver": "approver-token-0123456789",
           "admin": "admin-token-0123456789"}
+# bounds, not expectations: generous so a loaded 2-core machine cannot make a waiting test flake
+STARTUP_S = 300.0  # a process importing the whole stack under load
+PROGRESS_S = 300.0  # a few simulated experiments
 TOKENS_ENV = ",".join(f"{r}1:{r}:{t}" for r, t in TOKENS.items())
 
 
@@ -38,8 +43,9 @@ def small_goal(name: str = "svc-goal", *, target: str = "sim", ask: bool = True,
     return g
 
 
-def wait_until(pred: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    """Poll `pred` until it returns something truthy (waiting on the service's state, not on time)."""
+def wait_until(pred: Callable[[], Any], timeout: float = PROGRESS_S, what: str = "condition") -> Any:
+    """Poll `pred` until it returns something truthy (waiting on the service's state, not on time); the
+    timeout only bounds a hang."""
     deadline = time.monotonic() + timeout
     while True:
         v = pred()
@@ -64,34 +70,79 @@ def service_env(tmp: Path, db_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-class ServerProcess:
-    """`tuneloop serve` as a real process on a free port; its output goes to a log file."""
+class ProcessOutput:
+    """A child process whose output is copied line by line to a log file by a reader thread; tests wait on a
+    line (an event: the process said so), not on time. A wait fails at once, with the log, if the process exits."""
 
-    def __init__(self, tmp: Path, env: dict[str, str], log_name: str = "serve.log"):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tmp / log_name
-        self.proc = subprocess.Popen([sys.executable, "-m", "tuneloop_cli", "serve", "--port", str(self.port)],
-                                     cwd=tmp, env=env | {"PYTHONPATH": str(ROOT)}, stdout=open(self.log, "ab"),
-                                     stderr=subprocess.STDOUT)
-        wait_until(self._up, 60, "the server to answer /health")
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str], log: Path):
+        self.log = log
+        self.lines: list[str] = []
+        self.cond = threading.Condition()
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env | {"PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
-    def _up(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"server exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
-        try:
-            return httpx.get(self.url + "/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with open(self.log, "a", encoding="utf-8") as f:
+            for line in self.proc.stdout:
+                f.write(line)
+                f.flush()
+                with self.cond:
+                    self.lines.append(line)
+                    self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()  # end of output: the process is gone
+
+    def wait_for(self, pattern: str, timeout: float = STARTUP_S) -> str:
+        rx = re.compile(pattern)
+        with self.cond:
+            ok = self.cond.wait_for(lambda: any(rx.search(x) for x in self.lines) or not self._reader.is_alive(),
+                                    timeout)
+            hit = next((x for x in self.lines if rx.search(x)), None)
+        if hit is None:
+            why = f"exited {self.proc.poll()}" if self.proc.poll() is not None else f"no such line in {timeout:.0f} s"
+            raise AssertionError(f"{' '.join(self.proc.args[2:4])} {why} waiting for /{pattern}/; output:\n"
+                                 + "".join(self.lines)[-3000:])
+        assert ok
+        return hit
+
+    def text(self) -> str:
+        with self.cond:
+            return "".join(self.lines)
 
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
+        self._reader.join(10)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(20)
+                self.proc.wait(30)
             except subprocess.TimeoutExpired:
-                self.kill()
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(10)
+
+
+class ServerProcess(ProcessOutput):
+    """`tuneloop serve` as a real process on a free port; ready once uvicorn says it listens."""
+
+    def __init__(self, tmp: Path, env: dict[str, str], log_name: str = "serve.log"):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__([sys.executable, "-m", "tuneloop_cli", "serve", "--port", str(self.port)], tmp, env,
+                         tmp / log_name)
+        self.wait_for(r"Uvicorn running on")  # uvicorn says so after the app's startup (store open, workers up)
+        assert httpx.get(self.url + "/health", timeout=30).status_code == 200
+
+
+def worker_process(tmp: Path, env: dict[str, str], name: str, *targets: str) -> ProcessOutput:
+    """`tuneloop worker --name NAME --target T...`; returns once it says it claims goals."""
+    argv = [sys.executable, "-m", "tuneloop_cli", "worker", "--name", name]
+    for t in targets:
+        argv += ["--target", t]
+    return ProcessOutput(argv, tmp, env, tmp / f"{name}.log")

@@ -3,16 +3,13 @@ approvals of one card, secrets kept out of logs / responses / STATE.md, and `tun
 processes sharing one PostgreSQL across two targets."""
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import httpx
 import pytest
 
 from state.workqueue import QueueStore
-from test_api_support import (ROOT, TOKENS, ServerProcess, auth, service_env, small_goal, wait_until)
+from test_api_support import TOKENS, ServerProcess, auth, service_env, small_goal, wait_until, worker_process
 
 
 def awaiting(url: str, gid: str) -> list[dict]:
@@ -68,7 +65,7 @@ def test_killed_while_waiting_restart_approve_runs_the_card_once_and_no_secret_l
             pend = awaiting(srv.url, gid)
             return g["status"] in ("done", "stopped") or any(c["id"] != card["id"] for c in pend)
 
-        wait_until(next_stop, 120, "the loop to run the approved card and reach its next stop")
+        wait_until(next_stop, what="the loop to run the approved card and reach its next stop")
         exps = httpx.get(f"{srv.url}/goals/{gid}/experiments", headers=auth("viewer")).json()
         bodies.append(str(exps))
         mine = [e for e in exps if e["candidate_id"] == card["id"]]
@@ -108,19 +105,16 @@ def test_two_workers_two_goals_two_targets_one_postgresql_third_worker_waits(tmp
 
     goals = {name: st.create_goal(parse_goal(small_goal(name, target=t, ask=False, experiments=3)))
              for name, t in (("goal-a", "sim-a"), ("goal-b", "sim-b"), ("goal-c", "sim-a"))}
-    procs, logs = [], []
+    procs = []
     try:
         for name, target in (("w1", "sim-a"), ("w2", "sim-b"), ("w3", "sim-a")):
-            log = tmp_path / f"{name}.log"
-            logs.append(log)
-            procs.append(subprocess.Popen([sys.executable, "-m", "tuneloop_cli", "worker", "--name", name,
-                                           "--target", target], cwd=tmp_path, env=env | {"PYTHONPATH": str(ROOT)},
-                                          stdout=open(log, "ab"), stderr=subprocess.STDOUT))
-        wait_until(lambda: all("claiming goals" in p.read_text() for p in logs), 120, "three workers to start")
+            procs.append(worker_process(tmp_path, env, name, target))
+        for p in procs:  # each says so once its threads claim: an event from the process, bounded generously
+            p.wait_for(r"claiming goals")
         for g in goals.values():
             st.wake(g.id, "test")
         wait_until(lambda: all(st.get_goal(g.id).status == "done" for g in goals.values())
-                   and all(w.state == "idle" for w in st.work_items()), 240, "all three goals to finish")
+                   and all(w.state == "idle" for w in st.work_items()), what="all three goals to finish")
         iv = {name: _intervals(st, g.id) for name, g in goals.items()}
         assert all(len(v) == 3 for v in iv.values())
         # no overlap on any target: lease intervals of one target are disjoint
@@ -137,10 +131,7 @@ def test_two_workers_two_goals_two_targets_one_postgresql_third_worker_waits(tmp
         assert set(workers) == {"sim-a", "sim-b"}
     finally:
         for p in procs:
-            p.terminate()
+            p.proc.terminate()
         for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            p.stop()
         st.close()
