@@ -159,3 +159,4 @@ class ChatOut(BaseModel):
     reply: str
     action: dict[str, Any] | None = None
     who: str
+    via: Literal["parser", "llm"] = Field("parser", description="who mapped the text onto the intent")

@@ -14,16 +14,20 @@ router = APIRouter(tags=["chat"])
 
 @router.post("/goals/{goal_id}/chat", response_model=ChatOut)
 def chat(goal_id: str, body: ChatIn, svc: ServiceDep, who: Viewer) -> ChatOut:
-    """Viewers may ask (status, why); approve / reject / pause / resume / stop / rounds / restore need approver."""
+    """Viewers may ask (status, why); approve / reject / pause / resume / stop / rounds / restore need approver.
+    The deterministic parser answers first; a configured LLM only maps text it did not understand (`via`)."""
     svc.store.get_goal(goal_id)
-    intent = parse(body.text)
+    intent, via, note = parse(body.text), "parser", None
     if intent.kind == "unknown" and svc.settings.llm_base_url:
         from api.chat_llm import map_intent
 
-        intent = map_intent(body.text, svc.settings)
+        intent, note = map_intent(body.text, svc.settings)
+        via = "llm" if note is None else "parser"
     try:
         reply, action = actions.act(svc, goal_id, intent, who)
     except PermissionError as e:
         raise HTTPException(403, str(e)) from None
+    if note:
+        reply = f"I could not map that onto a command: {note}. {reply}"
     return ChatOut(intent=intent.model_dump(mode="json", exclude_defaults=True) | {"kind": intent.kind},
-                   reply=reply, action=action, who=who.name)
+                   reply=reply, action=action, who=who.name, via=via)
