@@ -132,6 +132,40 @@ def test_loop_waits_approval_is_bound_to_the_card_hash_stale_refused_second_409(
     assert png.headers["content-type"] == "image/png" and png.content[:4] == b"\x89PNG"
 
 
+def test_report_html_markdown_and_images_under_the_services_reports_folder(tmp_path, monkeypatch):
+    import re
+
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    s = settings(tmp_path, TUNELOOP_DB=f"sqlite:///{tmp_path / 'db' / 't.db'}",
+                 TUNELOOP_RUNS_ROOT=str(tmp_path / "svc" / "runs"))
+    with TestClient(create_app(s)) as c:
+        gid = c.post("/goals", json=small_goal("report-goal", ask=False, experiments=1), headers=auth("admin")).json()["id"]
+        wait_until(lambda: c.get(f"/goals/{gid}", headers=auth("viewer")).json()["status"] == "done", what="the goal")
+        best = c.get(f"/goals/{gid}/best", headers=auth("viewer")).json()
+        run = c.get(f"/goals/{gid}/experiments", headers=auth("viewer")).json()[0]
+        r = c.get(f"/goals/{gid}/report", headers=auth("viewer"))
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+        html = r.text
+        assert gid in html and best["hash"] in html and run["id"] in html and f"tuneloop restore {best['hash']}" in html
+        assert "<script src" not in html and "http://" not in html.replace("http://www.w3.org", "")  # self-contained
+        md = c.get(f"/goals/{gid}/report.md", headers=auth("viewer"))
+        assert md.headers["content-type"].startswith("text/markdown") and best["hash"] in md.text
+        links = re.findall(r"\]\((images/[^)]+\.png)\)", md.text)
+        assert links, "the Markdown twin links its plots"
+        png = c.get(f"/goals/{gid}/{links[0]}", headers=auth("viewer"))  # relative to /goals/{id}/report.md
+        assert png.status_code == 200 and png.content[:4] == b"\x89PNG"
+        assert c.get(f"/goals/{gid}/images/..%2Ft.db", headers=auth("viewer")).status_code == 404
+        assert c.get(f"/goals/{gid}/report", headers={}).status_code == 401
+        assert c.get("/goals/nope/report", headers=auth("viewer")).status_code == 404
+        summary = c.get(f"/goals/{gid}/summary", headers=auth("viewer")).text
+        assert f"goal {gid}: done" in summary and best["hash"] in summary
+    out = tmp_path / "svc" / "reports" / gid
+    assert best["hash"] in (out / "report.html").read_text(encoding="utf-8") and (out / "report.md").is_file()
+    assert (out / links[0]).is_file()
+    assert not any((tmp_path / "cwd").iterdir()) and not (tmp_path / "db" / "reports").exists()
+
+
 def test_health_metrics_and_openapi_show_no_secret(idle_client):
     body = idle_client.get("/health").text + idle_client.get("/metrics").text + idle_client.get("/openapi.json").text
     assert all(t not in body for t in TOKENS.values())

@@ -34,7 +34,7 @@ def test_post_goal_approve_in_browser_and_see_the_decision(tmp_path):
             try:
                 page = ctx.new_page()
                 external = []
-                page.on("request", lambda r: external.append(r.url) if not r.url.startswith((srv.url, "blob:", "data:")) else None)
+                ctx.on("request", lambda r: external.append(r.url) if not r.url.startswith((srv.url, "blob:", "data:")) else None)
                 page.goto(srv.url + "/")
                 page.fill("#token", TOKENS["admin"])
                 page.click("#save-token")
@@ -49,6 +49,17 @@ def test_post_goal_approve_in_browser_and_see_the_decision(tmp_path):
                 expect(row.first).to_be_visible(timeout=60_000)
                 expect(page.locator("#status")).to_contain_text("browser-goal", timeout=10_000)
                 expect(page.locator("#best")).not_to_have_text("—", timeout=30_000)
+                page.click("#render-report")  # fetched with the token, opened from a blob: URL
+                expect(page.locator("#report-link")).to_be_visible(timeout=60_000)
+                with ctx.expect_page(timeout=30_000) as popup:
+                    page.click("#report-link")
+                report = popup.value
+                report.wait_for_load_state()
+                gid = page.locator("#goal-select").input_value()
+                expect(report.locator("body")).to_contain_text(gid, timeout=30_000)
+                expect(report.locator("body")).to_contain_text("tuneloop restore", timeout=10_000)
+                assert report.locator("img").count() >= 1  # plots embedded in the page itself
+                report.close()
                 page.fill("#chat-text", f"why was {cid} rejected?")
                 page.click("#chat-send")
                 expect(page.locator("#chat-log")).to_contain_text(f"candidate {cid}", timeout=10_000)
@@ -57,7 +68,7 @@ def test_post_goal_approve_in_browser_and_see_the_decision(tmp_path):
                 ap = httpx.get(f"{srv.url}/candidates/{cid}/approval",
                                headers={"Authorization": f"Bearer {TOKENS['viewer']}"}).json()
                 assert ap["decision"] == "approve" and ap["who"] == "admin1 (api)"
-                assert external == []  # no CDN, nothing outside the service
+                assert external == []  # no CDN, nothing outside the service (dashboard and report pages)
                 assert TOKENS["admin"] not in page.content()
             finally:
                 ctx.close()
