@@ -53,7 +53,7 @@ class Store(Fencing, Candidates, Instructions, Negatives):
         with self._db.write() as s:
             if s.get(GoalRow, gid) is not None:
                 raise Conflict(f"goal {gid!r} exists")
-            row = GoalRow(id=gid, name=spec.name, spec=spec.model_dump(mode="json"), spec_hash=spec.spec_hash(),
+            row = GoalRow(id=gid, name=spec.name, spec=canon(spec.model_dump()), spec_hash=spec.spec_hash(),
                           status="running", created_at=now, updated_at=now)
             s.add(row)
             s.flush()
@@ -116,7 +116,7 @@ class Store(Fencing, Candidates, Instructions, Negatives):
                 if old is not None:
                     return snap(Run, old)
                 row = RunRow(id=spec.run_id, goal_id=spec.goal_id, candidate_id=candidate_id, stage=spec.stage, n=spec.n,
-                             target=spec.target, spec=canon(spec.model_dump(mode="json")), station_hash=station_hash,
+                             target=spec.target, spec=canon(spec.model_dump()), station_hash=station_hash,
                              status="pending", created_at=now, updated_at=now)
                 s.add(row)
                 s.flush()
