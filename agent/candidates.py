@@ -65,6 +65,7 @@ class CandidateCard(BaseModel):
     score: float | None = None  # the planner's rough value estimate
     est_card_hours: float | None = None
     profile_capture: bool = False  # ask the executor for a profile: the queues could not separate the hypotheses
+    attempt: int = 1  # > 1: the same experiment again after its earlier attempt(s) ended in a tooling fault
 
     @property
     def knobs(self) -> dict[str, Any]:
@@ -93,11 +94,14 @@ class CandidateCard(BaseModel):
         skip = {"parent_station", "station", "experiment_key", "content_hash", "score", "est_card_hours"}
         if not self.profile_capture:
             skip.add("profile_capture")  # cards without a profile keep the hashes they always had
+        if self.attempt == 1:
+            skip.add("attempt")
         body = self.model_dump(exclude=skip)
         return digest(body, 24)
 
     def run_id(self) -> str:
-        return f"{self.goal_id}-{self.stage}-{self.experiment_key}"
+        base = f"{self.goal_id}-{self.stage}-{self.experiment_key}"
+        return base if self.attempt == 1 else f"{base}-a{self.attempt}"
 
     def title(self) -> str:
         if self.change is None:
@@ -151,10 +155,11 @@ RULES: dict[tuple[str, str], MoveRule] = {
         mechanism="more KV capacity admits more running sequences", decision="whether KV capacity binds",
         expected="gain only if KV usage is near full", rules_out="KV capacity as the limit"),
     ("concurrency", "up"): MoveRule(
-        hypotheses=("client_supply",), gain=0.2,
-        mechanism="a higher concurrency cap lets the client keep more requests in flight",
-        decision="whether the client starves the server", expected="higher throughput if achieved concurrency ≈ C; TPOT rises",
-        rules_out="the client's concurrency cap as the limit"),
+        hypotheses=("client_supply", "load_headroom"), gain=0.2,
+        mechanism="a higher concurrency cap keeps more requests in flight: bigger decode batches while TPOT has headroom",
+        decision="whether the offered load, not the server, limits throughput",
+        expected="higher throughput if achieved concurrency ≈ C and decode runs below its batch limit; TPOT rises",
+        rules_out="the concurrency cap as the limit at this station"),
     ("concurrency", "down"): MoveRule(
         hypotheses=("latency_bound",), gain=0.03, tradeoff=True,
         mechanism="fewer requests in flight shorten queues: lower TTFT, TPOT and E2E, a longer steady state",

@@ -11,6 +11,14 @@ from agent.history import History
 from executor.knobs import KnobError, catalog
 
 
+MAX_ATTEMPTS = 3  # runs of one experiment that may end in a tooling fault before it is set aside
+
+
+def with_attempt(card: CandidateCard, history: History) -> CandidateCard:
+    """The card as its next attempt: a fault is retried as a fresh run of the same experiment, never a dead end."""
+    return card.model_copy(update={"attempt": history.faulted(card.experiment_key) + 1})
+
+
 def _eq(a: Any, b: Any) -> bool:
     return _canon(a) == _canon(b)
 
@@ -78,8 +86,14 @@ def check(card: CandidateCard, history: History) -> list[str]:
         out.append(f"protocol: screen N must be {goal.protocol.screen_n}, not {card.n}")
     if card.stage == "confirm" and card.n != goal.protocol.confirm_n:
         out.append(f"protocol: confirm N must be {goal.protocol.confirm_n}, not {card.n}")
+    known = history.reference(card.knobs, card.n) if card.stage != "baseline" else None
+    if known is not None:  # e.g. a move back to the parent: its measurement at this N is reused, not repeated
+        out.append(f"measured: this station was measured at N={card.n} already ({known.run_id})")
     if card.experiment_key in history.finished_keys:
         out.append(f"not_finished: experiment {card.experiment_key} already ran")
+    elif history.faulted(card.experiment_key) >= MAX_ATTEMPTS:
+        out.append(f"faults: experiment {card.experiment_key} ended in a tooling fault {MAX_ATTEMPTS} times; "
+                   "a person should look at the target")
     if history.experiments_left < 1:
         out.append("affordable: no experiments left in the budget")
     cost = estimate(card, history)

@@ -14,11 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from executor.summary import Summary
 
 HypothesisName = Literal[
-    "prefill_supply", "client_supply", "decode_capacity", "spec_acceptance", "expert_imbalance", "latency_bound"
+    "prefill_supply", "client_supply", "decode_capacity", "spec_acceptance", "expert_imbalance", "latency_bound",
+    "load_headroom",
 ]
 HYPOTHESES: tuple[str, ...] = (
-    "prefill_supply", "client_supply", "decode_capacity", "spec_acceptance", "expert_imbalance", "latency_bound"
+    "prefill_supply", "client_supply", "decode_capacity", "spec_acceptance", "expert_imbalance", "latency_bound",
+    "load_headroom",
 )
+LOAD_HEADROOM = 0.1  # TPOT at least this far under its limit leaves room for a bigger decode batch
 SUPPORTED, OPEN_LOW = 0.6, 0.3  # likelihood bands: supported >= 0.6 > open >= 0.3 > weak
 SEPARATION = 0.15  # two supported hypotheses closer than this cannot be told apart from queues alone
 
@@ -80,6 +83,16 @@ def _clamp(x: float) -> float:
     return max(0.0, min(1.0, x))
 
 
+def decode_full(ev: dict[str, Any]) -> str | None:
+    """Why decode cannot take more requests (batch limit reached, KV cache full), or None."""
+    run_max, limit, kv = _num(ev, "decode_running_max"), _num(ev, "decode_batch_limit"), _num(ev, "kv_usage_max")
+    if run_max is not None and limit and run_max >= 0.95 * limit and _num(ev, "decode_busy_slots_mean") is None:
+        return f"running {run_max:.0f} of a {limit:.0f} batch limit"
+    if kv is not None and kv >= 0.98:
+        return f"KV cache usage {kv:.0%}"
+    return None
+
+
 def _prefill_supply(ev: dict[str, Any]) -> Hypothesis:
     pfor, pagainst, score = [], [], 0.2
     pshare, pmean = _num(ev, "prefill_waiting_nonzero_share"), _num(ev, "prefill_waiting_mean")
@@ -93,8 +106,12 @@ def _prefill_supply(ev: dict[str, Any]) -> Hypothesis:
         else:
             pagainst.append(f"prefill queue non-empty in only {pshare:.0%} of samples")
             score -= 0.15
+    full = decode_full(ev)
+    if full:
+        pagainst.append(f"decode is full ({full}): the prefill queue is back-pressure from decode")
+        score -= 0.45
     if dmean is not None:
-        if dmean <= 0.5 and (dshare is None or dshare < 0.2):
+        if dmean <= 0.5 and (dshare is None or dshare < 0.2) and not full:
             pfor.append(f"decode waiting near zero (mean {dmean:.2f}): decode is starved, not saturated")
             score += 0.2
         else:
@@ -227,14 +244,61 @@ def _latency_bound(s: Summary | None, tpot_limit_ms: float | None) -> tuple[Hypo
                       evidence_against=[f"mean TPOT {s.tpot_ms.mean:.1f} ms leaves {head:.0%} headroom to {tpot_limit_ms:g} ms"]), head
 
 
+def _load_headroom(s: Summary | None, ev: dict[str, Any], headroom: float | None,
+                   ruled_out: frozenset[str] = frozenset()) -> Hypothesis:
+    """The offered load, not the server, caps the decode batch: latency headroom left, the server absorbs
+    every request the client allows, decode runs below its batch limit, and no queue forms inside."""
+    pfor, pagainst, score = [], [], 0.1
+    if headroom is None:
+        return Hypothesis(name="load_headroom", likelihood=0.1, evidence_against=["no TPOT figure or no limit"])
+    if headroom >= LOAD_HEADROOM:
+        pfor.append(f"mean TPOT leaves {headroom:.0%} headroom: a bigger decode batch still meets the limit")
+        score += 0.2 + 0.4 * min(1.0, (headroom - LOAD_HEADROOM) / 0.3)
+    else:
+        pagainst.append(f"mean TPOT leaves only {headroom:.0%} headroom")
+        score -= 0.1
+    pshare = _num(ev, "prefill_waiting_nonzero_share")
+    queued = pshare is not None and pshare >= 0.5 and "prefill_supply" not in ruled_out and not decode_full(ev)
+    if queued:
+        pagainst.append(f"prefill queue non-empty in {pshare:.0%} of samples: more load would queue before prefill")
+        score -= 0.6
+    win = s.native or s.whole if s else None
+    if s is not None and win is not None and s.concurrency and not queued:
+        ratio = win.achieved_concurrency / s.concurrency
+        if ratio >= 0.85:
+            pfor.append(f"achieved concurrency {win.achieved_concurrency:.1f} ≈ C={s.concurrency}: C caps what is in flight")
+            score += 0.15
+        else:
+            pagainst.append(f"achieved concurrency {win.achieved_concurrency:.1f} is only {ratio:.0%} of "
+                            f"C={s.concurrency}: C is not what caps the load")
+            score -= 0.4
+    run_max, limit = _num(ev, "decode_running_max"), _num(ev, "decode_batch_limit")
+    dmean = _num(ev, "decode_waiting_mean")
+    if run_max is not None and limit:
+        if run_max >= 0.95 * limit and dmean is not None and dmean > 0.5 and "decode_capacity" in ruled_out:
+            pfor.append("decode waits at its batch limit, but raising the limit here changed nothing")
+        elif run_max >= 0.95 * limit and dmean is not None and dmean > 0.5:
+            pagainst.append(f"decode already at its batch limit ({run_max:.0f}/{limit:.0f}) with requests waiting")
+            score -= 0.6
+        elif run_max < 0.95 * limit:
+            pfor.append(f"decode batch peaks at {run_max:.0f} of a {limit:.0f} limit: room to batch more")
+            score += 0.1
+    return Hypothesis(name="load_headroom", likelihood=_clamp(score), evidence_for=pfor, evidence_against=pagainst)
+
+
 def diagnose(summary: Summary | None, evidence: dict[str, Any], tpot_limit_ms: float | None,
-             knobs: dict[str, Any] | None = None) -> Diagnosis:
-    """Rank the named explanations of where throughput is lost, from queue and batch evidence."""
+             knobs: dict[str, Any] | None = None, ruled_out: frozenset[str] | set[str] = frozenset()) -> Diagnosis:
+    """Rank the named explanations of where throughput is lost, from queue and batch evidence; `ruled_out`
+    names hypotheses a move from this station already tested negative: the queue they explain no longer
+    argues against the load as the limit (what a negative rules out)."""
     ev = evidence or {}
+    ruled = frozenset(ruled_out) - {"latency_bound"}
     latency, headroom = _latency_bound(summary, tpot_limit_ms)
     hyps = [_prefill_supply(ev), _client_supply(summary, ev), _decode_capacity(ev),
-            _spec_acceptance(ev, knobs or {}), _expert_imbalance(ev), latency]
-    throughput = [h for h in hyps if h.name != "latency_bound"]
+            _spec_acceptance(ev, knobs or {}), _expert_imbalance(ev), latency,
+            _load_headroom(summary, ev, headroom, ruled)]
+    # where the server loses throughput (profiles separate these); latency and load headroom are about the load
+    throughput = [h for h in hyps if h.name not in ("latency_bound", "load_headroom")]
     ranked = sorted(throughput, key=lambda h: -h.likelihood)
     profile, why = False, None
     queues_seen = any(_num(ev, k) is not None for k in ("prefill_waiting_mean", "decode_waiting_mean"))

@@ -17,6 +17,7 @@ Decision = Literal[
     "reference",  # a baseline measurement of a station
     "negative",  # valid, and worse (or broke the SLO): never repeated under the same conditions
     "promising",  # screen passed: confirm next
+    "window_pending",  # confirmed better, but without the objective's window: recover it before it can be the best
     "new_best",  # confirmed and better: the new deployable best station
     "tradeoff",  # confirmed, loses on the objective but wins on latency: kept on the frontier
     "quality_pending",  # confirmed and better, but a quality-risk change not yet evaluated
@@ -106,7 +107,12 @@ class History(BaseModel):
 
     @property
     def finished_keys(self) -> set[str]:
-        return {o.card.experiment_key for o in self.outcomes}
+        """Experiments that gave a result (valid or a contract violation); a tooling fault is not one."""
+        return {o.card.experiment_key for o in self.outcomes if o.decision != "fault"}
+
+    def faulted(self, experiment_key: str) -> int:
+        """How many attempts of this experiment ended in a tooling fault (each is retried as a new run)."""
+        return sum(o.decision == "fault" and o.card.experiment_key == experiment_key for o in self.outcomes)
 
     def reference(self, knobs: dict[str, Any], n: int) -> Outcome | None:
         """The latest valid measurement of exactly this station at exactly this N."""

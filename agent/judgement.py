@@ -2,7 +2,8 @@
 
 Only a `valid` verdict can become a result. Figures are compared only at equal N and in the same window
 (the objective's window when both runs have it, else the whole window for both); a percentage across
-different N is never computed. A run that loses on the objective but has lower TTFT, TPOT and E2E is a
+different N is never computed. A screen closes only clear negatives (no gain at all); any gain is confirmed. A confirm without the objective's window never becomes the best: it is
+"window pending" until a run of that station (at a lower C) gives the objective's window. A run that loses on the objective but has lower TTFT, TPOT and E2E is a
 trade-off (the field report's rule: trade-offs are results), kept on the frontier rather than closed
 as a negative.
 """
@@ -66,14 +67,28 @@ def decide(card: CandidateCard, verdict: str, figures: Figures | None, history: 
     ref = history.reference(card.parent_knobs, card.n)
     if ref is None or ref.figures is None:
         return "fault", f"no valid reference of the parent at N={card.n}: cannot judge"
-    cmp = compare(figures, ref.figures, goal.objective.window)
+    window = goal.objective.window
+    ref_figs, against = ref.figures, "parent"
+    if card.stage == "confirm" and window == "native" and figures.native is not None and ref_figs.native is None:
+        # the parent's gain was confirmed on the whole window only; this run recovers the objective's window,
+        # so it is judged there against the best station (the last one with a native figure at this N)
+        anchor = history.reference(history.best_knobs, card.n)
+        if anchor is not None and anchor.figures is not None and anchor.figures.native is not None:
+            ref_figs, against = anchor.figures, "the best station (the parent has no native window)"
+    cmp = compare(figures, ref_figs, window)
     if cmp.gain is None:
         return "negative", "no common window with the reference"
-    pct = f"{cmp.gain:+.2%} {cmp.window} vs parent at N={card.n}"
+    pct = f"{cmp.gain:+.2%} {cmp.window} vs {against} at N={card.n}"
     min_gain = goal.stop.min_gain_pct / 100.0
+    if card.stage == "screen" and 0 < cmp.gain < min_gain:
+        # a short run's whole window is mostly ramp and drain: a small gain there is not a clear negative
+        return "promising", f"screen {pct}: positive but inside screen noise, the confirm at N={goal.protocol.confirm_n} decides"
     if cmp.gain >= min_gain:
         if card.stage == "screen":
             return "promising", f"screen {pct}: confirm at N={goal.protocol.confirm_n}"
+        if window == "native" and figures.native is None:
+            return "window_pending", (f"confirmed {pct}, but no valid native window at N={card.n} (the objective's "
+                                      "window): not the best until a run of it gives one")
         if card.quality_risk:
             return "quality_pending", f"confirmed {pct}; performance-positive, quality pending"
         return "new_best", f"confirmed {pct}: new best station"

@@ -12,7 +12,7 @@ from langgraph.types import Command
 
 from agent import approval
 from agent.candidates import CandidateCard, build_card
-from agent.checks import check, estimate
+from agent.checks import check, estimate, with_attempt
 from agent.history import Figures, History
 from agent.judgement import decide as judge_run
 from agent.planner import DeterministicPlanner, diagnosis_for
@@ -124,6 +124,7 @@ class Loop:
         if card is None:
             reason = (plan.stop_reason if plan else None) or "the planner has nothing to propose"
             return Command(goto="stop", update={"stop_status": "done", "stop_reason": reason})
+        card = with_attempt(card, history)
         if plan is not None and wants_profile(plan.diagnosis, card, history):
             card = card.model_copy(update={"profile_capture": True})
         rec = card_record(card)

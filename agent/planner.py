@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from agent.candidates import CandidateCard, build_card, neighbours, rule_for, with_stage
+from agent.candidates import CandidateCard, build_card, neighbours, rule_for, station_hash, with_stage
 from agent.checks import check, estimate, retry_note
-from agent.diagnosis import Diagnosis, diagnose
+from agent.diagnosis import OPEN_LOW, Diagnosis, diagnose
 from agent.history import History
 from agent.value import Value, value_of
 
@@ -32,11 +32,25 @@ def tpot_limit(goal) -> float | None:  # type: ignore[no-untyped-def]
     return goal.constraints.tpot_mean_ms_lt
 
 
+def ruled_out(history: History) -> set[str]:
+    """Hypotheses a valid negative from the best station has tested (the rule its move named)."""
+    out: set[str] = set()
+    for o in history.outcomes:
+        if o.decision != "negative" or o.card.change is None or o.card.parent_station != history.best_station:
+            continue
+        c = o.card.change
+        direction = next((d for d, _ in neighbours(c.knob, c.old, [c.new])), "up")
+        rule = rule_for(c.knob, direction)
+        if not rule.tradeoff:
+            out.update(rule.hypotheses)
+    return out
+
+
 def diagnosis_for(history: History) -> Diagnosis | None:
     ref = history.latest_valid(history.best_knobs)
     if ref is None or ref.summary is None:
         return None
-    return diagnose(ref.summary, ref.evidence, tpot_limit(history.goal), history.best_knobs)
+    return diagnose(ref.summary, ref.evidence, tpot_limit(history.goal), history.best_knobs, ruled_out(history))
 
 
 def _pending_confirm(history: History) -> CandidateCard | None:
@@ -46,6 +60,34 @@ def _pending_confirm(history: History) -> CandidateCard | None:
             conf = with_stage(o.card, "confirm", history.goal.protocol.confirm_n)
             if conf.experiment_key not in done:
                 return conf
+    return None
+
+
+def _window_recovery(history: History) -> CandidateCard | None:
+    """A confirm that won without the objective's window: run its station at the next lower C (hot, at
+    confirm N) until one gives the window; the whole window's verdict at a screen cannot judge this."""
+    goal = history.goal
+    if goal.objective.window != "native" or "concurrency" not in goal.space():
+        return None
+    done = history.finished_keys
+    for o in reversed(history.outcomes):
+        if o.decision != "window_pending":
+            continue
+        station = o.card.knobs
+        values = sorted((v for v in goal.space()["concurrency"] if v is not None), reverse=True)
+        for c in (v for v in values if v < (station.get("concurrency") or 0)):
+            card = build_card(history.goal_id, goal.scenario, station, "concurrency", c, stage="confirm",
+                              n=goal.protocol.confirm_n, direction="down", hypothesis="latency_bound",
+                              mechanism="fewer requests in flight keep in-flight == C long enough for a valid native window",
+                              decision="whether the confirmed whole-window gain holds in the objective's window",
+                              expected_effect="a valid native window; whole-run throughput may fall a little",
+                              negative_rules_out=f"C={c} as the way to a valid native window at this station")
+            if card.experiment_key not in done:
+                return card
+            got = history.reference(card.knobs, card.n)
+            if got is not None and got.figures is not None and got.figures.native is not None:
+                break  # the window was recovered at this C: judged already, nothing more to recover here
+        return None  # only the latest pending station is worth recovering
     return None
 
 
@@ -67,6 +109,7 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
     goal = history.goal
     ref = history.latest_valid(history.best_knobs)
     native_missing = ref is not None and ref.summary is not None and ref.summary.native is None
+    restart = history.cost.estimate("restart", goal.protocol.screen_n, goal.protocol.warmup, needs_restart=True)
     out = []
     for knob, values in goal.space().items():
         cur = history.best_knobs.get(knob)
@@ -77,7 +120,8 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
             except Exception:  # a knob outside the catalog cannot become a card
                 continue
             cost = estimate(card, history)
-            v = value_of(card, rule_for(knob, direction), diag, cost, history.budget_left_card_hours, native_missing)
+            v = value_of(card, rule_for(knob, direction), diag, cost, history.budget_left_card_hours, native_missing,
+                         restart_card_hours=restart)
             out.append((card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
                                                 "note": retry_note(card, history)}), v))
     out.sort(key=lambda cv: (-cv[1].value, cv[0].title()))
@@ -97,6 +141,17 @@ class DeterministicPlanner:
                               n=goal.protocol.screen_n)
             return self._checked(card, history, None, "reference of the starting station")
         diag = diagnosis_for(history)
+        if goal.protocol.confirm_n != goal.protocol.screen_n and not any(o.card.stage != "baseline" for o in history.outcomes) \
+                and history.reference(history.best_knobs, goal.protocol.confirm_n) is None \
+                and history.warm_knobs is not None and station_hash(history.warm_knobs) == history.best_station:
+            # the start is warm now: its confirm-N reference costs a hot run, after the first move a restart
+            card = build_card(history.goal_id, goal.scenario, history.best_knobs, None, None, stage="baseline",
+                              n=goal.protocol.confirm_n)
+            if not check(card, history):  # optional: a saving, never a reason to stop
+                return self._checked(card, history, diag, f"reference of the starting station at N={card.n} while it is warm")
+        rec = _window_recovery(history)
+        if rec is not None:
+            return self._checked(rec, history, diag, "recover the objective's window of a confirmed gain")
         conf = _pending_confirm(history)
         if conf is not None:
             if history.reference(conf.parent_knobs, conf.n) is None:
@@ -108,31 +163,51 @@ class DeterministicPlanner:
             return Plan(card=None, diagnosis=diag,
                         stop_reason=f"{goal.stop.max_without_improvement} experiments in a row changed nothing")
         ranked: list[tuple[str, float, str]] = []
+        passing: list[tuple[CandidateCard, Value]] = []
         for card, v in candidates(history, diag):
             refusals = check(card, history)
             ranked.append((card.title(), v.value, "; ".join(refusals) or v.why))
-            if refusals:
-                continue
-            if v.value < MIN_VALUE:
-                return Plan(card=None, diagnosis=diag, ranked=ranked,
-                            stop_reason=f"nothing left is worth its cost (best value {v.value:.3f} < {MIN_VALUE})")
-            return Plan(card=card, diagnosis=diag, ranked=ranked)
-        return Plan(card=None, diagnosis=diag, ranked=ranked, stop_reason=_no_candidate_reason(ranked, history))
+            if not refusals:
+                passing.append((card, v))
+        if not passing:
+            return Plan(card=None, diagnosis=diag, ranked=ranked, stop_reason=_no_candidate_reason(ranked, history))
+        card, v = passing[0]
+        if v.value < MIN_VALUE:
+            return Plan(card=None, diagnosis=diag, ranked=ranked,
+                        stop_reason=f"nothing left is worth its cost (best value {v.value:.3f} < {MIN_VALUE})")
+        hot = hot_while_warm(passing, history)
+        if hot is not None and hot[0] is not card:
+            card = hot[0]
+            ranked.append((card.title(), hot[1].value, "runs first: a hot move on the warm best station; "
+                                                       "after a restart elsewhere it would cost a restart too"))
+        return Plan(card=card, diagnosis=diag, ranked=ranked)
 
     @staticmethod
     def _checked(card: CandidateCard, history: History, diag: Diagnosis | None, why: str) -> Plan:
         refusals = check(card, history)
         if refusals:
+            spent = "budget spent: " if all(r.startswith("affordable") for r in refusals) else ""
             return Plan(card=None, diagnosis=diag, ranked=[(card.title(), 0.0, "; ".join(refusals))],
-                        stop_reason=f"cannot run the {why}: " + "; ".join(refusals))
+                        stop_reason=f"{spent}cannot run the {why}: " + "; ".join(refusals))
         card = card.model_copy(update={"est_card_hours": round(estimate(card, history), 4)})
         return Plan(card=card, diagnosis=diag, ranked=[(card.title(), 1.0, why)])
+
+
+def hot_while_warm(passing: list[tuple[CandidateCard, Value]],
+                   history: History) -> tuple[CandidateCard, Value] | None:
+    """The best hot move worth its cost, testing a hypothesis the evidence leaves open, while the service runs
+    the best station: done now it costs a load, after a restart move (the service moves away) a restart too."""
+    if history.warm_knobs is None or station_hash(history.warm_knobs) != history.best_station:
+        return None
+    return next(((c, v) for c, v in passing if c.cost_class == "hot" and v.value >= MIN_VALUE
+                 and c.hypothesis is not None and v.confidence >= OPEN_LOW), None)
 
 
 def _no_candidate_reason(ranked: list[tuple[str, float, str]], history: History) -> str:
     """Why nothing passed: say so plainly when the budget is what refused the candidates left."""
     unaffordable = [r for r in ranked if "affordable:" in r[2]]
     if unaffordable and all("affordable:" in r[2] or "not_finished" in r[2] or "known_negative" in r[2]
+           or "measured:" in r[2]
                             for r in ranked):
         return (f"budget spent: none of the {len(unaffordable)} remaining candidate(s) is affordable "
                 f"({history.budget_left_card_hours:.2f} card-h left)")

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.candidates import CandidateCard
+from agent.candidates import CandidateCard, _canon
 from agent.history import Figures, History, Negative, Outcome
 from agent.value import CostModel
 from state.snapshots import Conditions
 
 # planner decision -> the store's decision kind
-KIND = {"reference": "baseline", "negative": "negative", "promising": "promising", "new_best": "new_best",
+KIND = {"reference": "baseline", "negative": "negative", "promising": "promising", "window_pending": "promising", "new_best": "new_best",
         "tradeoff": "tradeoff", "quality_pending": "quality_pending", "quality_failed": "quality_failed",
         "fault": "fault", "invalid": "fault"}
 CHANGED = ("new_best", "tradeoff", "quality_pending")
@@ -23,7 +23,7 @@ OPEN_STATUSES = ("proposed", "awaiting_approval", "approved", "running", "failed
 
 def card_record(card: CandidateCard) -> dict[str, Any]:
     """The card as stored (and shown): its fields plus the store's index keys."""
-    d = card.model_dump(mode="json")
+    d = _canon(card.model_dump())  # an infinite request_rate stays "inf" (JSON mode would write null)
     d.update({"knob": card.change.knob if card.change else None,
               "value": card.change.new if card.change else None, "parent_hash": card.parent_station})
     return d

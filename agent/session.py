@@ -48,6 +48,17 @@ def finished_reason(goal: Any, state_path: str) -> str:
             f"`tuneloop report {goal.id}`; run with --new to start a fresh goal with this spec")
 
 
+def bind_sim_profile(executor: Any, spec: Any) -> None:
+    """A goal on a simulator target is simulated on the goal's own `sim_profile` (its cards, costs and
+    engine), whichever executor runs it: the built-in `sim` target alone would always be the dsv4 one."""
+    targets = getattr(executor, "targets", None)
+    target = targets.get(spec.target) if isinstance(targets, dict) else None
+    if target is None or getattr(target, "kind", None) != "sim" or not spec.sim_profile:
+        return
+    if target.profile != spec.sim_profile:
+        targets[spec.target] = target.model_copy(update={"profile": spec.sim_profile})
+
+
 def make_planner(llm_base_url: str | None, llm_model: str = "tuneloop-planner", api_key: str | None = None) -> Any:
     if not llm_base_url:
         return DeterministicPlanner()
@@ -84,6 +95,7 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
             return SessionResult(goal.id, goal.status, finished_reason(goal, path), state_path=path,
                                  already_finished=True)
         executor = executor or Executor(store, targets)  # targets: e.g. a local llama.cpp server (issue 7)
+        bind_sim_profile(executor, goal.spec)
         state_path: list[str] = []
 
         def state_file(st: Any, gid: str, **info: Any) -> None:

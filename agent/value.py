@@ -77,8 +77,10 @@ def confidence(rule: MoveRule, diag: Diagnosis | None) -> tuple[float, str | Non
 
 
 def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_card_hours: float,
-             budget_left: float, native_missing: bool = False) -> Value:
-    """gain × confidence + what a negative rules out, scaled down by cost class and share of budget."""
+             budget_left: float, native_missing: bool = False, restart_card_hours: float | None = None) -> Value:
+    """gain × confidence + what a negative rules out, per device-hour: scaled by cost class, by the card's cost
+    against a restarting screen's (`restart_card_hours`: a hot screen on the warm service costs a fraction of
+    one) and by its share of the budget left."""
     conf, hyp = confidence(rule, diag)
     gain = rule.gain
     if card.cost_class == "relayout" and (diag is None or diag.likelihood("expert_imbalance") < OPEN_LOW):
@@ -89,7 +91,8 @@ def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_c
     # A negative on a supported hypothesis separates explanations; on a weak one it tells little.
     rules_out = 0.1 * conf if conf >= OPEN_LOW else 0.0
     share = cost_card_hours / budget_left if budget_left > 0 else 1.0
-    v = (gain * conf + rules_out) * CLASS_FACTOR.get(card.cost_class, 0.4) * max(0.0, 1.0 - 0.5 * share)
+    per_hour = restart_card_hours / (restart_card_hours + cost_card_hours) if restart_card_hours else 1.0
+    v = (gain * conf + rules_out) * CLASS_FACTOR.get(card.cost_class, 0.4) * per_hour * max(0.0, 1.0 - 0.5 * share)
     why = (f"gain {gain:.2f} × confidence {conf:.2f}" + (f" ({hyp})" if hyp else "") +
            f" + rules out {rules_out:.2f}; {card.cost_class}, ~{cost_card_hours:.2f} card-h of {budget_left:.2f} left")
     return Value(value=round(v, 6), gain=gain, confidence=conf, rules_out=rules_out,

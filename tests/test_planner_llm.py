@@ -71,7 +71,9 @@ def proposal(knob: str, value: str) -> dict:
 
 @pytest.fixture
 def h():
-    return history([outcome(baseline(), summary(), "reference")])
+    # the start measured at both N (the confirm-N reference is taken while the start is warm): the next step is a choice
+    return history([outcome(baseline(), summary(), "reference"),
+                    outcome(baseline(n=640), summary(n=640, native=185.0), "reference")])
 
 
 def test_valid_llm_proposal_becomes_an_llm_card(h):

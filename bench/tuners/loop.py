@@ -21,17 +21,14 @@ def run_loop(goal: Any, profile: Profile, space: dict[str, list[Any]], workdir: 
     from agent.session import run_session
     from executor.phases import ExecSettings
     from executor.runner import Executor
-    from executor.targets import builtin_sim
     from state.store import Store
 
     with tempfile.TemporaryDirectory(prefix="tuner-bench-", dir=workdir) as tmp:
         url = f"sqlite:///{Path(tmp) / 'tuneloop.db'}"
         store = Store(url)
         try:
-            # the built-in `sim` target simulates the dsv4 profile whatever the goal's sim_profile says:
-            # name the goal's profile explicitly, or a llama goal would be measured on the dsv4 deployment
-            sim = builtin_sim(profile=goal.sim_profile, run_root=str(Path(tmp) / "target"))
-            ex = Executor(store, targets={"sim": sim}, settings=ExecSettings.from_env(runs_root=Path(tmp) / "runs"))
+            # run_session simulates the goal on its own sim_profile (agent.session.bind_sim_profile)
+            ex = Executor(store, settings=ExecSettings.from_env(runs_root=Path(tmp) / "runs"))
             res = run_session(goal, url, auto_approve=True, executor=ex, who="tuner-efficiency bench")
             trials, check = read_trials(store, res.goal_id, goal, profile, space)
         finally:
@@ -43,6 +40,8 @@ def read_trials(store: Any, goal_id: str, goal: Any, profile: Profile,
                 space: dict[str, list[Any]]) -> tuple[list[Trial], dict[str, Any]]:
     """The loop's experiments in judged order, and the bench's re-charge of them (must agree)."""
     from agent.record import card_of
+    from executor.targets import builtin_sim
+    from executor.trial import CostEntry
 
     best = goal.start_station()
     trials: list[Trial] = []
@@ -65,6 +64,8 @@ def read_trials(store: Any, goal_id: str, goal: Any, profile: Profile,
         spec = store.get_run(d.run_id).spec
         full = full_knobs(spec["knobs"], "sim")
         mine = charge(profile.costs, running, full, ev.load_s, ev.cards) if res.summary else []
+        if res.summary and spec.get("profile_capture"):  # a profile the diagnosis asked for is charged too
+            mine.append(CostEntry(what="profile", seconds=builtin_sim().profiler_seconds, cards=ev.cards))
         running = full
         ours += sum(e.card_hours for e in mine)
         theirs += res.card_hours
