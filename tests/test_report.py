@@ -170,7 +170,11 @@ def test_trade_off_table_holds_the_stored_figures_with_native_empty_where_invali
         else:
             assert row["native"] == per_card(s.native)
             assert row["native window"] == f"{s.native.n_requests} req · {s.native.duration:.1f} s"
-    assert empty == 3  # the three N=320 screens/baselines have no valid native window (< 60 s or < 128 requests)
+    # every N=320 screen/baseline has no valid native window (< 60 s or < 128 requests), so the demo
+    # exercises empty cells; how many depends on the planner's path, not on the report
+    screens = [r for r in valid if r.result.summary.n_formal == 320]
+    assert screens and all(r.result.summary.native is None for r in screens)
+    assert empty >= len(screens)
     best = st.best(gid)
     assert table[best.run_id]["decision"] == "new_best" and table[best.run_id]["frontier"] == "yes"
     gain = re.search(r"\+\d+\.\d+% native vs parent at N=640", best.text).group(0)
