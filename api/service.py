@@ -37,7 +37,6 @@ class Service:
         if settings.db_url.startswith("sqlite:///"):
             Path(settings.db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         store = QueueStore(settings.db_url)
-        prepare_checkpoints(settings.db_url)
         return cls(settings=settings, store=store, tokens=TokenTable(settings),
                    notifier=Notifier(settings.webhooks), targets=load_targets(settings.targets_file))
 
@@ -62,27 +61,6 @@ class Service:
             t.join(timeout=60)
         self.notifier.close()
         self.store.close()
-
-
-def prepare_checkpoints(db_url: str) -> None:
-    """Create LangGraph's PostgreSQL checkpoint tables once, one process at a time: several workers
-    starting together would otherwise race in `PostgresSaver.setup()` (duplicate type errors)."""
-    if not db_url.startswith(("postgresql", "postgres")):
-        return
-    import psycopg
-    from langgraph.checkpoint.postgres import PostgresSaver
-
-    url = db_url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(url, autocommit=True) as lock_conn:
-        lock_conn.execute("SELECT pg_advisory_lock(%s)", (_CHECKPOINT_LOCK,))
-        try:
-            with PostgresSaver.from_conn_string(url) as saver:
-                saver.setup()
-        finally:
-            lock_conn.execute("SELECT pg_advisory_unlock(%s)", (_CHECKPOINT_LOCK,))
-
-
-_CHECKPOINT_LOCK = 0x6C67_6370  # "lgcp"
 
 
 def _default_name() -> str:

@@ -84,6 +84,39 @@ def test_killed_while_waiting_restart_approve_runs_the_card_once_and_no_secret_l
         assert not any(secret in t for t in texts), "a token leaked into a log, a response or the state file"
 
 
+def test_four_workers_first_sessions_on_a_fresh_database_all_get_their_checkpointer(pg_url):
+    """What four workers' first loop sessions do at once on a fresh PostgreSQL: open the checkpointer (its
+    setup migrates the tables). All finish: no duplicate-type race, no lock-wait deadlock (a statement blocked
+    on an advisory lock is an old snapshot that CREATE INDEX CONCURRENTLY waits for: it hung worker starts)."""
+    import psycopg
+
+    from agent.graph import checkpointer
+
+    go = threading.Barrier(4)
+    done: list[str] = []
+    errors: list[BaseException] = []
+
+    def setup(i: int) -> None:
+        go.wait()
+        try:
+            with checkpointer(pg_url) as saver:
+                assert saver.get_tuple({"configurable": {"thread_id": f"none-{i}"}}) is None
+            done.append(f"setup {i}")
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=setup, args=(i,), daemon=True) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)  # a bound on a hang, not an expectation
+    assert not errors and len(done) == 4, f"finished {done}, errors {errors}"
+    url = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url) as conn:
+        names = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
+    assert "checkpoints_thread_id_idx" in names
+
+
 TARGETS = "targets:\n  - {name: sim-a, kind: sim}\n  - {name: sim-b, kind: sim}\n"
 
 
@@ -95,6 +128,16 @@ def _intervals(store: QueueStore, gid: str) -> list[tuple[object, object, str]]:
         end = [p.at for p in ph if p.phase == "release" and p.event == "outcome"][-1]
         out.append((start, end, r.target))
     return out
+
+
+def activity(pg_url: str) -> str:
+    import psycopg
+
+    with psycopg.connect(pg_url.replace("postgresql+psycopg://", "postgresql://").split("?")[0]) as conn:
+        rows = conn.execute("SELECT pid, state, wait_event_type, wait_event, now() - xact_start, left(query, 120) "
+                            "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                            "AND state <> 'idle' ORDER BY xact_start").fetchall()
+    return "\n".join(" | ".join(str(x) for x in r) for r in rows) or "(nothing active)"
 
 
 def test_two_workers_two_goals_two_targets_one_postgresql_third_worker_waits(tmp_path, pg_url):
@@ -110,7 +153,10 @@ def test_two_workers_two_goals_two_targets_one_postgresql_third_worker_waits(tmp
         for name, target in (("w1", "sim-a"), ("w2", "sim-b"), ("w3", "sim-a")):
             procs.append(worker_process(tmp_path, env, name, target))
         for p in procs:  # each says so once its threads claim: an event from the process, bounded generously
-            p.wait_for(r"claiming goals")
+            try:
+                p.wait_for(r"claiming goals")
+            except AssertionError as e:  # say what the database was doing (a lock held elsewhere, a stuck DDL)
+                raise AssertionError(f"{e}\n-- pg_stat_activity:\n{activity(pg_url)}") from None
         for g in goals.values():
             st.wake(g.id, "test")
         wait_until(lambda: all(st.get_goal(g.id).status == "done" for g in goals.values())

@@ -39,3 +39,5 @@ def test_compose_environment_is_what_settings_read():
         assert s.db_url.startswith("postgresql+psycopg://tuneloop:") and s.db_url.endswith("@postgres:5432/tuneloop")
         assert {(t.name, t.role) for t in s.tokens} == {("bob", "viewer"), ("admin", "admin")}
         assert str(s.runs_root) == "/data/runs" and str(s.targets_file) == "/config/targets.yaml"
+        assert str(s.reports_dir) == "/data/reports"
+    assert "reports:/data/reports" in doc["services"]["api"]["volumes"]  # reports outlive the container
