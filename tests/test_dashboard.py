@@ -40,23 +40,23 @@ def test_post_goal_approve_in_browser_and_see_the_decision(tmp_path):
                 page.click("#save-token")
                 page.fill("#goal-spec", json.dumps(small_goal("browser-goal", experiments=1)))
                 page.click("#post-goal")
-                expect(page.locator("#post-result")).to_contain_text("posted browser-goal", timeout=30_000)
+                expect(page.locator("#post-result")).to_contain_text("posted browser-goal", timeout=120_000)
                 card = page.locator("#pending .card").first
-                expect(card).to_contain_text("candidate", timeout=60_000)
+                expect(card).to_contain_text("candidate", timeout=180_000)
                 cid = card.get_attribute("data-candidate")
                 card.locator("button.approve").click()
-                row = page.locator("#decisions tr.decision", has_text=f"reference at N=40")
-                expect(row.first).to_be_visible(timeout=60_000)
+                row = page.locator("#decisions tr.decision", has_text="reference at N=40")
+                expect(row.first).to_be_visible(timeout=180_000)
                 expect(page.locator("#status")).to_contain_text("browser-goal", timeout=10_000)
-                expect(page.locator("#best")).not_to_have_text("—", timeout=30_000)
+                expect(page.locator("#best")).not_to_have_text("—", timeout=120_000)
                 page.click("#render-report")  # fetched with the token, opened from a blob: URL
-                expect(page.locator("#report-link")).to_be_visible(timeout=60_000)
-                with ctx.expect_page(timeout=30_000) as popup:
+                expect(page.locator("#report-link")).to_be_visible(timeout=180_000)
+                with ctx.expect_page(timeout=120_000) as popup:
                     page.click("#report-link")
                 report = popup.value
                 report.wait_for_load_state()
                 gid = page.locator("#goal-select").input_value()
-                expect(report.locator("body")).to_contain_text(gid, timeout=30_000)
+                expect(report.locator("body")).to_contain_text(gid, timeout=120_000)
                 expect(report.locator("body")).to_contain_text("tuneloop restore", timeout=10_000)
                 assert report.locator("img").count() >= 1  # plots embedded in the page itself
                 report.close()

@@ -45,7 +45,7 @@ class Receiver:
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def wait(self, pred, timeout: float = 60.0) -> list[dict]:
+    def wait(self, pred, timeout: float = 300.0) -> list[dict]:  # a bound on a hang, not an expectation
         with self.cond:
             assert self.cond.wait_for(lambda: pred(self.bodies), timeout), f"received only {self.bodies}"
             return list(self.bodies)
