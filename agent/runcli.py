@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from agent.session import SessionResult, make_planner, run_session
+from agent.session import SessionResult, default_store_url, make_planner, run_session
 
 
 class Display:
@@ -138,7 +138,7 @@ def _report(store: Any, goal_id: str) -> str | None:
 
 
 def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
-        db: Optional[str] = typer.Option(None, "--db", help="store URL (default sqlite:///.tuneloop/tuneloop.db)"),
+        db: Optional[str] = typer.Option(None, "--db", help="store URL (default $TUNELOOP_DB or sqlite:///.tuneloop/tuneloop.db)"),
         auto_approve: bool = typer.Option(False, "--auto-approve", help="approve every 'ask' step (never 'deny')"),
         llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", envvar="TUNELOOP_LLM_BASE_URL",
                                                    help="OpenAI-compatible endpoint for the LLM planner"),
@@ -156,7 +156,7 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
     except GoalError as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(2) from None
-    url = db or "sqlite:///" + str(Path(".tuneloop") / "tuneloop.db")
+    url = db or default_store_url()
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     faults = _fault_plan(fault)
@@ -189,7 +189,7 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
 
 
 def approve(candidate: int = typer.Argument(..., help="candidate id (shown when the loop waits)"),
-            db: Optional[str] = typer.Option(None, "--db", help="store URL (default sqlite:///.tuneloop/tuneloop.db)"),
+            db: Optional[str] = typer.Option(None, "--db", help="store URL (default $TUNELOOP_DB or sqlite:///.tuneloop/tuneloop.db)"),
             who: str = typer.Option(os.environ.get("USER") or "cli", "--who", help="who approves (recorded)"),
             reject: bool = typer.Option(False, "--reject", help="reject instead of approving"),
             reason: Optional[str] = typer.Option(None, "--reason")) -> None:
@@ -197,7 +197,7 @@ def approve(candidate: int = typer.Argument(..., help="candidate id (shown when 
     from state.errors import Conflict, NotFound
     from state.store import Store
 
-    st = Store(db or "sqlite:///" + str(Path(".tuneloop") / "tuneloop.db"))
+    st = Store(db or default_store_url())
     try:
         cand = st.get_candidate(candidate)
         (st.reject if reject else st.approve)(candidate, cand.card_hash, who, reason)

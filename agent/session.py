@@ -13,6 +13,7 @@ from agent.graph import build_graph, checkpointer, run_config
 from agent.nodes import Loop
 from agent.planner import DeterministicPlanner
 from executor.phases import crashpoint
+from state.store import default_url
 
 
 @dataclass
@@ -27,7 +28,7 @@ class SessionResult:
 
 
 def default_store_url(goal_path: str | Path | None = None) -> str:
-    return "sqlite:///" + str(Path(".tuneloop") / "tuneloop.db")
+    return default_url()
 
 
 def finished(store: Any, goal: Any) -> bool:

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -18,7 +17,7 @@ import typer
 app = typer.Typer(help="Deterministic executor: durable phases, fenced leases, resume after a crash.",
                   no_args_is_help=True)
 
-StoreOpt = typer.Option(None, "--store", help="state store URL (default $TUNELOOP_DB or sqlite:///tuneloop.db)")
+StoreOpt = typer.Option(None, "--db", "--store", help="state store URL (default $TUNELOOP_DB or sqlite:///.tuneloop/tuneloop.db)")
 TargetsOpt = typer.Option(None, "--targets", help="targets YAML (the built-in `sim` target needs none)")
 RootOpt = typer.Option(None, "--runs-root", help="executor run directories (default $TUNELOOP_RUNS_ROOT or .tuneloop/runs)")
 HolderOpt = typer.Option(None, "--holder", help="lease holder name (default $TUNELOOP_HOLDER or host:executor)")
@@ -28,9 +27,9 @@ def _executor(store: Optional[str], targets: Optional[Path], runs_root: Optional
     from executor.phases import ExecSettings
     from executor.runner import Executor
     from executor.targets import load_targets
-    from state.store import Store
+    from state.store import Store, default_url
 
-    url = store or os.environ.get("TUNELOOP_DB") or "sqlite:///tuneloop.db"
+    url = store or default_url()
     settings = ExecSettings.from_env(runs_root=runs_root, holder=holder)
     try:
         tg = load_targets(targets)
@@ -72,9 +71,9 @@ def resume_cmd(store: Optional[str] = StoreOpt, targets: Optional[Path] = Target
 def phases_cmd(run_id: str, store: Optional[str] = StoreOpt) -> None:
     """Print the run's phase journal, one record per line."""
     from executor.journal import as_record
-    from state.store import Store
+    from state.store import Store, default_url
 
-    for r in Store(store or os.environ.get("TUNELOOP_DB") or "sqlite:///tuneloop.db").phases(run_id):
+    for r in Store(store or default_url()).phases(run_id):
         typer.echo(as_record(r).model_dump_json())
 
 

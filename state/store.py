@@ -6,6 +6,8 @@ several processes, runs `alembic upgrade head` on open, and hands out frozen sna
 """
 from __future__ import annotations
 
+import os
+
 import uuid
 from typing import Any, Callable
 
@@ -29,6 +31,11 @@ from state.tables import DecisionRow, GoalRow, LedgerRow, ResultRow, RunRow, Sta
 DECISION_KINDS: tuple[str, ...] = DecisionKind.__args__  # type: ignore[attr-defined]
 BEST_KINDS = ("baseline", "new_best", "quality_passed")
 FRONTIER_KINDS = BEST_KINDS + ("tradeoff",)
+
+
+def default_url() -> str:
+    """The store every CLI command opens unless told otherwise: $TUNELOOP_DB, else .tuneloop/tuneloop.db."""
+    return os.environ.get("TUNELOOP_DB") or "sqlite:///.tuneloop/tuneloop.db"
 
 
 class Store(Fencing, Candidates, Instructions, Negatives):

@@ -16,9 +16,9 @@ def report(goal: str = typer.Argument(..., help="goal id in the store, or the go
     """Write report.html (self-contained) and report.md for GOAL; prints their paths."""
     from agent.report import default_dir, render_report
     from state.errors import GoalError
-    from state.store import Store
+    from state.store import Store, default_url
 
-    url = db or "sqlite:///" + str(Path(".tuneloop") / "tuneloop.db")
+    url = db or default_url()
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         raise typer.BadParameter(f"no store at {url}", param_hint="--db")
     store = Store(url)
