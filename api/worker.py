@@ -41,7 +41,10 @@ class Worker:
             if claim is None:
                 stop.wait(self.settings.poll_s)  # nothing to do: poll the queue again
                 continue
-            self.run_claim(claim)
+            try:
+                self.run_claim(claim)
+            except Exception as e:  # never let one goal end the worker thread (e.g. the store vanished mid-give-back)
+                log.warning("worker %s: giving %s back failed: %s", self.name, claim.goal_id, describe(e))
 
     def run_claim(self, claim: Claim) -> Any:
         """Run the goal's loop under a heartbeated claim: transient errors are retried (bounded), anything
@@ -54,7 +57,7 @@ class Worker:
         try:
             return self._retrying(claim)
         except Exception as e:
-            if not self.svc.store.heartbeat(claim, self.settings.claim_ttl_s):
+            if not self._still_mine(claim):
                 log.warning("worker %s: %s failed after losing its claim; the new holder carries on", self.name,
                             claim.goal_id)
                 return None
@@ -75,8 +78,7 @@ class Worker:
 
         def retry_if(state: RetryCallState) -> bool:
             e = state.outcome.exception() if state.outcome else None
-            return (e is not None and is_transient(e) and not stop.is_set()
-                    and self.svc.store.heartbeat(claim, s.claim_ttl_s))
+            return e is not None and is_transient(e) and not stop.is_set() and self._still_mine(claim)
 
         def before_sleep(state: RetryCallState) -> None:
             e = state.outcome.exception() if state.outcome else None
@@ -90,6 +92,13 @@ class Worker:
                 self.attempts = attempt.retry_state.attempt_number
                 return self._run(claim)
         return None  # not reached: the last attempt returns or raises
+
+    def _still_mine(self, claim: Claim) -> bool:
+        """Extend the claim; False only when another worker holds the goal now (unknown counts as mine)."""
+        try:
+            return self.svc.store.heartbeat(claim, self.settings.claim_ttl_s)
+        except Exception:  # the store is unreachable: nobody else can have claimed it through it either
+            return True
 
     def _record_failure(self, claim: Claim, e: Exception) -> str:
         """Goal stopped with a `failed: …` reason, a stop decision, STATE.md rewritten, a webhook; the reason."""
@@ -113,7 +122,7 @@ class Worker:
 
     def _heartbeat(self, claim: Claim, stop: threading.Event) -> None:
         while not stop.wait(self.settings.claim_ttl_s / 3):
-            if not self.svc.store.heartbeat(claim, self.settings.claim_ttl_s):
+            if not self._still_mine(claim):
                 log.warning("worker %s: lost its claim on %s", self.name, claim.goal_id)
                 return
 
