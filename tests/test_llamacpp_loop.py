@@ -47,7 +47,7 @@ def engine(tmp_path_factory):
         if CI:
             pytest.fail(f"llama-server missing under CI=true: {e}")
         pytest.skip(str(e))
-    model, digest = model_for(SCENARIO, tmp_path_factory.mktemp("models"))
+    model, digest = model_for(SCENARIO, tmp_path_factory.getbasetemp() / "llamacpp-models")  # one per session
     return {"bin": binary, "model": str(model), "sha256": digest}
 
 

@@ -1,0 +1,46 @@
+"""The shared-prefix scenario's cache contract against the real llama-server prompt cache.
+
+llamacpp-shared-prefix promises every formal request at least `min_request_hit` of its prompt from the
+cache (two groups share 75 % of the prompt). The verdict reads the server's own
+usage.prompt_tokens_details.cached_tokens: with the prompt cache on and a slot per group the contract
+holds; with it off the same load breaks the contract (never a slow-but-valid result).
+"""
+from __future__ import annotations
+
+from test_llamacpp_loop import _executor, _stop_all, _target, engine  # noqa: F401  (engine: shared fixture)
+
+from executor.trial import TrialSpec
+from simulator import scenarios
+
+SCENARIO = "llamacpp-shared-prefix"
+# one request at a time: every request finds both slots idle, and llama-server gives it the slot whose
+# last prompt shares the most with it (its group's prefix, primed by the warm-up requests)
+KNOBS = {"parallel": 2, "threads": 1, "ctx_size": 4096, "concurrency": 1, "request_rate": 1000.0}
+
+
+def _run(ex, run_id: str, knobs: dict):  # type: ignore[no-untyped-def]
+    return ex.run_trial(TrialSpec(run_id=run_id, goal_id="g", target="llama", scenario=SCENARIO, knobs=knobs,
+                                  stage="screen", n=12, warmup=2, seed=0))
+
+
+def test_shared_prefix_contract_holds_with_the_prompt_cache_and_breaks_without(engine, tmp_path):  # noqa: F811
+    sc = scenarios.load(SCENARIO)
+    need = sc.min_request_hit
+    assert need is not None and sc.prefix_groups == 2  # the scenario carries a cache contract
+    target = _target(engine, tmp_path / "tgt")
+    store, ex = _executor(tmp_path, target)
+    try:
+        on = _run(ex, "cache-on", KNOBS | {"cache_prompt": True})
+        assert on.verdict.kind == "valid", on.verdict
+        s = on.summary
+        assert s.n_failed == 0 and s.output_len_min == s.output_len_max == sc.output_len
+        assert s.cache_hit_min_request is not None and s.cache_hit_min_request >= need, s
+        assert s.cache_hit <= sc.prefix_share + 0.1, s  # the unique tail of each prompt is never cached
+
+        off = _run(ex, "cache-off", KNOBS | {"cache_prompt": False})
+        assert off.verdict.kind == "contract_violation", off.verdict
+        assert [r.code for r in off.verdict.reasons] == ["cache_hit_below"], off.verdict
+        assert off.summary.cache_hit == 0.0  # the server's own cached_tokens, not an estimate
+    finally:
+        _stop_all(ex, target)
+        store.close()
