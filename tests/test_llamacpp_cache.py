@@ -20,7 +20,7 @@ KNOBS = {"parallel": 2, "threads": 1, "ctx_size": 4096, "concurrency": 1, "reque
 
 def _run(ex, run_id: str, knobs: dict):  # type: ignore[no-untyped-def]
     return ex.run_trial(TrialSpec(run_id=run_id, goal_id="g", target="llama", scenario=SCENARIO, knobs=knobs,
-                                  stage="screen", n=12, warmup=2, seed=0))
+                                  stage="screen", n=8, warmup=2, seed=0))
 
 
 def test_shared_prefix_contract_holds_with_the_prompt_cache_and_breaks_without(engine, tmp_path):  # noqa: F811

@@ -19,7 +19,7 @@ import pytest
 
 from executor.phases import ExecSettings
 from executor.runner import Executor
-from executor.targets import Host, SshOptions, Target
+from executor.targets import Host, Target
 from executor.trial import TrialSpec
 from state.goal import GoalSpec
 from state.store import Store
