@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -131,13 +132,19 @@ def read_jsonl(path: Path, model: type[BaseModel]) -> Iterator[BaseModel]:
                 yield model.model_validate_json(line)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write a file by rename so readers see the old or the new content, never a mix."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
+    """Write a file by rename so readers see the old or the new content, never a mix.
+
+    The temporary name is unique per process and call, so concurrent writers (threads included) never
+    share one.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
+    if mode is not None:
+        os.chmod(tmp, mode)
     os.replace(tmp, path)
 
 

@@ -8,14 +8,13 @@ budget, and why the loop waits or stopped. The loop reads back only `instruction
 from __future__ import annotations
 
 import json
-import os
 import re
-import uuid
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from executor.records import write_atomic
 from state.db import canon
 
 _SECRET_PATTERNS = [
@@ -125,13 +124,7 @@ def default_path(store: Any) -> Path:
 def write_state(store: Any, goal_id: str, path: str | Path | None = None) -> Path:
     """Render and replace STATE.md atomically: readers see the old file or the new one, never a mix."""
     p = Path(path) if path is not None else default_path(store)
-    text = render_state(store, goal_id)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, p)
+    write_atomic(p, render_state(store, goal_id))
     return p
 
 

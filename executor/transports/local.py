@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 from pathlib import Path
 
+from executor.records import write_atomic
 from executor.transports.base import CommandResult, LauncherTransport, Transient
 
 
@@ -24,10 +24,7 @@ class LocalTransport(LauncherTransport):
     async def put_text(self, path: str, text: str, mode: int = 0o644, host: str | None = None) -> None:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-        tmp.write_text(text)
-        tmp.chmod(mode)
-        os.replace(tmp, p)
+        write_atomic(p, text, mode)
 
     async def fetch_dir(self, remote: str, local: Path) -> None:
         if local.exists():
