@@ -100,14 +100,17 @@ def test_loop_raises_parallel_until_tpot_binds(engine, tmp_path):
         # calibrate the limit on this machine (its speed varies): between the mean TPOT at 4 and at 16 slots, each
         # measured at the N where it matters: 4 slots must hold the SLO at confirm N (and when re-measured),
         # 16 slots must break it at screen N (one wave of C=16 requests: every decode step carries 16 slots)
+        # Each twice, interleaved: one 16-slot run in a slow minute of the shared cores once gave 149 ms where the
+        # loop's own later gave 88 ms; the slowest 4-slot and the fastest 16-slot run bound the limit.
         screen_n, confirm_n = 16, 32
-        tpot = {}
-        for p, n in ((4, confirm_n), (16, screen_n)):
-            cal = ex.run_trial(_trial(f"calibrate-{p}", "llama", BASE | {"parallel": p}, n=n))
+        tpot: dict[int, list[float]] = {4: [], 16: []}
+        for i, (p, n) in enumerate(((4, confirm_n), (16, screen_n)) * 2):
+            cal = ex.run_trial(_trial(f"calibrate-{i}-{p}", "llama", BASE | {"parallel": p}, n=n))
             assert cal.verdict.kind == "valid", cal.verdict
-            tpot[p] = cal.summary.tpot_ms.mean
-        assert tpot[16] > 1.5 * tpot[4], tpot  # more slots per step: every step slower (clearly separated points)
-        limit = round((tpot[4] * tpot[16]) ** 0.5, 3)  # the geometric middle: ~+50 % / -33 % of noise either side
+            tpot[p].append(cal.summary.tpot_ms.mean)
+        slow4, fast16 = max(tpot[4]), min(tpot[16])
+        assert fast16 > 1.5 * slow4, tpot  # more slots per step: every step slower (clearly separated points)
+        limit = round((slow4 * fast16) ** 0.5, 3)  # the geometric middle: ~+50 % / -33 % of noise either side
         goal = GoalSpec.model_validate({
             "name": "llamacpp-test", "engine": "llamacpp", "target": "llama", "sim_profile": None, "scenario": SCENARIO,
             "objective": {"metric": "output_tok_s", "window": "whole"},
