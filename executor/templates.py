@@ -315,6 +315,7 @@ def render_llamacpp(target: Target, station: Station, faults: tuple[str, ...] = 
     argv = [*(target.engine_command or ("llama-server",)), "--host", "0.0.0.0", "--port", str(host.port), "--metrics"]
     if target.model:
         argv += ["-m", target.model]
+    argv += ["--slot-save-path", "."]  # without it llama-server answers 501 to slot erase (the prefix-cache flush)
     argv += _generic(knob_flags(station.server_knobs, "llamacpp", "mixed")) + list(target.extra_args.get("mixed", ()))
     svc = ServiceSpec(name="mixed-0", role="mixed", host=host.host, port=host.port, argv=tuple(argv),
                       env=dict(target.env), cards=host.cards)
