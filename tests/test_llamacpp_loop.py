@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from executor.journal import as_record
 from executor.phases import ExecSettings
 from executor.runner import Executor
 from executor.targets import Host, Target
@@ -121,13 +122,18 @@ def test_loop_raises_parallel_until_tpot_binds(engine, tmp_path):
             "budget": {"card_hours": 50, "experiments": 8}, "stop": {"max_without_improvement": 2, "min_gain_pct": 1.0}})
         res = run_session(goal, store.url, auto_approve=True, executor=ex)
         assert res.status in ("done", "stopped"), res.reason
-        runs = store.runs(res.goal_id)
+        runs, flushed = store.runs(res.goal_id), 0
         assert runs, (res.status, res.reason, [d.text for d in store.decisions(res.goal_id)])
         for r in runs:
             result = store.get_result(r.id).result
             assert result.verdict.kind == "valid", (r.id, result.verdict)
             s = result.summary
             assert s.n_failed == 0 and s.output_len_min == s.output_len_max == 32
+            for ph in map(as_record, store.phases(r.id)):  # a warm service's prompt cache is erased, not restarted
+                if ph.phase == "warmup" and ph.event == "outcome" and "cache_flush" in (ph.detail or {}):
+                    flushed += 1
+                    assert "cache_flush_fallback" not in ph.detail and all(d["ok"] for d in ph.detail["cache_flush"])
+        assert flushed, "no run reused a warm service"  # the parent's confirm-N reference runs on the warm start
         history = build_history(store, res.goal_id)
         decisions = [(o.card.change.knob, o.card.change.old, o.card.change.new, o.decision, o.reason)
                      for o in history.outcomes if o.card.change is not None]
