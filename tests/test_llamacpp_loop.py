@@ -196,3 +196,19 @@ def test_server_killed_mid_run_is_an_orchestration_fault(engine, tmp_path):
     finally:
         _stop_all(ex, target)
         store.close()
+
+
+def test_rendered_targets_file_runs_the_load_with_this_python(tmp_path):
+    """The launcher's detached runs do not see a venv's PATH: the rendered targets name the python itself."""
+    from executor.llamacpp import EXAMPLE, render_targets
+    from executor.targets import load_targets
+
+    text = render_targets(EXAMPLE.read_text(), server="/opt/llama-server", model="/m/x.gguf", run_root=str(tmp_path),
+                          port=8391, python=sys.executable)
+    assert "@" not in text  # every placeholder filled
+    (tmp_path / "targets.yaml").write_text(text)
+    targets = load_targets(tmp_path / "targets.yaml")
+    for name in ("llamacpp-local", "llamacpp-ssh"):
+        t = targets[name]
+        assert t.tuneloop == (sys.executable, "-m", "tuneloop_cli") and t.engine_command == ("/opt/llama-server",)
+        assert t.model == "/m/x.gguf" and t.hosts[0].port == 8391
