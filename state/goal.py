@@ -97,9 +97,13 @@ class ExperimentProtocol(_Frozen):
 
     @field_validator("confirm_n")
     @classmethod
-    def _confirm_not_smaller(cls, v: int, info: ValidationInfo) -> int:
-        if v < info.data.get("screen_n", 0):
-            raise ValueError(f"confirm_n {v} is smaller than screen_n {info.data['screen_n']}")
+    def _confirm_larger(cls, v: int, info: ValidationInfo) -> int:
+        """A confirmation is a longer run of the same scenario: at the screen's N it would repeat the screen."""
+        screen = info.data.get("screen_n", 0)
+        if v < screen:
+            raise ValueError(f"confirm_n {v} is smaller than screen_n {screen}")
+        if v == screen:
+            raise ValueError(f"confirm_n {v} equals screen_n: a confirmation must run more requests than the screen")
         return v
 
 

@@ -58,6 +58,7 @@ def test_json_and_yaml_give_the_same_goal(tmp_path: Path):
     (lambda d: d["authorisation"].update(restart="maybe"), "authorisation.restart", "'auto', 'ask' or 'deny'"),
     (lambda d: d["budget"].pop("card_hours"), "budget.card_hours", "Field required"),
     (lambda d: d["protocol"].update(confirm_n=100), "protocol.confirm_n", "smaller than screen_n"),
+    (lambda d: d["protocol"].update(confirm_n=320), "protocol.confirm_n", "equals screen_n"),
     (lambda d: d.update(reported=["ttft_p95_ms"]), "reported", "unknown metric"),
     (lambda d: d.update(objective={"metric": "vibes"}), "objective.metric", "Input should be"),
     (lambda d: d.update(engine="tensorrt"), "engine", "unknown engine"),
