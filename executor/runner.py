@@ -388,19 +388,23 @@ class _Run:
                 await self.transport.launch_argv(key, list(argv), self.epoch)
             except AlreadyClaimed:
                 pass
-        while True:
-            m = await self.retry(lambda: self.transport.poll(key))
-            a = load_resume_action(m.claimed, m.alive, m.done)
-            if a == "collect":
-                break
-            if a == "unknown":
-                raise UnknownState(f"relayout {name} ({key}): process ended without rc/done markers")
-            await self.renew()
-            await asyncio.sleep(self.s.poll_interval_s)  # polling a detached process's markers
+        m = await self.wait_done(key, f"relayout {name} ({key})")
         if m.rc != 0:
             text = await self.transport.run_log(key)
             raise PhaseFailure("relayout_failed", f"relayout {name} exited rc={m.rc}: {text[-3000:]}")
         return {"name": name, "rc": m.rc, "seconds": (time.perf_counter_ns() - t0) / 1e9}
+
+    async def wait_done(self, key: str, what: str):
+        """Poll a detached run's markers until done (renewing the lease); a run gone without rc/done is UNKNOWN."""
+        while True:
+            m = await self.retry(lambda: self.transport.poll(key))
+            a = load_resume_action(m.claimed, m.alive, m.done)
+            if a == "collect":
+                return m
+            if a == "unknown":
+                raise UnknownState(f"{what}: process ended without rc/done markers")
+            await self.renew()
+            await asyncio.sleep(self.s.poll_interval_s)  # polling a detached process's markers
 
     def service_key(self, svc: ServiceSpec) -> str:
         """What a running service is: the station's server hash and its exact rendered launch (argv, env,
@@ -501,15 +505,7 @@ class _Run:
         elif action == "unknown":
             raise UnknownState(f"load {key}: run directory claimed but its process is gone without rc/done markers")
         t_wait = time.monotonic()
-        while True:
-            m = await self.retry(lambda: self.transport.poll(key))
-            a = load_resume_action(m.claimed, m.alive, m.done)
-            if a == "collect":
-                break
-            if a == "unknown":
-                raise UnknownState(f"load {key}: process ended without rc/done markers")
-            await self.renew()
-            await asyncio.sleep(self.s.poll_interval_s)  # polling a detached process's markers
+        m = await self.wait_done(key, f"load {key}")
         dest = self.work / "load"
         await self.retry(lambda: self.transport.fetch(key, dest))
         if "stats_failure" in self.spec.faults and self.target.kind != "sim" and started:
