@@ -211,4 +211,12 @@ def _no_candidate_reason(ranked: list[tuple[str, float, str]], history: History)
                             for r in ranked):
         return (f"budget spent: none of the {len(unaffordable)} remaining candidate(s) is affordable "
                 f"({history.budget_left_card_hours:.2f} card-h left)")
-    return "no candidate passes the checks"
+    why: dict[str, int] = {}
+    for _, _, reasons in ranked:
+        for r in reasons.split("; "):
+            key = r.split(":", 1)[0].strip() or "refused"
+            why[key] = why.get(key, 0) + 1
+    if not why:
+        return "no candidate passes the checks"
+    detail = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(why.items(), key=lambda kv: -kv[1]))
+    return f"no candidate passes the checks ({len(ranked)} left: {detail})"
