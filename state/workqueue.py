@@ -116,20 +116,19 @@ class WorkQueue:
 
     def finish(self, claim: Claim) -> WorkItem:
         """Give the goal back: idle, or ready again when a wake arrived while the loop ran."""
-        with self._db.write() as s:
-            row = s.execute(select(WorkRow).where(WorkRow.goal_id == claim.goal_id).with_for_update()).scalar_one()
-            if row.state == CLAIMED and row.epoch == claim.epoch and row.worker == claim.worker:
-                row.state = IDLE if row.gen == claim.gen else READY
-                row.worker, row.expires_at, row.updated_at = None, 0.0, utcnow()
-            return WorkItem.model_validate(row)
+        return self._give_back(claim, IDLE)
 
     def fail(self, claim: Claim) -> WorkItem:
         """Give the goal back as `failed` (the why is the goal's status reason): no worker retries it until a
         person wakes it (resume, approve, …). A wake that arrived while the loop ran counts as that retry."""
+        return self._give_back(claim, FAILED)
+
+    def _give_back(self, claim: Claim, state: str) -> WorkItem:
+        """Release a claim we still hold into `state`, or READY when a wake arrived while the loop ran."""
         with self._db.write() as s:
             row = s.execute(select(WorkRow).where(WorkRow.goal_id == claim.goal_id).with_for_update()).scalar_one()
             if row.state == CLAIMED and row.epoch == claim.epoch and row.worker == claim.worker:
-                row.state = FAILED if row.gen == claim.gen else READY
+                row.state = state if row.gen == claim.gen else READY
                 row.worker, row.expires_at, row.updated_at = None, 0.0, utcnow()
             return WorkItem.model_validate(row)
 
