@@ -7,7 +7,6 @@ what an engine does when a knob is not given (`defaults`), where the field repor
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from executor.knobs import catalog
+from simulator import datafiles
 
 
 class Role(BaseModel):
@@ -124,19 +124,15 @@ class Profile(BaseModel):
 
 
 def builtin_dir() -> Path:
-    return Path(str(resources.files("simulator").joinpath("profiles")))
+    return datafiles.builtin_dir("profiles")
 
 
 def names() -> list[str]:
-    return sorted(p.stem for p in builtin_dir().glob("*.yaml"))
+    return datafiles.builtin_names("profiles")
 
 
 @lru_cache(maxsize=32)
 def load(name_or_path: str) -> Profile:
     """A built-in profile by name, or a YAML file by path."""
-    p = Path(name_or_path)
-    if not p.suffix:
-        p = builtin_dir() / f"{name_or_path}.yaml"
-    if not p.exists():
-        raise FileNotFoundError(f"profile {name_or_path!r}: no such file; built-in: {names()}")
+    p = datafiles.resolve("profiles", "profile", name_or_path)
     return Profile.model_validate(yaml.safe_load(p.read_text()))

@@ -9,12 +9,13 @@ from __future__ import annotations
 import hashlib
 import random
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
+
+from simulator import datafiles
 
 Task = Literal["copy", "chat", "code"]
 
@@ -85,16 +86,11 @@ def generate(scenario: Scenario, n: int, warmup: int = 0, seed: int | None = Non
 
 
 def builtin_dir() -> Path:
-    return Path(str(resources.files("simulator").joinpath("scenarios")))
+    return datafiles.builtin_dir("scenarios")
 
 
 @lru_cache(maxsize=64)
 def load(name_or_path: str) -> Scenario:
     """A built-in scenario by name, or a YAML file by path."""
-    p = Path(name_or_path)
-    if not p.suffix:
-        p = builtin_dir() / f"{name_or_path}.yaml"
-    if not p.exists():
-        known = sorted(f.stem for f in builtin_dir().glob("*.yaml"))
-        raise FileNotFoundError(f"scenario {name_or_path!r}: no such file; built-in: {known}")
+    p = datafiles.resolve("scenarios", "scenario", name_or_path)
     return Scenario.model_validate(yaml.safe_load(p.read_text()))
