@@ -147,27 +147,51 @@ def test_whole_and_native_match_server_ground_truth(tmp_path):
     truth_recs = list(by_id.values())
     want_native = window("native", truth_recs, inflight_steps(truth_recs), a_s, b_s, info.cards, None)
     # (achieved concurrency is not compared: the server sees fewer in flight by every client round trip)
+    rates = ("output_tok_s", "output_tok_s_per_card", "duration")
     errors = {(g.kind, f): getattr(g, f) / getattr(w, f) - 1 for g, w, fields in (
-        (got.whole, want_whole, ("output_tok_s", "output_tok_s_per_card", "duration", "n_requests", "qps")),
-        (got.native, want_native, ("output_tok_s", "output_tok_s_per_card", "duration", "n_requests", "qps")))
-        for f in fields}
+        (got.whole, want_whole, rates + ("n_requests", "qps")), (got.native, want_native, rates)) for f in fields}
+    # The native window's counts (requests sent, requests completed) are exact only up to the transit jitter
+    # at its two boundaries: a request sent or completed within that jitter of a boundary can land on either
+    # side of it depending on the machine. The jitter is measured (every request's client-minus-server lag,
+    # sends and completions), must itself stay small, and the counts must agree up to the requests it covers.
+    # Each boundary is one event seen on both clocks (lag = client time - server time); an event whose own
+    # lag differs from the boundary's by more than its distance from the boundary lands on the other side.
+    send_lags = [r.t_send - by_id[r.response_id].t_send for r in mine]
+    end_lags = [r.chunk_times[-1] - by_id[r.response_id].chunk_times[-1] for r in mine if r.chunk_times]
+    jit = {(edge, kind): max(abs(x - lag) for x in xs) for edge, lag in (("open", a - a_s), ("close", b - b_s))
+           for kind, xs in (("send", send_lags), ("done", end_lags))}
+    jitter = max(jit.values())
+    budget = 0.02 * got.native.duration
+
+    def near(t, kind):
+        return t is not None and (abs(t - a_s) <= jit["open", kind] or abs(t - b_s) <= jit["close", kind])
+
+    ambiguous_sent = sum(1 for r in truth_recs if near(r.t_send, "send"))
+    ambiguous_done = sum(1 for r in truth_recs if r.chunk_times and near(r.chunk_times[-1], "done"))
+    counts = {"n_requests": (got.native.n_requests, want_native.n_requests, ambiguous_sent),
+              "qps": (round(got.native.qps * got.native.duration), round(want_native.qps * want_native.duration),
+                      ambiguous_done)}
     bad = {k: round(v, 4) for k, v in errors.items() if abs(v) > 0.02}
-    print("relative errors", {k: round(v, 4) for k, v in errors.items()}, "server lag (wall ms)", server_lag)  # shown with pytest -s
-    if bad:
+    bad.update({("native", k): f"{g} vs {w} (±{amb} at the boundaries)" for k, (g, w, amb) in counts.items()
+                if abs(g - w) > amb})
+    print("relative errors", {k: round(v, 4) for k, v in errors.items()}, "native counts", counts,
+          "transit jitter (wall ms)", {k: round(v / scale * 1e3, 1) for k, v in jit.items()}, "server lag (wall ms)", server_lag)  # pytest -s
+    if bad or jitter > budget:
         # why: a stall of the server's event loop longer than 2 % of the window moves boundary events on the
         # server's side (late emissions, requests read out of order): the machine, not the client, moved them
-        budget_ms = 0.02 * got.native.duration / scale * 1e3
+        budget_ms = budget / scale * 1e3
         end_lag = sorted(r.chunk_times[-1] - by_id[r.response_id].chunk_times[-1] for r in mine)
         send_lag = sorted(r.t_send - by_id[r.response_id].t_send for r in mine)
         med_end, med_send = end_lag[len(end_lag) // 2], send_lag[len(send_lag) // 2]
         detail = (f"transit lag vs median at the boundaries (wall ms): opening send "
                   f"{((a - a_s) - med_send) / scale * 1e3:+.1f}, closing token {((b - b_s) - med_end) / scale * 1e3:+.1f}; "
+                  f"transit jitter {jitter / scale * 1e3:.1f} wall ms (budget {budget_ms:.0f}); "
                   f"server scheduling lag (wall ms) {server_lag}; load average {os.getloadavg()[0]:.1f}")
         if (server_lag["max"] or 0) > budget_ms:
             pytest.fail(f"machine too busy for a 2 % check: the server's own event loop stalled "
                         f"{server_lag['max']:.0f} ms > {budget_ms:.0f} ms (2 % of the native window); "
-                        f"off by more than 2 %: {bad}; {detail}")
-        pytest.fail(f"client figures off by more than 2 % from the server's truth: {bad}; {detail}")
+                        f"off: {bad}; {detail}")
+        pytest.fail(f"client figures off from the server's truth: {bad}; {detail}")
     assert got.native.duration >= 60 and got.native.n_requests >= 128
 
 
