@@ -46,6 +46,14 @@ class Diagnosis(BaseModel):
     propose_profile: bool = False
     profile_reason: str | None = None
     tpot_headroom: float | None = None  # 1 - mean TPOT / limit
+    # which prefill batch limit binds (batch composition evidence): "token_budget" when batches already fill
+    # the token budget (a higher request cap cannot add tokens), "request_cap" when they carry the cap's
+    # requests with budget to spare; None when the evidence does not say
+    prefill_limit: Literal["token_budget", "request_cap"] | None = None
+    prefill_limit_why: str | None = None
+    # requests per decode instance that want to run (running + waiting) when decode sits at its batch limit:
+    # the queue sizes how far the limit should move, not only which way
+    decode_demand: float | None = None
 
     def get(self, name: str) -> Hypothesis:
         return next(h for h in self.hypotheses if h.name == name)
@@ -286,6 +294,39 @@ def _load_headroom(s: Summary | None, ev: dict[str, Any], headroom: float | None
     return Hypothesis(name="load_headroom", likelihood=_clamp(score), evidence_for=pfor, evidence_against=pagainst)
 
 
+BUDGET_FULL = 0.95  # prefill batches using this share of the token budget on average: the budget binds
+CAP_FULL = 0.95  # carrying this share of the request cap on average (with budget to spare): the cap binds
+
+
+def prefill_limit(ev: dict[str, Any], knobs: dict[str, Any]) -> tuple[str | None, str | None]:
+    """Which per-batch limit fills the prefill batches: the token budget or the request cap (or neither)."""
+    budget = knobs.get("max_num_batched_tokens") or knobs.get("chunked_prefill_size")
+    cap = knobs.get("max_prefill_reqs")
+    reqs, toks = _num(ev, "prefill_batch_reqs_mean"), _num(ev, "prefill_batch_tokens_mean")
+    if toks is None or not budget:
+        return None, None
+    fill = toks / float(budget)
+    if fill >= BUDGET_FULL:
+        return "token_budget", (f"prefill batches fill {fill:.0%} of the {budget}-token budget: a higher request "
+                                f"cap cannot add tokens to a full batch")
+    if cap and reqs is not None and reqs >= CAP_FULL * cap:
+        return "request_cap", (f"prefill batches carry {reqs:.2f} requests at a cap of {cap} and use only "
+                               f"{fill:.0%} of the token budget: the request cap binds")
+    return None, None
+
+
+def decode_demand(ev: dict[str, Any]) -> float | None:
+    """Running + waiting requests per decode instance, when decode runs at its batch limit with a queue."""
+    run_max, limit = _num(ev, "decode_running_max"), _num(ev, "decode_batch_limit")
+    run_mean, waiting = _num(ev, "decode_running_mean"), _num(ev, "decode_waiting_mean")
+    if run_max is None or not limit or run_max < 0.95 * limit or run_mean is None or waiting is None or waiting <= 0.5:
+        return None
+    if _num(ev, "decode_busy_slots_mean") is not None:
+        return None  # llama.cpp: one queue in front of the slots; deferred requests are not decode demand alone
+    inst = _num(ev, "decode_instances") or 1.0
+    return run_mean + waiting / max(inst, 1.0)
+
+
 def diagnose(summary: Summary | None, evidence: dict[str, Any], tpot_limit_ms: float | None,
              knobs: dict[str, Any] | None = None, ruled_out: frozenset[str] | set[str] = frozenset()) -> Diagnosis:
     """Rank the named explanations of where throughput is lost, from queue and batch evidence; `ruled_out`
@@ -308,4 +349,6 @@ def diagnose(summary: Summary | None, evidence: dict[str, Any], tpot_limit_ms: f
         profile, why = True, f"queues cannot separate {ranked[0].name} from {ranked[1].name}"
     elif not queues_seen and ranked[0].likelihood < SUPPORTED:
         profile, why = True, "no queue evidence was collected"
-    return Diagnosis(hypotheses=hyps, propose_profile=profile, profile_reason=why, tpot_headroom=headroom)
+    limit, limit_why = prefill_limit(ev, knobs or {})
+    return Diagnosis(hypotheses=hyps, propose_profile=profile, profile_reason=why, tpot_headroom=headroom,
+                     prefill_limit=limit, prefill_limit_why=limit_why, decode_demand=decode_demand(ev))

@@ -50,7 +50,10 @@ def diagnosis_for(history: History) -> Diagnosis | None:
     ref = history.latest_valid(history.best_knobs)
     if ref is None or ref.summary is None:
         return None
-    return diagnose(ref.summary, ref.evidence, tpot_limit(history.goal), history.best_knobs, ruled_out(history))
+    from executor.station import full_knobs  # the deployed station: catalog defaults filled in (the token budget)
+
+    knobs = full_knobs(history.best_knobs, history.goal.engine)
+    return diagnose(ref.summary, ref.evidence, tpot_limit(history.goal), knobs, ruled_out(history))
 
 
 def _pending_confirm(history: History) -> CandidateCard | None:
@@ -104,24 +107,58 @@ def _stale_streak(history: History) -> int:
     return streak
 
 
-def candidates(history: History, diag: Diagnosis | None) -> list[tuple[CandidateCard, Value]]:
-    """Every one-change move from the best station over the goal's space, valued (unchecked)."""
-    goal = history.goal
+def _native_missing(history: History) -> bool:
+    """The objective is read in the native window and the best station's latest run has none."""
     ref = history.latest_valid(history.best_knobs)
-    native_missing = ref is not None and ref.summary is not None and ref.summary.native is None
+    return history.goal.objective.window == "native" and ref is not None and ref.summary is not None \
+        and ref.summary.native is None
+
+
+SIZED_STEP_DISCOUNT = 0.8  # the one-step move when the queue sizes a bigger one: same hypothesis, less of the gap
+
+
+def sized_up(knob: str, cur, values: list, diag: Diagnosis | None):  # type: ignore[no-untyped-def]
+    """The listed value the evidence sizes an 'up' move to, when that is beyond the next step: the decode batch
+    limit raised to the demand the queue shows (running + waiting per instance), as an engineer would."""
+    if knob != "max_num_seqs" or diag is None or diag.decode_demand is None or cur is None:
+        return None
+    ups = sorted(v for v in values if v is not None and v > cur)
+    if len(ups) < 2:
+        return None
+    target = next((v for v in ups if v >= diag.decode_demand), ups[-1])
+    return target if target != ups[0] else None
+
+
+def candidates(history: History, diag: Diagnosis | None) -> list[tuple[CandidateCard, Value]]:
+    """Every one-change move from the best station over the goal's space, valued (unchecked): the next value
+    each way, and a jump where the evidence sizes one (the one-step move stays, ranked after it)."""
+    goal = history.goal
+    # a missing native window matters only when the objective is read in the native window
+    native_missing = _native_missing(history)
     restart = history.cost.estimate("restart", goal.protocol.screen_n, goal.protocol.warmup, needs_restart=True)
     out = []
     for knob, values in goal.space().items():
         cur = history.best_knobs.get(knob)
-        for direction, new in neighbours(knob, cur, list(values)):
+        moves = neighbours(knob, cur, list(values))
+        jump = sized_up(knob, cur, list(values), diag)
+        if jump is not None:
+            moves = [("up", jump)] + moves
+        for direction, new in moves:
             try:
+                over = {}
+                if jump is not None and new == jump:
+                    over["expected_effect"] = (f"decode demand ≈ {diag.decode_demand:.0f} requests per instance "  # type: ignore[union-attr]
+                                               f"at a limit of {cur}: a limit of {jump} admits it; TPOT rises")
                 card = build_card(history.goal_id, goal.scenario, history.best_knobs, knob, new, stage="screen",
-                                  n=goal.protocol.screen_n, direction=direction)
+                                  n=goal.protocol.screen_n, direction=direction, **over)
             except Exception:  # a knob outside the catalog cannot become a card
                 continue
             cost = estimate(card, history)
             v = value_of(card, rule_for(knob, direction), diag, cost, history.budget_left_card_hours, native_missing,
                          restart_card_hours=restart)
+            if jump is not None and direction == "up" and new != jump:
+                v = v.model_copy(update={"value": round(v.value * SIZED_STEP_DISCOUNT, 6),
+                                         "why": v.why + f"; the queue sizes a jump to {jump} instead"})
             out.append((card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
                                                 "note": retry_note(card, history)}), v))
     out.sort(key=lambda cv: (-cv[1].value, cv[0].title()))
@@ -199,8 +236,19 @@ def hot_while_warm(passing: list[tuple[CandidateCard, Value]],
     the best station: done now it costs a load, after a restart move (the service moves away) a restart too."""
     if history.warm_knobs is None or station_hash(history.warm_knobs) != history.best_station:
         return None
+    # a trade-off move (lower C) aims at the objective only when it may give the missing native window
+    window = _native_missing(history)
     return next(((c, v) for c, v in passing if c.cost_class == "hot" and v.value >= MIN_VALUE
-                 and c.hypothesis is not None and v.confidence >= OPEN_LOW), None)
+                 and c.hypothesis is not None and v.confidence >= OPEN_LOW and (window or not _tradeoff(c))), None)
+
+
+def _tradeoff(card: CandidateCard) -> bool:
+    """A move that may lose on the objective to win on latency."""
+    c = card.change
+    if c is None:
+        return False
+    direction = next((d for d, v in neighbours(c.knob, c.old, [c.new])), "up")
+    return rule_for(c.knob, direction).tradeoff
 
 
 def _no_candidate_reason(ranked: list[tuple[str, float, str]], history: History) -> str:

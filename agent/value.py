@@ -17,6 +17,11 @@ from agent.diagnosis import OPEN_LOW, Diagnosis
 CLASS_FACTOR = {"hot": 1.0, "restart": 0.85, "relayout": 0.6, "topology": 0.5, "rebuild": 0.4}
 DEFAULT_SECONDS = {"restart": 300.0, "weight_load": 600.0, "warmup": 60.0, "relayout": 1800.0, "profile": 300.0}
 RESTARTING = ("restart", "relayout", "topology", "rebuild")
+# A prefill move aimed at the limit that does not bind keeps this share of its confidence: raising the
+# request cap when batches already fill the token budget adds no tokens (the field report's P cap 2 -> 4
+# after the budget filled); a bigger budget when the cap binds only trims the tail chunks.
+NOT_BINDING = {("max_prefill_reqs", "token_budget"): 0.25, ("max_num_batched_tokens", "request_cap"): 0.5,
+               ("chunked_prefill_size", "request_cap"): 0.5}
 
 
 class CostModel(BaseModel):
@@ -82,7 +87,15 @@ def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_c
     against a restarting screen's (`restart_card_hours`: a hot screen on the warm service costs a fraction of
     one) and by its share of the budget left."""
     conf, hyp = confidence(rule, diag)
-    gain = rule.gain
+    conf0, gain = conf, rule.gain
+    limit_note = ""
+    if diag is not None and diag.prefill_limit and card.change is not None:
+        c = card.change  # None on max_prefill_reqs is unlimited: a move to it is up
+        up = c.old is not None and (c.new is None or _gt(c.new, c.old))
+        factor = NOT_BINDING.get((card.change.knob, diag.prefill_limit)) if up else None
+        if factor is not None:
+            limit_note = f" × {factor} = {conf * factor:.2f} ({diag.prefill_limit_why})"
+            conf *= factor
     if card.cost_class == "relayout" and (diag is None or diag.likelihood("expert_imbalance") < OPEN_LOW):
         gain = 0.0  # relayout only when the breakdown shows time lost to imbalance
     if rule.tradeoff and native_missing:
@@ -93,7 +106,14 @@ def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_c
     share = cost_card_hours / budget_left if budget_left > 0 else 1.0
     per_hour = restart_card_hours / (restart_card_hours + cost_card_hours) if restart_card_hours else 1.0
     v = (gain * conf + rules_out) * CLASS_FACTOR.get(card.cost_class, 0.4) * per_hour * max(0.0, 1.0 - 0.5 * share)
-    why = (f"gain {gain:.2f} × confidence {conf:.2f}" + (f" ({hyp})" if hyp else "") +
+    why = (f"gain {gain:.2f} × confidence {conf0 if limit_note else conf:.2f}" + (f" ({hyp})" if hyp else "") + limit_note +
            f" + rules out {rules_out:.2f}; {card.cost_class}, ~{cost_card_hours:.2f} card-h of {budget_left:.2f} left")
     return Value(value=round(v, 6), gain=gain, confidence=conf, rules_out=rules_out,
                  cost_card_hours=cost_card_hours, why=why)
+
+
+def _gt(a: Any, b: Any) -> bool:
+    try:
+        return a > b
+    except TypeError:
+        return False

@@ -190,6 +190,81 @@ def test_planner_measures_the_start_then_proposes_the_prefill_cap_first():
     assert plan.diagnosis is not None and plan.diagnosis.leading.name == "prefill_supply"
 
 
+def test_prefill_batch_composition_says_which_limit_binds():
+    """Cap 1 on 16K prompts: one request per batch with budget to spare (the cap binds); cap 2 at an 8192
+    budget: batches full to the budget, 1.5 requests each (the budget binds, a cap of 4 adds nothing)."""
+    start = GOAL16.start_station() | {"max_num_batched_tokens": 8192}
+    d = diagnose(summary(), PREFILL_BOUND, 20.0, start)
+    assert d.prefill_limit == "request_cap" and "cap of 1" in d.prefill_limit_why
+    full = PREFILL_BOUND | {"prefill_batch_reqs_mean": 1.5, "prefill_batch_tokens_mean": 8181.0,
+                            "prefill_tail_batch_share": 0.0}
+    d = diagnose(summary(), full, 20.0, start | {"max_prefill_reqs": 2})
+    assert d.prefill_limit == "token_budget" and "8192-token budget" in d.prefill_limit_why
+    assert diagnose(summary(), full | {"prefill_batch_tokens_mean": 6000.0, "prefill_batch_reqs_mean": 1.2}, 20.0,
+                    start | {"max_prefill_reqs": 2}).prefill_limit is None  # neither full: the evidence does not say
+    assert diagnose(summary(), full, 20.0, {}).prefill_limit is None  # no budget known: nothing to compare with
+
+
+def test_a_full_token_budget_puts_the_budget_before_a_higher_request_cap():
+    """From cap 2 with batches full to the budget, the planner raises the budget, not the cap (the cap would
+    add no tokens); with the cap binding instead, the cap comes first."""
+    p = DeterministicPlanner()
+    best = GOAL16.start_station() | {"max_prefill_reqs": 2, "max_num_batched_tokens": 8192}
+    full = PREFILL_BOUND | {"prefill_batch_reqs_mean": 1.5, "prefill_batch_tokens_mean": 8181.0,
+                            "prefill_tail_batch_share": 0.0}
+
+    def ask(evidence):
+        base = build_card("g1", GOAL16.scenario, best, None, None, stage="baseline", n=320)
+        h = history([outcome(base, summary(), "reference", evidence)], best=best)
+        h = h.model_copy(update={"outcomes": h.outcomes + [outcome(with_stage(base, "baseline", 640),
+                                                                   summary(n=640, native=236.0), "reference", evidence)]})
+        return p.ask(h)
+
+    plan = ask(full)
+    assert plan.card is not None and plan.card.change is not None
+    assert (plan.card.change.knob, plan.card.change.new) == ("max_num_batched_tokens", 16384)
+    cap_up = next(r for r in plan.ranked if "max_prefill_reqs 2 -> 4" in r[0])
+    assert "a higher request cap cannot add tokens" in cap_up[2]
+    plan = ask(full | {"prefill_batch_reqs_mean": 2.0, "prefill_batch_tokens_mean": 5400.0})
+    assert (plan.card.change.knob, plan.card.change.new) == ("max_prefill_reqs", 4)
+
+
+def test_a_whole_window_goal_never_spends_its_warm_start_on_a_latency_trade_off():
+    """Objective in the whole window, no native window at C128: a lower C is a trade-off (it may win latency,
+    it cannot win the objective), so the warm start is not spent on it; the evidence's move comes first."""
+    goal = GOAL16.model_copy(update={"objective": GOAL16.objective.model_copy(update={"window": "whole"})})
+    base = baseline()
+    h = history([outcome(base, summary(), "reference"),
+                 outcome(with_stage(base, "baseline", 640), summary(n=640), "reference")])
+    h = h.model_copy(update={"goal": goal})
+    plan = DeterministicPlanner().ask(h)
+    assert plan.card is not None and plan.card.change is not None
+    assert plan.card.change.knob == "max_prefill_reqs", plan.ranked
+    c_down = next(r for r in plan.ranked if "concurrency 128 -> 90" in r[0])
+    assert "confidence 0.5" not in c_down[2]  # a missing native window lends it nothing here
+
+
+def test_the_decode_queue_sizes_the_batch_limit_jump_and_the_one_step_stays_behind_it():
+    """Decode at its limit of 32 with ~90 waiting: the limit goes where the demand is (128 of 32/64/128/256),
+    not one step; the one step stays a candidate (ranked after) for when the jump fails the latency limit."""
+    from agent.planner import candidates, diagnosis_for
+
+    goal = GOAL16.model_copy(update={"search_space": {"max_num_seqs": [32, 64, 128, 256]}})
+    best = GOAL16.start_station() | {"max_num_seqs": 32}
+    ev = DECODE_BOUND | {"decode_running_max": 32.0, "decode_running_mean": 31.0, "decode_batch_limit": 32.0,
+                         "decode_waiting_mean": 90.0, "decode_instances": 1}
+    base = build_card("g1", GOAL16.scenario, best, None, None, stage="baseline", n=320)
+    h = history([outcome(base, summary(), "reference", ev)], best=best).model_copy(update={"goal": goal})
+    diag = diagnosis_for(h)
+    assert diag is not None and diag.decode_demand == pytest.approx(121.0)
+    ranked = [(c.change.new, v.value) for c, v in candidates(h, diag) if c.change.knob == "max_num_seqs"]
+    assert ranked[0][0] == 128 and 64 in [n for n, _ in ranked[1:]]
+    assert dict(ranked)[64] < dict(ranked)[128]
+    calm = ev | {"decode_waiting_mean": 20.0}  # demand 51: the next step is already enough, no jump
+    h2 = h.model_copy(update={"outcomes": [outcome(base, summary(), "reference", calm)]})
+    assert [c.change.new for c, _ in candidates(h2, diagnosis_for(h2)) if c.change.knob == "max_num_seqs"] == [64]
+
+
 def test_planner_confirms_promising_screen_with_a_parent_reference_at_confirm_n():
     p = DeterministicPlanner()
     up = screen("max_prefill_reqs", 2)
