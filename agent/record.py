@@ -47,9 +47,12 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
     best_knobs = spec.start_station()
     warm = None
     data_version, source = _scenario_version(spec.scenario), "sim"
+    beaten = False  # once a new best exists, a reference run (of any station) moves nothing
     for d in store.decisions(goal_id):
         data = d.data or {}
-        if d.kind in ("baseline", "new_best", "quality_passed") and data.get("knobs") is not None:
+        if d.kind in ("new_best", "quality_passed") and data.get("knobs") is not None:
+            best_knobs, beaten = dict(data["knobs"]), True
+        elif d.kind == "baseline" and not beaten and data.get("knobs") is not None:
             best_knobs = dict(data["knobs"])
         if "outcome" not in data or d.candidate_id not in cands:
             continue

@@ -243,9 +243,12 @@ class Store(Fencing, Candidates, Instructions, Negatives):
             return [snap(Decision, r) for r in s.execute(q).scalars()]
 
     def best(self, goal_id: str) -> Decision | None:
-        """The decision that made the current deployable best (never a quality-pending one)."""
+        """The decision that made the current deployable best (never a quality-pending one): the latest new
+        best (or passed quality check); the start's reference only while nothing has beaten it. A later
+        reference run of the best station (e.g. at the screen N, for the next screens) made nothing best."""
         found = self.decisions(goal_id, BEST_KINDS)
-        return found[-1] if found else None
+        made = [d for d in found if d.kind != "baseline"]
+        return (made or found)[-1] if found else None
 
     def best_station(self, goal_id: str) -> Station | None:
         d = self.best(goal_id)

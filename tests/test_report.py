@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.record import card_of
 from agent.report import build_report, render
 from agent.session import run_session
 from state.goal import load_goal
@@ -177,8 +178,14 @@ def test_trade_off_table_holds_the_stored_figures_with_native_empty_where_invali
     assert empty >= len(screens)
     best = st.best(gid)
     assert table[best.run_id]["decision"] == "new_best" and table[best.run_id]["frontier"] == "yes"
-    gain = re.search(r"\+\d+\.\d+% native vs parent at N=640", best.text).group(0)
-    assert table[best.run_id]["vs parent (same N)"] == gain  # the judge's own figure, same N and window
+    col = table[best.run_id]["vs parent (same N)"]
+    judged = re.search(r"\+\d+\.\d+% native vs parent at N=640", best.text)
+    if judged:
+        assert col == judged.group(0)  # the judge's own figure, same N and window
+    else:
+        # a recovered window: the judge compared natives with the best station, the parent having none; the
+        # column stays against the parent, in the window both have
+        assert "the parent has no native window" in best.text and col.endswith("whole vs parent at N=640")
     md = (demo["html"].parent / "report.md").read_text()
     for r in valid:  # the Markdown twin: the same cells, native empty in the same rows
         s = r.result.summary
@@ -265,8 +272,13 @@ def test_each_plot_draws_the_stored_data_and_is_not_blank(demo):
     assert rep.plots["tput_ttft"].series["slo"] is None  # the demo goal sets no TTFT P90 limit
     best = st.best(gid)
     q, b = rep.plots["queues"].series, rep.plots["prefill_batches"].series
-    parent = next(d for d in st.decisions(gid, ("baseline",)) if st.get_run(d.run_id).n == st.get_run(best.run_id).n)
-    for who, run_id in (("candidate", best.run_id), ("parent", parent.run_id)):
+    # beside it: its parent station's latest valid run at the same N before it (whatever path the loop took)
+    parent_station = card_of(st.get_candidate(best.candidate_id).card).parent_station
+    runs = st.runs(gid)
+    at = next(i for i, r in enumerate(runs) if r.id == best.run_id)
+    parent = [r for r in runs[:at] if card_of(st.get_candidate(r.candidate_id).card).station == parent_station
+              and r.n == runs[at].n and st.get_result(r.id).valid][-1]
+    for who, run_id in (("candidate", best.run_id), ("parent", parent.id)):
         ev = st.get_result(run_id).result.evidence
         assert f"run {next(i for i, r in enumerate(st.runs(gid), 1) if r.id == run_id)} " in q[who]["label"]
         raw = raw_queues(demo["cwd"] / st.get_result(run_id).result.run_dir)
@@ -278,7 +290,6 @@ def test_each_plot_draws_the_stored_data_and_is_not_blank(demo):
             assert sum(q[who]["p_waiting"]) / q[who]["samples"]["prefill"] == pytest.approx(ev["prefill_waiting_mean"])
         assert b[who]["batches"] == ev["n_prefill_batches"]
         assert b[who]["tail"] / b[who]["batches"] == pytest.approx(ev["prefill_tail_batch_share"])
-    assert (b["parent"]["batches"], b["candidate"]["batches"]) == (1920, 1284)  # cap 1 -> 2: tail chunks merge
     prog = rep.plots["progress"].series
     k = compute_kpis(st, gid)
     assert prog["best"][-1] == pytest.approx(k.best_objective)

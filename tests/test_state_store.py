@@ -238,6 +238,21 @@ def test_best_and_frontier_never_take_a_quality_pending_station(store: Store, ma
         store.record_decision(g.id, "bestest")
 
 
+def test_a_reference_run_after_a_new_best_makes_nothing_best(store: Store):
+    """A reference of the best station at the screen N (for the next screens), or of a parent before a
+    confirm, is not the decision that made the best: the new best stays (with its own run and figures)."""
+    g = _goal(store)
+    base, fast = (store.put_station(_station(max_prefill_reqs=v)) for v in (1, 2))
+    store.record_decision(g.id, "baseline", run_id="r0", station_hash=base.hash)
+    assert store.best(g.id).run_id == "r0"  # nothing beat the start yet: its reference is the best
+    store.record_decision(g.id, "baseline", run_id="r0b", station_hash=base.hash)
+    assert store.best(g.id).run_id == "r0b"
+    store.record_decision(g.id, "new_best", run_id="r1", station_hash=fast.hash, changed=True)
+    store.record_decision(g.id, "baseline", run_id="r2", station_hash=fast.hash)
+    store.record_decision(g.id, "baseline", run_id="r3", station_hash=base.hash)
+    assert store.best(g.id).run_id == "r1" and store.best_station(g.id).hash == fast.hash
+
+
 def test_frontier_keeps_different_n_side_by_side(store: Store):
     g = _goal(store)
     st = store.put_station(_station())

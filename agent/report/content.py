@@ -215,12 +215,12 @@ def restore_command(store_url: str, station: Any, best: Experiment | None) -> st
 
 def best_objectives(content: Content) -> list[tuple[str, float, float | None, int | None]]:
     """(run id, card-hours spent after the run, the deployable best's objective then, its N) in run order."""
-    spent, out, best = 0.0, [], None
+    spent, out, best, beaten = 0.0, [], None, False
     for e in content.experiments:
         spent += e.card_hours
-        for d in e.decisions:
-            if d.kind in BEST_KINDS:
-                best = e
+        for d in e.decisions:  # a reference run makes a best only until something beat the start (Store.best)
+            if d.kind in BEST_KINDS and (d.kind != "baseline" or not beaten):
+                best, beaten = e, beaten or d.kind != "baseline"
         s = best.summary if best else None
         out.append((e.run.id, spent, objective_of(content.goal, s), s.n_formal if s else None))
     return out

@@ -49,10 +49,11 @@ def read_trials(store: Any, goal_id: str, goal: Any, profile: Profile,
     ours = theirs = 0.0
     seen: dict[str, bool] = {}
     last_run: str | None = None
+    beaten = False  # a reference run sets the incumbent only until something beat the start (Store.best)
     for d in store.decisions(goal_id):
         data = d.data or {}
-        if d.kind in BEST_KINDS and data.get("knobs") is not None:
-            best = dict(data["knobs"])
+        if d.kind in BEST_KINDS and data.get("knobs") is not None and (d.kind != "baseline" or not beaten):
+            best, beaten = dict(data["knobs"]), beaten or d.kind != "baseline"
             if trials and d.run_id == last_run:  # e.g. a quality evaluation passed after the judgement
                 trials[-1] = trials[-1].model_copy(update={"incumbent": {k: best.get(k) for k in space},
                                                            "improved": True})
