@@ -51,6 +51,10 @@ class Diagnosis(BaseModel):
     # requests with budget to spare; None when the evidence does not say
     prefill_limit: Literal["token_budget", "request_cap"] | None = None
     prefill_limit_why: str | None = None
+    # which client limit binds: "request_rate" (QPS ≈ r with free concurrency slots: a higher C adds nothing)
+    # or "concurrency" (in flight ≈ C: a higher r only queues at the sender); None when neither clearly
+    client_limit: Literal["request_rate", "concurrency"] | None = None
+    client_limit_why: str | None = None
     # requests per decode instance that want to run (running + waiting) when decode sits at its batch limit:
     # the queue sizes how far the limit should move, not only which way
     decode_demand: float | None = None
@@ -315,6 +319,22 @@ def prefill_limit(ev: dict[str, Any], knobs: dict[str, Any]) -> tuple[str | None
     return None, None
 
 
+def client_limit(s: Summary | None) -> tuple[str | None, str | None]:
+    """Which of the sender's two limits holds the offered load down: the arrival rate or the concurrency cap."""
+    win = (s.native or s.whole) if s else None
+    if s is None or win is None or not s.concurrency or win.achieved_concurrency is None:
+        return None, None
+    ratio = win.achieved_concurrency / s.concurrency
+    if ratio >= 0.9:
+        return "concurrency", (f"achieved concurrency {win.achieved_concurrency:.1f} ≈ C={s.concurrency}: a higher "
+                               f"arrival rate only queues at the sender")
+    r = s.request_rate
+    if r and math.isfinite(r) and win.qps >= 0.9 * r and ratio < 0.7:
+        return "request_rate", (f"QPS {win.qps:.2f} ≈ r={r:g} with {ratio:.0%} of C={s.concurrency} in flight: "
+                                f"a higher C adds nothing while the rate binds")
+    return None, None
+
+
 def decode_demand(ev: dict[str, Any]) -> float | None:
     """Running + waiting requests per decode instance, when decode runs at its batch limit with a queue."""
     run_max, limit = _num(ev, "decode_running_max"), _num(ev, "decode_batch_limit")
@@ -350,5 +370,7 @@ def diagnose(summary: Summary | None, evidence: dict[str, Any], tpot_limit_ms: f
     elif not queues_seen and ranked[0].likelihood < SUPPORTED:
         profile, why = True, "no queue evidence was collected"
     limit, limit_why = prefill_limit(ev, knobs or {})
+    client, client_why = client_limit(summary)
     return Diagnosis(hypotheses=hyps, propose_profile=profile, profile_reason=why, tpot_headroom=headroom,
-                     prefill_limit=limit, prefill_limit_why=limit_why, decode_demand=decode_demand(ev))
+                     prefill_limit=limit, prefill_limit_why=limit_why, client_limit=client,
+                     client_limit_why=client_why, decode_demand=decode_demand(ev))

@@ -17,11 +17,13 @@ from agent.diagnosis import OPEN_LOW, Diagnosis
 CLASS_FACTOR = {"hot": 1.0, "restart": 0.85, "relayout": 0.6, "topology": 0.5, "rebuild": 0.4}
 DEFAULT_SECONDS = {"restart": 300.0, "weight_load": 600.0, "warmup": 60.0, "relayout": 1800.0, "profile": 300.0}
 RESTARTING = ("restart", "relayout", "topology", "rebuild")
-# A prefill move aimed at the limit that does not bind keeps this share of its confidence: raising the
-# request cap when batches already fill the token budget adds no tokens (the field report's P cap 2 -> 4
-# after the budget filled); a bigger budget when the cap binds only trims the tail chunks.
+# A move aimed at a limit that does not bind keeps this share of its confidence: raising the prefill request
+# cap when batches already fill the token budget adds no tokens (the field report's P cap 2 -> 4 after the
+# budget filled); a bigger budget when the cap binds only trims the tail chunks; a higher C while the
+# arrival rate holds the load down (or a higher r while C does) changes nothing in flight.
 NOT_BINDING = {("max_prefill_reqs", "token_budget"): 0.25, ("max_num_batched_tokens", "request_cap"): 0.5,
-               ("chunked_prefill_size", "request_cap"): 0.5}
+               ("chunked_prefill_size", "request_cap"): 0.5, ("concurrency", "request_rate"): 0.25,
+               ("request_rate", "concurrency"): 0.25}
 
 
 class CostModel(BaseModel):
@@ -89,13 +91,14 @@ def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_c
     conf, hyp = confidence(rule, diag)
     conf0, gain = conf, rule.gain
     limit_note = ""
-    if diag is not None and diag.prefill_limit and card.change is not None:
+    if diag is not None and card.change is not None:
         c = card.change  # None on max_prefill_reqs is unlimited: a move to it is up
         up = c.old is not None and (c.new is None or _gt(c.new, c.old))
-        factor = NOT_BINDING.get((card.change.knob, diag.prefill_limit)) if up else None
-        if factor is not None:
-            limit_note = f" × {factor} = {conf * factor:.2f} ({diag.prefill_limit_why})"
-            conf *= factor
+        for limit, limit_why in ((diag.prefill_limit, diag.prefill_limit_why), (diag.client_limit, diag.client_limit_why)):
+            factor = NOT_BINDING.get((c.knob, limit)) if up and limit else None
+            if factor is not None:
+                limit_note = f" × {factor} = {conf * factor:.2f} ({limit_why})"
+                conf *= factor
     if card.cost_class == "relayout" and (diag is None or diag.likelihood("expert_imbalance") < OPEN_LOW):
         gain = 0.0  # relayout only when the breakdown shows time lost to imbalance
     if rule.tradeoff and native_missing:

@@ -229,6 +229,30 @@ def test_a_full_token_budget_puts_the_budget_before_a_higher_request_cap():
     assert (plan.card.change.knob, plan.card.change.new) == ("max_prefill_reqs", 4)
 
 
+def test_the_sender_limit_that_binds_decides_between_a_higher_c_and_a_higher_rate():
+    """QPS ≈ r with a third of C in flight: the rate holds the load down, a higher C adds nothing (and the
+    reverse when what is in flight ≈ C). The move at the other limit keeps a quarter of its confidence."""
+    from agent.planner import candidates, diagnosis_for
+
+    rate_bound = summary(conc=40.0).model_copy(update={"request_rate": 2.1})  # qps 2.0 of r 2.1, 40 of C128
+    d = diagnose(rate_bound, PREFILL_BOUND, 20.0, {})
+    assert d.client_limit == "request_rate" and "a higher C adds nothing" in d.client_limit_why
+    c_bound = summary(conc=127.0)
+    d = diagnose(c_bound, PREFILL_BOUND, 20.0, {})
+    assert d.client_limit == "concurrency" and "only queues at the sender" in d.client_limit_why
+    assert diagnose(summary(conc=100.0), PREFILL_BOUND, 20.0, {}).client_limit is None  # neither clearly
+
+    goal = GOAL16.model_copy(update={"search_space": {"concurrency": [128, 192], "request_rate": [2.1, 4.0]}})
+    best = GOAL16.start_station() | {"request_rate": 2.1}
+    base = build_card("g1", GOAL16.scenario, best, None, None, stage="baseline", n=320)
+    idle = PREFILL_BOUND | {"prefill_waiting_nonzero_share": 0.0, "prefill_waiting_mean": 0.0}
+    for s_, favoured in ((rate_bound, "request_rate"), (c_bound, "concurrency")):
+        h = history([outcome(base, s_, "reference", idle)], best=best).model_copy(update={"goal": goal})
+        vals = {c.change.knob: v for c, v in candidates(h, diagnosis_for(h)) if c.change.new > c.change.old}
+        other = "concurrency" if favoured == "request_rate" else "request_rate"
+        assert vals[favoured].value > vals[other].value and "× 0.25" in vals[other].why
+
+
 def test_a_whole_window_goal_never_spends_its_warm_start_on_a_latency_trade_off():
     """Objective in the whole window, no native window at C128: a lower C is a trade-off (it may win latency,
     it cannot win the objective), so the warm start is not spent on it; the evidence's move comes first."""
