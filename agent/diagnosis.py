@@ -51,6 +51,7 @@ class Diagnosis(BaseModel):
     # requests with budget to spare; None when the evidence does not say
     prefill_limit: Literal["token_budget", "request_cap"] | None = None
     prefill_limit_why: str | None = None
+    prefill_budget_fill: float | None = None  # mean prefill batch tokens / token budget
     # which client limit binds: "request_rate" (QPS ≈ r with free concurrency slots: a higher C adds nothing)
     # or "concurrency" (in flight ≈ C: a higher r only queues at the sender); None when neither clearly
     client_limit: Literal["request_rate", "concurrency"] | None = None
@@ -370,7 +371,10 @@ def diagnose(summary: Summary | None, evidence: dict[str, Any], tpot_limit_ms: f
     elif not queues_seen and ranked[0].likelihood < SUPPORTED:
         profile, why = True, "no queue evidence was collected"
     limit, limit_why = prefill_limit(ev, knobs or {})
+    budget = (knobs or {}).get("max_num_batched_tokens") or (knobs or {}).get("chunked_prefill_size")
+    toks = _num(ev, "prefill_batch_tokens_mean")
+    fill = toks / float(budget) if toks is not None and budget else None
     client, client_why = client_limit(summary)
     return Diagnosis(hypotheses=hyps, propose_profile=profile, profile_reason=why, tpot_headroom=headroom,
-                     prefill_limit=limit, prefill_limit_why=limit_why, client_limit=client,
+                     prefill_limit=limit, prefill_limit_why=limit_why, prefill_budget_fill=fill, client_limit=client,
                      client_limit_why=client_why, decode_demand=decode_demand(ev))

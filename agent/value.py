@@ -17,11 +17,12 @@ from agent.diagnosis import OPEN_LOW, Diagnosis
 CLASS_FACTOR = {"hot": 1.0, "restart": 0.85, "relayout": 0.6, "topology": 0.5, "rebuild": 0.4}
 DEFAULT_SECONDS = {"restart": 300.0, "weight_load": 600.0, "warmup": 60.0, "relayout": 1800.0, "profile": 300.0}
 RESTARTING = ("restart", "relayout", "topology", "rebuild")
-# A move aimed at a limit that does not bind keeps this share of its confidence: raising the prefill request
-# cap when batches already fill the token budget adds no tokens (the field report's P cap 2 -> 4 after the
-# budget filled); a bigger budget when the cap binds only trims the tail chunks; a higher C while the
-# arrival rate holds the load down (or a higher r while C does) changes nothing in flight.
-NOT_BINDING = {("max_prefill_reqs", "token_budget"): 0.25, ("max_num_batched_tokens", "request_cap"): 0.5,
+# A move aimed at a limit that does not bind keeps this share of its confidence: a bigger prefill budget when
+# the request cap binds only trims the tail chunks; a higher C while the arrival rate holds the load down (or
+# a higher r while C does) changes nothing in flight. (A higher request cap when batches already fill the
+# token budget is bounded instead: a full batch takes at most the unused share of the budget more tokens,
+# the field report's P cap 2 -> 4 after the budget filled.)
+NOT_BINDING = {("max_num_batched_tokens", "request_cap"): 0.5,
                ("chunked_prefill_size", "request_cap"): 0.5, ("concurrency", "request_rate"): 0.25,
                ("request_rate", "concurrency"): 0.25}
 
@@ -90,7 +91,7 @@ def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_c
     one) and by its share of the budget left."""
     conf, hyp = confidence(rule, diag)
     conf0, gain = conf, rule.gain
-    limit_note = ""
+    limit_note, answered = "", False
     if diag is not None and card.change is not None:
         c = card.change  # None on max_prefill_reqs is unlimited: a move to it is up
         up = c.old is not None and (c.new is None or _gt(c.new, c.old))
@@ -99,13 +100,18 @@ def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_c
             if factor is not None:
                 limit_note = f" × {factor} = {conf * factor:.2f} ({limit_why})"
                 conf *= factor
+        if up and c.knob == "max_prefill_reqs" and diag.prefill_limit == "token_budget" \
+                and diag.prefill_budget_fill is not None:
+            gain = min(gain, max(0.0, 1.0 - diag.prefill_budget_fill))
+            limit_note = f" (gain bounded by the unused budget: {diag.prefill_limit_why})"
+            answered = True  # the batch records already answer what the screen would ask: it rules out nothing new
     if card.cost_class == "relayout" and (diag is None or diag.likelihood("expert_imbalance") < OPEN_LOW):
         gain = 0.0  # relayout only when the breakdown shows time lost to imbalance
     if rule.tradeoff and native_missing:
         # no valid steady state at this C: a lower C may give one, and lower latency (a frontier point)
         conf = max(conf, 0.5)
     # A negative on a supported hypothesis separates explanations; on a weak one it tells little.
-    rules_out = 0.1 * conf if conf >= OPEN_LOW else 0.0
+    rules_out = 0.1 * conf if conf >= OPEN_LOW and not answered else 0.0
     share = cost_card_hours / budget_left if budget_left > 0 else 1.0
     per_hour = restart_card_hours / (restart_card_hours + cost_card_hours) if restart_card_hours else 1.0
     v = (gain * conf + rules_out) * CLASS_FACTOR.get(card.cost_class, 0.4) * per_hour * max(0.0, 1.0 - 0.5 * share)
