@@ -66,30 +66,54 @@ def _pending_confirm(history: History) -> CandidateCard | None:
     return None
 
 
+def _rate_starved(summary) -> bool:  # type: ignore[no-untyped-def]
+    """In flight stayed well under C on average: arrivals, not the cap, decided what was in flight."""
+    w = summary.whole if summary is not None else None
+    return bool(w is not None and summary.concurrency and w.achieved_concurrency is not None
+                and w.achieved_concurrency < 0.9 * summary.concurrency)
+
+
 def _window_recovery(history: History) -> CandidateCard | None:
-    """A confirm that won without the objective's window: run its station at the next lower C (hot, at
-    confirm N) until one gives the window; the whole window's verdict at a screen cannot judge this."""
+    """A confirm that won without the objective's window: run its station hot, at confirm N, until one run
+    gives the window. When in-flight never filled C (arrivals too slow), first the next higher rate (the
+    window and more throughput); then the next lower C values (fewer in flight reach C sooner, at some
+    throughput). The whole window's verdict at a screen cannot judge this."""
     goal = history.goal
-    if goal.objective.window != "native" or "concurrency" not in goal.space():
+    space = goal.space()
+    if goal.objective.window != "native" or not ({"concurrency", "request_rate"} & set(space)):
         return None
     done = history.finished_keys
     for o in reversed(history.outcomes):
         if o.decision != "window_pending":
             continue
         station = o.card.knobs
-        values = sorted((v for v in goal.space()["concurrency"] if v is not None), reverse=True)
-        for c in (v for v in values if v < (station.get("concurrency") or 0)):
-            card = build_card(history.goal_id, goal.scenario, station, "concurrency", c, stage="confirm",
-                              n=goal.protocol.confirm_n, direction="down", hypothesis="latency_bound",
-                              mechanism="fewer requests in flight keep in-flight == C long enough for a valid native window",
+        moves: list[tuple[str, object, str, str]] = []
+        r = station.get("request_rate")
+        if "request_rate" in space and r is not None and _rate_starved(o.summary):
+            higher = sorted(v for v in space["request_rate"] if v is not None and v > r)
+            if higher:
+                moves.append(("request_rate", higher[0], "client_supply",
+                              "arrivals faster than the server drains them keep in-flight at C long enough for a "
+                              "valid native window"))
+        if "concurrency" in space:
+            for c in sorted((v for v in space["concurrency"] if v is not None), reverse=True):
+                if c < (station.get("concurrency") or 0):
+                    moves.append(("concurrency", c, "latency_bound", "fewer requests in flight keep in-flight == C "
+                                                                     "long enough for a valid native window"))
+        for knob, value, hyp, mechanism in moves:
+            up = knob == "request_rate"
+            card = build_card(history.goal_id, goal.scenario, station, knob, value, stage="confirm",
+                              n=goal.protocol.confirm_n, direction="up" if up else "down", hypothesis=hyp,
+                              mechanism=mechanism,
                               decision="whether the confirmed whole-window gain holds in the objective's window",
-                              expected_effect="a valid native window; whole-run throughput may fall a little",
-                              negative_rules_out=f"C={c} as the way to a valid native window at this station")
+                              expected_effect=("a valid native window and more throughput; TPOT a little higher" if up
+                                               else "a valid native window; whole-run throughput may fall a little"),
+                              negative_rules_out=f"{knob}={value} as the way to a valid native window at this station")
             if card.experiment_key not in done:
                 return card
             got = history.reference(card.knobs, card.n)
             if got is not None and got.figures is not None and got.figures.native is not None:
-                break  # the window was recovered at this C: judged already, nothing more to recover here
+                break  # the window was recovered here: judged already, nothing more to recover at this station
         return None  # only the latest pending station is worth recovering
     return None
 

@@ -372,6 +372,26 @@ def test_confirm_without_the_objective_window_is_never_the_best_and_a_lower_c_re
     assert nxt is not None and nxt.change.new == 64 and nxt.parent_station == conf.station
 
 
+def test_a_window_lost_to_slow_arrivals_is_recovered_by_a_higher_rate_before_a_lower_c():
+    """The pending confirm never filled C (whole achieved 70 of 128): arrivals decided what was in flight, so
+    the next rate up (window and throughput) is tried before the next C down (window at some throughput)."""
+    best = GOAL16.start_station() | {"max_prefill_reqs": 2}
+    up = screen("max_num_batched_tokens", 16384, parent=best)
+    conf = with_stage(up, "confirm", 640)
+    starved = summary(n=640, whole=260.0, native=None, conc=70.0)
+    outs = [outcome(baseline(best), summary(whole=200.0), "reference"),
+            outcome(baseline(best, n=640), summary(n=640, whole=220.0, native=236.0), "reference"),
+            outcome(up, summary(whole=230.0), "promising"), outcome(conf, starved, "window_pending")]
+    rec = DeterministicPlanner().ask(history(outs, best=best, budget=400.0, experiments=40)).card
+    assert rec is not None and rec.stage == "confirm" and rec.n == 640 and rec.parent_station == conf.station
+    assert (rec.change.knob, rec.change.old, rec.change.new) == ("request_rate", 6.0, 8)
+    assert rec.hypothesis == "client_supply" and "arrivals" in rec.mechanism
+    no_window = outcome(rec, summary(n=640, whole=262.0, native=None, conc=75.0), "negative")
+    nxt = DeterministicPlanner().ask(history(outs + [no_window], best=best, budget=400.0, experiments=40)).card
+    assert nxt is not None and (nxt.change.knob, nxt.change.new) == ("concurrency", 90)
+    assert nxt.parent_station == conf.station  # still from the pending station, not from the rate-up one
+
+
 def test_a_negative_is_proposed_again_once_its_conditions_changed():
     """max_num_seqs up was negative at C128 (C capped the batch); at C160 decode runs at its cap with waiting."""
     start = GOAL16.start_station() | {"max_num_seqs": 128}
