@@ -169,6 +169,11 @@ RULES: dict[tuple[str, str], MoveRule] = {
         hypotheses=("client_supply",), gain=0.15,
         mechanism="a higher arrival rate feeds the concurrency cap", decision="whether the sender's rate limits",
         expected="higher throughput if QPS ≈ r", rules_out="the arrival rate as the limit"),
+    ("request_rate", "down"): MoveRule(
+        hypotheses=("latency_bound",), gain=0.03, tradeoff=True,
+        mechanism="fewer arrivals per second shorten the queues: lower TTFT and E2E, fewer requests in flight",
+        decision="the throughput/latency trade-off point", expected="lower throughput, lower latency",
+        rules_out="a free latency win at this arrival rate"),
     ("speculative_method", "up"): MoveRule(
         hypotheses=("latency_bound", "decode_capacity"), gain=0.2,
         mechanism="MTP draft heads produce several tokens per decode step",
