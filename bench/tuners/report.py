@@ -30,7 +30,8 @@ def case_table(case: dict[str, Any]) -> str:
     lines = [f"### {case['name']}", "",
              f"{case['description']}".strip(),
              f"profile `{case['profile']}`, scenario `{case['scenario']}`, objective {case['objective']}, "
-             f"constraints {case['constraints']}; space {case['space_size']} points ({case['feasible_points']} feasible); "
+             f"constraints {case['constraints']}; space {case['space_size']} points ({case['feasible_points']} feasible, "
+             f"{case.get('near_optimal_points', '?')} within 2 % of the optimum); "
              f"optimum {opt['value']:.2f} at {opt['point']}; seeds {case['seeds']}.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for m in METHODS:
