@@ -65,10 +65,19 @@ def decide(card: CandidateCard, verdict: str, figures: Figures | None, history: 
     if figures.slo_violations:
         return "negative", "breaks the SLO: " + "; ".join(figures.slo_violations)
     ref = history.reference(card.parent_knobs, card.n)
+    broke = [o for o in history.outcomes if o.verdict == "valid" and o.figures is not None
+             and o.card.station == card.parent_station and o.figures.slo_violations]
+    if broke:
+        # the parent broke the SLO (a load move that crossed the TPOT limit): it is no reference; judge against
+        # the best station at this N, as a recovered window is
+        anchor = history.reference(history.best_knobs, card.n)
+        if anchor is None or anchor.figures is None:
+            return "fault", f"no valid reference of the best station at N={card.n}: cannot judge"
+        ref = anchor
     if ref is None or ref.figures is None:
         return "fault", f"no valid reference of the parent at N={card.n}: cannot judge"
     window = goal.objective.window
-    ref_figs, against = ref.figures, "parent"
+    ref_figs, against = ref.figures, ("the best station (the parent breaks the SLO)" if broke else "parent")
     if card.stage == "confirm" and window == "native" and figures.native is not None and ref_figs.native is None:
         # the parent's gain was confirmed on the whole window only; this run recovers the objective's window,
         # so it is judged there against the best station (the last one with a native figure at this N)

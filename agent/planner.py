@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agent.candidates import CandidateCard, build_card, neighbours, rule_for, station_hash, with_stage
 from agent.checks import check, estimate, retry_note
-from agent.diagnosis import OPEN_LOW, Diagnosis, diagnose
+from agent.diagnosis import LOAD_HEADROOM, OPEN_LOW, Diagnosis, diagnose
 from agent.history import History
 from agent.value import Value, value_of
 
@@ -118,6 +118,77 @@ def _window_recovery(history: History) -> CandidateCard | None:
     return None
 
 
+LOAD_UP = ("concurrency", "request_rate")
+
+
+def _tpot_only(figures) -> bool:  # type: ignore[no-untyped-def]
+    """The run broke the SLO on mean TPOT and on nothing else."""
+    v = figures.slo_violations if figures is not None else []
+    return bool(v) and all(x.startswith("tpot_mean_ms_lt") for x in v)
+
+
+def _batch_cap_available(history: History) -> bool:
+    """A TPOT limit, max_num_seqs in the space, and a listed cap below the best station's that still holds the
+    batch it ran at: a load gain that crosses the limit has a way back (see _latency_recovery)."""
+    goal = history.goal
+    space = goal.space()
+    ref = history.latest_valid(history.best_knobs)
+    ran = (ref.evidence or {}).get("decode_running_max") if ref is not None else None
+    cur = history.best_knobs.get("max_num_seqs")
+    if goal.constraints.tpot_mean_ms_lt is None or "max_num_seqs" not in space or ran is None or cur is None:
+        return False
+    return any(v is not None and ran <= v < cur for v in space["max_num_seqs"])
+
+
+def _latency_recovery(history: History) -> CandidateCard | None:
+    """A load move from the best station that gained on the objective but broke only the mean-TPOT limit: the
+    decode batch grew past what the limit allows. Cap the decode batch (max_num_seqs) at the smallest listed
+    value that still holds the batch the best station ran at (it met the limit there), from the violating
+    station, so the extra load queues before decode instead of stretching every decode step; run at the confirm N
+    (like a window recovery: the violating station is no reference) and judged against the best station."""
+    goal = history.goal
+    space = goal.space()
+    if "max_num_seqs" not in space or goal.constraints.tpot_mean_ms_lt is None:
+        return None
+    done = history.finished_keys
+    for o in reversed(history.outcomes):
+        c = o.card.change
+        if o.card.stage == "baseline" or o.verdict != "valid" or c is None:
+            continue
+        if o.decision != "negative" or not _tpot_only(o.figures) or o.card.parent_station != history.best_station:
+            return None  # only the latest judged experiment, and only a load move that broke TPOT alone
+        if c.knob not in LOAD_UP or c.old is None or not (c.new is None or c.new > c.old):
+            return None
+        ref = history.reference(o.card.parent_knobs, o.card.n)
+        win = "native" if goal.objective.window == "native" and o.figures.native is not None \
+            and ref is not None and ref.figures is not None and ref.figures.native is not None else "whole"
+        got = getattr(o.figures, win)
+        base = getattr(ref.figures, win) if ref is not None and ref.figures is not None else None
+        if got is None or not base or got < base * (1 + goal.stop.min_gain_pct / 100.0):
+            return None  # no gain to keep: nothing worth recovering
+        best_ev = ref.evidence if ref is not None else {}
+        ran = best_ev.get("decode_running_max")
+        cur = o.card.knobs.get("max_num_seqs")
+        viol_max = (o.evidence or {}).get("decode_running_max")
+        if ran is None or cur is None:
+            return None
+        fits = sorted(v for v in space["max_num_seqs"] if v is not None and ran <= v < cur
+                      and (viol_max is None or v < viol_max))
+        if not fits:
+            return None
+        cap = fits[0]
+        card = build_card(history.goal_id, goal.scenario, o.card.knobs, "max_num_seqs", cap, stage="confirm",
+                          n=goal.protocol.confirm_n, direction="down", hypothesis="latency_bound",
+                          mechanism=(f"cap the decode batch at {cap} (the best station ran up to {ran:.0f} within the "
+                                     f"TPOT limit): the extra load queues before decode instead of stretching every "
+                                     f"decode step"),
+                          decision="whether the load's gain survives inside the TPOT limit",
+                          expected_effect=f"mean TPOT back under the limit, most of the {got / base - 1:+.0%} kept; TTFT rises",
+                          negative_rules_out=f"a decode batch cap of {cap} as the way to keep this load's gain")
+        return None if card.experiment_key in done else card
+    return None
+
+
 def _stale_streak(history: History) -> int:
     """Valid experiments in a row (screen/confirm) that changed no decision."""
     streak = 0
@@ -180,6 +251,15 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
             cost = estimate(card, history)
             v = value_of(card, rule_for(knob, direction), diag, cost, history.budget_left_card_hours, native_missing,
                          restart_card_hours=restart)
+            if knob in LOAD_UP and direction == "up" and diag is not None and diag.tpot_headroom is not None \
+                    and diag.tpot_headroom < LOAD_HEADROOM and _batch_cap_available(history):
+                # mean TPOT near its limit is what holds the load back; a gain that crosses the limit can still be
+                # kept by capping the decode batch (latency recovery), so a load move keeps a floor value
+                floor = value_of(card, rule_for(knob, direction).model_copy(update={"hypotheses": ()}), None, cost,
+                                 history.budget_left_card_hours, native_missing, restart_card_hours=restart)
+                if floor.value > v.value:
+                    v = floor.model_copy(update={"why": floor.why + "; a decode batch cap can keep a gain that crosses "
+                                                                    "the TPOT limit"})
             if jump is not None and direction == "up" and new != jump:
                 v = v.model_copy(update={"value": round(v.value * SIZED_STEP_DISCOUNT, 6),
                                          "why": v.why + f"; the queue sizes a jump to {jump} instead"})
@@ -213,6 +293,9 @@ class DeterministicPlanner:
         rec = _window_recovery(history)
         if rec is not None:
             return self._checked(rec, history, diag, "recover the objective's window of a confirmed gain")
+        rec = _latency_recovery(history)
+        if rec is not None:
+            return self._checked(rec, history, diag, "keep a load gain inside the TPOT limit by capping the decode batch")
         conf = _pending_confirm(history)
         if conf is not None:
             if history.reference(conf.parent_knobs, conf.n) is None:

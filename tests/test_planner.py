@@ -392,6 +392,59 @@ def test_a_window_lost_to_slow_arrivals_is_recovered_by_a_higher_rate_before_a_l
     assert nxt.parent_station == conf.station  # still from the pending station, not from the rate-up one
 
 
+def test_a_load_gain_that_breaks_only_tpot_is_kept_by_capping_the_decode_batch():
+    """C128 -> 192 gained 10 % whole but mean TPOT crossed 20 ms (decode ran up to 187 where the best ran up to
+    118): the next card caps the decode batch at 128 (the smallest listed value holding 118) from the violating
+    station, at the confirm N, judged against the best station; nothing to recover when another constraint broke
+    or when the load gained nothing."""
+    best = GOAL16.start_station() | {"max_num_seqs": 256}
+    ev_best = PREFILL_BOUND | {"decode_running_max": 118.0}
+    ev_hot = PREFILL_BOUND | {"decode_running_max": 187.0}
+    load = screen("concurrency", 192, parent=best)
+    broke = summary(whole=198.0, tpot=21.4)
+    viol = GOAL16.constraints.violations(broke)
+    assert viol and all(v.startswith("tpot_mean_ms_lt") for v in viol)
+
+    def ask(s_, figures_viol, ev=ev_hot):
+        o = Outcome(card=load, verdict="valid", decision="negative", summary=s_, evidence=ev, run_id=load.run_id(),
+                    figures=Figures.of(s_, "output_tok_s_per_card", figures_viol))
+        h = history([outcome(baseline(best), summary(whole=180.0), "reference", ev_best),
+                     outcome(baseline(best, n=640), summary(n=640, whole=182.0, native=185.0), "reference", ev_best),
+                     o], best=best, budget=400.0, experiments=40)
+        return DeterministicPlanner().ask(h), h
+
+    plan, h = ask(broke, viol)
+    card = plan.card
+    assert card is not None and card.stage == "confirm" and card.n == 640 and card.parent_station == load.station
+    assert (card.change.knob, card.change.old, card.change.new) == ("max_num_seqs", 256, 128)
+    assert card.hypothesis == "latency_bound" and "queues before decode" in card.mechanism
+    d, why = decide(card, "valid", Figures.of(summary(n=640, whole=190.0, native=195.0, tpot=18.9),
+                                               "output_tok_s_per_card", []), h)
+    assert d == "new_best" and "vs the best station (the parent breaks the SLO)" in why
+    def recovery(c) -> bool:  # type: ignore[no-untyped-def]
+        return c is not None and c.change is not None and c.change.knob == "max_num_seqs" and c.stage == "confirm"
+
+    assert not recovery(ask(broke, viol + ["all_succeed: 3 requests failed"])[0].card)  # not latency alone
+    assert not recovery(ask(summary(whole=180.5, tpot=21.4), viol)[0].card)  # no gain over the best to keep
+    assert not recovery(ask(broke, viol, PREFILL_BOUND | {"decode_running_max": 120.0})[0].card)  # cap would not bind
+
+
+def test_a_hot_load_move_keeps_a_floor_value_only_while_a_decode_batch_cap_is_available():
+    from agent.planner import candidates, diagnosis_for
+
+    best = GOAL16.start_station() | {"max_num_seqs": 256}
+    busy = PREFILL_BOUND | {"decode_running_max": 118.0}  # the load's own hypotheses see no headroom here
+    s_ = summary(tpot=19.2)
+    h = history([outcome(baseline(best), s_, "reference", busy)], best=best, budget=400.0, experiments=40)
+    c_up = next(v for c, v in candidates(h, diagnosis_for(h)) if c.change.knob == "concurrency" and c.change.new == 160)
+    assert c_up.value > 0.02 and "decode batch cap can keep" in c_up.why
+    no_cap = h.model_copy(update={"goal": GOAL16.model_copy(update={"search_space": {
+        k: v for k, v in GOAL16.search_space.items() if k != "max_num_seqs"}})})
+    c_up2 = next(v for c, v in candidates(no_cap, diagnosis_for(no_cap))
+                 if c.change.knob == "concurrency" and c.change.new == 160)
+    assert "decode batch cap" not in c_up2.why and c_up2.value < c_up.value
+
+
 def test_a_negative_is_proposed_again_once_its_conditions_changed():
     """max_num_seqs up was negative at C128 (C capped the batch); at C160 decode runs at its cap with waiting."""
     start = GOAL16.start_station() | {"max_num_seqs": 128}
