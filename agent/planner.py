@@ -1,8 +1,9 @@
 """The deterministic planner (the default; no LLM): history in, the next card or None out (ask/tell).
 
-Order of business: a reference of the best station at screen N; then any promising screen is confirmed
-(with a reference of its parent at confirm N first, so the comparison is like for like); then the
-diagnosis of the best station's latest evidence ranks moves by value, each passed through `checks`.
+Order of business: a reference of the best station at screen N; then a recovery of a gain the goal cannot
+take as it is (agent.recovery: a lost native window, a load gain that broke only TPOT); then any promising
+screen is confirmed (with a reference of its parent at confirm N first, so the comparison is like for like);
+then the diagnosis of the best station's latest evidence ranks moves by value, each passed through `checks`.
 None means stop: nothing left is worth its cost, or too many experiments in a row changed nothing.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from agent.candidates import CandidateCard, build_card, neighbours, rule_for, st
 from agent.checks import check, estimate, retry_note
 from agent.diagnosis import LOAD_HEADROOM, OPEN_LOW, Diagnosis, diagnose
 from agent.history import History
+from agent.recovery import LOAD_UP, batch_cap_available, latency_recovery, window_recovery
 from agent.value import Value, value_of
 
 MIN_VALUE = 0.02  # below this a candidate is not worth its cost
@@ -63,129 +65,6 @@ def _pending_confirm(history: History) -> CandidateCard | None:
             conf = with_stage(o.card, "confirm", history.goal.protocol.confirm_n)
             if conf.experiment_key not in done:
                 return conf
-    return None
-
-
-def _rate_starved(summary) -> bool:  # type: ignore[no-untyped-def]
-    """In flight stayed well under C on average: arrivals, not the cap, decided what was in flight."""
-    w = summary.whole if summary is not None else None
-    return bool(w is not None and summary.concurrency and w.achieved_concurrency is not None
-                and w.achieved_concurrency < 0.9 * summary.concurrency)
-
-
-def _window_recovery(history: History) -> CandidateCard | None:
-    """A confirm that won without the objective's window: run its station hot, at confirm N, until one run
-    gives the window. When in-flight never filled C (arrivals too slow), first the next higher rate (the
-    window and more throughput); then the next lower C values (fewer in flight reach C sooner, at some
-    throughput). The whole window's verdict at a screen cannot judge this."""
-    goal = history.goal
-    space = goal.space()
-    if goal.objective.window != "native" or not ({"concurrency", "request_rate"} & set(space)):
-        return None
-    done = history.finished_keys
-    for o in reversed(history.outcomes):
-        if o.decision != "window_pending":
-            continue
-        station = o.card.knobs
-        moves: list[tuple[str, object, str, str]] = []
-        r = station.get("request_rate")
-        if "request_rate" in space and r is not None and _rate_starved(o.summary):
-            higher = sorted(v for v in space["request_rate"] if v is not None and v > r)
-            if higher:
-                moves.append(("request_rate", higher[0], "client_supply",
-                              "arrivals faster than the server drains them keep in-flight at C long enough for a "
-                              "valid native window"))
-        if "concurrency" in space:
-            for c in sorted((v for v in space["concurrency"] if v is not None), reverse=True):
-                if c < (station.get("concurrency") or 0):
-                    moves.append(("concurrency", c, "latency_bound", "fewer requests in flight keep in-flight == C "
-                                                                     "long enough for a valid native window"))
-        for knob, value, hyp, mechanism in moves:
-            up = knob == "request_rate"
-            card = build_card(history.goal_id, goal.scenario, station, knob, value, stage="confirm",
-                              n=goal.protocol.confirm_n, direction="up" if up else "down", hypothesis=hyp,
-                              mechanism=mechanism,
-                              decision="whether the confirmed whole-window gain holds in the objective's window",
-                              expected_effect=("a valid native window and more throughput; TPOT a little higher" if up
-                                               else "a valid native window; whole-run throughput may fall a little"),
-                              negative_rules_out=f"{knob}={value} as the way to a valid native window at this station")
-            if card.experiment_key not in done:
-                return card
-            got = history.reference(card.knobs, card.n)
-            if got is not None and got.figures is not None and got.figures.native is not None:
-                break  # the window was recovered here: judged already, nothing more to recover at this station
-        return None  # only the latest pending station is worth recovering
-    return None
-
-
-LOAD_UP = ("concurrency", "request_rate")
-
-
-def _tpot_only(figures) -> bool:  # type: ignore[no-untyped-def]
-    """The run broke the SLO on mean TPOT and on nothing else."""
-    v = figures.slo_violations if figures is not None else []
-    return bool(v) and all(x.startswith("tpot_mean_ms_lt") for x in v)
-
-
-def _batch_cap_available(history: History) -> bool:
-    """A TPOT limit, max_num_seqs in the space, and a listed cap below the best station's that still holds the
-    batch it ran at: a load gain that crosses the limit has a way back (see _latency_recovery)."""
-    goal = history.goal
-    space = goal.space()
-    ref = history.latest_valid(history.best_knobs)
-    ran = (ref.evidence or {}).get("decode_running_max") if ref is not None else None
-    cur = history.best_knobs.get("max_num_seqs")
-    if goal.constraints.tpot_mean_ms_lt is None or "max_num_seqs" not in space or ran is None or cur is None:
-        return False
-    return any(v is not None and ran <= v < cur for v in space["max_num_seqs"])
-
-
-def _latency_recovery(history: History) -> CandidateCard | None:
-    """A load move from the best station that gained on the objective but broke only the mean-TPOT limit: the
-    decode batch grew past what the limit allows. Cap the decode batch (max_num_seqs) at the smallest listed
-    value that still holds the batch the best station ran at (it met the limit there), from the violating
-    station, so the extra load queues before decode instead of stretching every decode step; run at the confirm N
-    (like a window recovery: the violating station is no reference) and judged against the best station."""
-    goal = history.goal
-    space = goal.space()
-    if "max_num_seqs" not in space or goal.constraints.tpot_mean_ms_lt is None:
-        return None
-    done = history.finished_keys
-    for o in reversed(history.outcomes):
-        c = o.card.change
-        if o.card.stage == "baseline" or o.verdict != "valid" or c is None:
-            continue
-        if o.decision != "negative" or not _tpot_only(o.figures) or o.card.parent_station != history.best_station:
-            return None  # only the latest judged experiment, and only a load move that broke TPOT alone
-        if c.knob not in LOAD_UP or c.old is None or not (c.new is None or c.new > c.old):
-            return None
-        ref = history.reference(o.card.parent_knobs, o.card.n)
-        win = "native" if goal.objective.window == "native" and o.figures.native is not None \
-            and ref is not None and ref.figures is not None and ref.figures.native is not None else "whole"
-        got = getattr(o.figures, win)
-        base = getattr(ref.figures, win) if ref is not None and ref.figures is not None else None
-        if got is None or not base or got < base * (1 + goal.stop.min_gain_pct / 100.0):
-            return None  # no gain to keep: nothing worth recovering
-        best_ev = ref.evidence if ref is not None else {}
-        ran = best_ev.get("decode_running_max")
-        cur = o.card.knobs.get("max_num_seqs")
-        viol_max = (o.evidence or {}).get("decode_running_max")
-        if ran is None or cur is None:
-            return None
-        fits = sorted(v for v in space["max_num_seqs"] if v is not None and ran <= v < cur
-                      and (viol_max is None or v < viol_max))
-        if not fits:
-            return None
-        cap = fits[0]
-        card = build_card(history.goal_id, goal.scenario, o.card.knobs, "max_num_seqs", cap, stage="confirm",
-                          n=goal.protocol.confirm_n, direction="down", hypothesis="latency_bound",
-                          mechanism=(f"cap the decode batch at {cap} (the best station ran up to {ran:.0f} within the "
-                                     f"TPOT limit): the extra load queues before decode instead of stretching every "
-                                     f"decode step"),
-                          decision="whether the load's gain survives inside the TPOT limit",
-                          expected_effect=f"mean TPOT back under the limit, most of the {got / base - 1:+.0%} kept; TTFT rises",
-                          negative_rules_out=f"a decode batch cap of {cap} as the way to keep this load's gain")
-        return None if card.experiment_key in done else card
     return None
 
 
@@ -252,7 +131,7 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
             v = value_of(card, rule_for(knob, direction), diag, cost, history.budget_left_card_hours, native_missing,
                          restart_card_hours=restart)
             if knob in LOAD_UP and direction == "up" and diag is not None and diag.tpot_headroom is not None \
-                    and diag.tpot_headroom < LOAD_HEADROOM and _batch_cap_available(history):
+                    and diag.tpot_headroom < LOAD_HEADROOM and batch_cap_available(history):
                 # mean TPOT near its limit is what holds the load back; a gain that crosses the limit can still be
                 # kept by capping the decode batch (latency recovery), so a load move keeps a floor value
                 floor = value_of(card, rule_for(knob, direction).model_copy(update={"hypotheses": ()}), None, cost,
@@ -290,10 +169,10 @@ class DeterministicPlanner:
                               n=goal.protocol.confirm_n)
             if not check(card, history):  # optional: a saving, never a reason to stop
                 return self._checked(card, history, diag, f"reference of the starting station at N={card.n} while it is warm")
-        rec = _window_recovery(history)
+        rec = window_recovery(history)
         if rec is not None:
             return self._checked(rec, history, diag, "recover the objective's window of a confirmed gain")
-        rec = _latency_recovery(history)
+        rec = latency_recovery(history)
         if rec is not None:
             return self._checked(rec, history, diag, "keep a load gain inside the TPOT limit by capping the decode batch")
         conf = _pending_confirm(history)
