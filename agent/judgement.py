@@ -65,8 +65,9 @@ def decide(card: CandidateCard, verdict: str, figures: Figures | None, history: 
     if figures.slo_violations:
         return "negative", "breaks the SLO: " + "; ".join(figures.slo_violations)
     ref = history.reference(card.parent_knobs, card.n)
-    broke = [o for o in history.outcomes if o.verdict == "valid" and o.figures is not None
-             and o.card.station == card.parent_station and o.figures.slo_violations]
+    broke = card.parent_station != history.best_station and any(
+        o.verdict == "valid" and o.figures is not None and o.card.station == card.parent_station
+        and o.figures.slo_violations for o in history.outcomes)
     if broke:
         # the parent broke the SLO (a load move that crossed the TPOT limit): it is no reference; judge against
         # the best station at this N, as a recovered window is

@@ -13,6 +13,8 @@ from __future__ import annotations
 from agent.candidates import CandidateCard, build_card
 from agent.history import History
 
+LOAD_UP = ("concurrency", "request_rate")  # load knobs a latency recovery follows when they go up
+
 def rate_starved(summary) -> bool:  # type: ignore[no-untyped-def]
     """In flight stayed well under C on average: arrivals, not the cap, decided what was in flight."""
     w = summary.whole if summary is not None else None
@@ -63,9 +65,6 @@ def window_recovery(history: History) -> CandidateCard | None:
                 break  # the window was recovered here: judged already, nothing more to recover at this station
         return None  # only the latest pending station is worth recovering
     return None
-
-
-LOAD_UP = ("concurrency", "request_rate")
 
 
 def tpot_only(figures) -> bool:  # type: ignore[no-untyped-def]
