@@ -421,6 +421,14 @@ def test_a_load_gain_that_breaks_only_tpot_is_kept_by_capping_the_decode_batch()
     d, why = decide(card, "valid", Figures.of(summary(n=640, whole=190.0, native=195.0, tpot=18.9),
                                                "output_tok_s_per_card", []), h)
     assert d == "new_best" and "vs the best station (the parent breaks the SLO)" in why
+    # a start that itself breaks the SLO stays the reference of its own screens (no anchor to move to)
+    hot_start = Outcome(card=baseline(best), verdict="valid", decision="reference", summary=broke, evidence=ev_best,
+                        run_id=baseline(best).run_id(), figures=Figures.of(broke, "output_tok_s_per_card", viol))
+    h0 = history([hot_start], best=best, budget=400.0, experiments=40)
+    _, why0 = decide(screen("max_num_seqs", 128, parent=best), "valid",
+                     Figures.of(summary(whole=200.0, tpot=18.0), "output_tok_s_per_card", []), h0)
+    assert "vs parent at N=320" in why0
+
     def recovery(c) -> bool:  # type: ignore[no-untyped-def]
         return c is not None and c.change is not None and c.change.knob == "max_num_seqs" and c.stage == "confirm"
 
