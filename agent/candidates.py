@@ -209,6 +209,12 @@ def rule_for(knob: str, direction: str) -> MoveRule:
     return RULES.get((knob, direction)) or MoveRule()
 
 
+def direction_of(change: Change) -> str:
+    """'up' or 'down' for one change, in the knob's own order (None = unlimited sorts above every number;
+    enums: any non-default choice is 'up')."""
+    return next((d for d, _ in neighbours(change.knob, change.old, [change.new])), "up")
+
+
 def _order_key(v: Any) -> tuple[int, Any]:
     if v is None:
         return (1, 0)  # None (= unlimited) sorts above every number

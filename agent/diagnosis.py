@@ -303,21 +303,22 @@ BUDGET_FULL = 0.95  # prefill batches using this share of the token budget on av
 CAP_FULL = 0.95  # carrying this share of the request cap on average (with budget to spare): the cap binds
 
 
-def prefill_limit(ev: dict[str, Any], knobs: dict[str, Any]) -> tuple[str | None, str | None]:
-    """Which per-batch limit fills the prefill batches: the token budget or the request cap (or neither)."""
+def prefill_limit(ev: dict[str, Any], knobs: dict[str, Any]) -> tuple[str | None, str | None, float | None]:
+    """Which per-batch limit fills the prefill batches (the token budget, the request cap, or neither: None), why,
+    and the share of the budget the batches use on average (None without batch records or a budget)."""
     budget = knobs.get("max_num_batched_tokens") or knobs.get("chunked_prefill_size")
     cap = knobs.get("max_prefill_reqs")
     reqs, toks = _num(ev, "prefill_batch_reqs_mean"), _num(ev, "prefill_batch_tokens_mean")
     if toks is None or not budget:
-        return None, None
+        return None, None, None
     fill = toks / float(budget)
     if fill >= BUDGET_FULL:
         return "token_budget", (f"prefill batches fill {fill:.0%} of the {budget}-token budget: a higher request "
-                                f"cap cannot add tokens to a full batch")
+                                f"cap cannot add tokens to a full batch"), fill
     if cap and reqs is not None and reqs >= CAP_FULL * cap:
         return "request_cap", (f"prefill batches carry {reqs:.2f} requests at a cap of {cap} and use only "
-                               f"{fill:.0%} of the token budget: the request cap binds")
-    return None, None
+                               f"{fill:.0%} of the token budget: the request cap binds"), fill
+    return None, None, fill
 
 
 def client_limit(s: Summary | None) -> tuple[str | None, str | None]:
@@ -370,10 +371,7 @@ def diagnose(summary: Summary | None, evidence: dict[str, Any], tpot_limit_ms: f
         profile, why = True, f"queues cannot separate {ranked[0].name} from {ranked[1].name}"
     elif not queues_seen and ranked[0].likelihood < SUPPORTED:
         profile, why = True, "no queue evidence was collected"
-    limit, limit_why = prefill_limit(ev, knobs or {})
-    budget = (knobs or {}).get("max_num_batched_tokens") or (knobs or {}).get("chunked_prefill_size")
-    toks = _num(ev, "prefill_batch_tokens_mean")
-    fill = toks / float(budget) if toks is not None and budget else None
+    limit, limit_why, fill = prefill_limit(ev, knobs or {})
     client, client_why = client_limit(summary)
     return Diagnosis(hypotheses=hyps, propose_profile=profile, profile_reason=why, tpot_headroom=headroom,
                      prefill_limit=limit, prefill_limit_why=limit_why, prefill_budget_fill=fill, client_limit=client,

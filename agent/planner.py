@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from agent.candidates import CandidateCard, build_card, neighbours, rule_for, station_hash, with_stage
+from agent.candidates import CandidateCard, build_card, direction_of, neighbours, rule_for, station_hash, with_stage
 from agent.checks import check, estimate, retry_note
 from agent.diagnosis import LOAD_HEADROOM, OPEN_LOW, Diagnosis, diagnose
 from agent.history import History
@@ -41,8 +41,7 @@ def ruled_out(history: History) -> set[str]:
         if o.decision != "negative" or o.card.change is None or o.card.parent_station != history.best_station:
             continue
         c = o.card.change
-        direction = next((d for d, _ in neighbours(c.knob, c.old, [c.new])), "up")
-        rule = rule_for(c.knob, direction)
+        rule = rule_for(c.knob, direction_of(c))
         if not rule.tradeoff:
             out.update(rule.hypotheses)
     return out
@@ -231,10 +230,7 @@ def hot_while_warm(passing: list[tuple[CandidateCard, Value]],
 def _tradeoff(card: CandidateCard) -> bool:
     """A move that may lose on the objective to win on latency."""
     c = card.change
-    if c is None:
-        return False
-    direction = next((d for d, v in neighbours(c.knob, c.old, [c.new])), "up")
-    return rule_for(c.knob, direction).tradeoff
+    return c is not None and rule_for(c.knob, direction_of(c)).tradeoff
 
 
 def _no_candidate_reason(ranked: list[tuple[str, float, str]], history: History) -> str:

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.candidates import CandidateCard, MoveRule
+from agent.candidates import CandidateCard, MoveRule, direction_of
 from agent.diagnosis import OPEN_LOW, Diagnosis
 
 CLASS_FACTOR = {"hot": 1.0, "restart": 0.85, "relayout": 0.6, "topology": 0.5, "rebuild": 0.4}
@@ -93,8 +93,8 @@ def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_c
     conf0, gain = conf, rule.gain
     limit_note, answered = "", False
     if diag is not None and card.change is not None:
-        c = card.change  # None on max_prefill_reqs is unlimited: a move to it is up
-        up = c.old is not None and (c.new is None or _gt(c.new, c.old))
+        c = card.change
+        up = direction_of(c) == "up"
         for limit, limit_why in ((diag.prefill_limit, diag.prefill_limit_why), (diag.client_limit, diag.client_limit_why)):
             factor = NOT_BINDING.get((c.knob, limit)) if up and limit else None
             if factor is not None:
@@ -119,10 +119,3 @@ def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_c
            f" + rules out {rules_out:.2f}; {card.cost_class}, ~{cost_card_hours:.2f} card-h of {budget_left:.2f} left")
     return Value(value=round(v, 6), gain=gain, confidence=conf, rules_out=rules_out,
                  cost_card_hours=cost_card_hours, why=why)
-
-
-def _gt(a: Any, b: Any) -> bool:
-    try:
-        return a > b
-    except TypeError:
-        return False
