@@ -96,10 +96,16 @@ def _clamp(x: float) -> float:
     return max(0.0, min(1.0, x))
 
 
+def decode_at_limit(ev: dict[str, Any]) -> bool:
+    """Decode running peaked at (>= 95 % of) its per-instance batch limit."""
+    run_max, limit = _num(ev, "decode_running_max"), _num(ev, "decode_batch_limit")
+    return run_max is not None and limit is not None and limit > 0 and run_max >= 0.95 * limit
+
+
 def decode_full(ev: dict[str, Any]) -> str | None:
     """Why decode cannot take more requests (batch limit reached, KV cache full), or None."""
     run_max, limit, kv = _num(ev, "decode_running_max"), _num(ev, "decode_batch_limit"), _num(ev, "kv_usage_max")
-    if run_max is not None and limit and run_max >= 0.95 * limit and _num(ev, "decode_busy_slots_mean") is None:
+    if decode_at_limit(ev) and _num(ev, "decode_busy_slots_mean") is None:
         return f"running {run_max:.0f} of a {limit:.0f} batch limit"
     if kv is not None and kv >= 0.98:
         return f"KV cache usage {kv:.0%}"
@@ -172,7 +178,7 @@ def _decode_capacity(ev: dict[str, Any]) -> Hypothesis:
     pfor, pagainst, score = [], [], 0.15
     run_max, limit = _num(ev, "decode_running_max"), _num(ev, "decode_batch_limit")
     dmean, kv = _num(ev, "decode_waiting_mean"), _num(ev, "kv_usage_max")
-    at_limit = run_max is not None and limit is not None and limit > 0 and run_max >= 0.95 * limit
+    at_limit = decode_at_limit(ev)
     if at_limit and dmean is not None and dmean > 0.5:
         pfor.append(f"decode running at its batch limit ({run_max:.0f}/{limit:.0f}) with {dmean:.1f} waiting")
         score += 0.55
@@ -339,9 +345,8 @@ def client_limit(s: Summary | None) -> tuple[str | None, str | None]:
 
 def decode_demand(ev: dict[str, Any]) -> float | None:
     """Running + waiting requests per decode instance, when decode runs at its batch limit with a queue."""
-    run_max, limit = _num(ev, "decode_running_max"), _num(ev, "decode_batch_limit")
     run_mean, waiting = _num(ev, "decode_running_mean"), _num(ev, "decode_waiting_mean")
-    if run_max is None or not limit or run_max < 0.95 * limit or run_mean is None or waiting is None or waiting <= 0.5:
+    if not decode_at_limit(ev) or run_mean is None or waiting is None or waiting <= 0.5:
         return None
     if _num(ev, "decode_busy_slots_mean") is not None:
         return None  # llama.cpp: one queue in front of the slots; deferred requests are not decode demand alone
