@@ -132,19 +132,24 @@ def test_pool_reaches_c_above_httpx_default_100(mock, tmp_path):
 
 
 @pytest.mark.parametrize("mock", [("--itl-ms", "20",)], indirect=True)
+def kill_when_written(p: subprocess.Popen, path: Path, lines: int) -> int:
+    """SIGKILL `p` once `path` holds `lines` records (polling the file, not waiting for time to pass); its status."""
+    try:
+        while p.poll() is None:
+            if path.exists() and path.read_text().count("\n") >= lines:
+                os.kill(p.pid, signal.SIGKILL)
+                break
+            time.sleep(0.05)
+        return p.wait(30)
+    finally:
+        p.kill()
+
+
 def test_sigkill_mid_run_leaves_summarisable_raw_file(mock, tmp_path):
     out = tmp_path / "run"
     p = subprocess.Popen([sys.executable, "-m", "executor.loadcli", "run", "--endpoint", mock, "--scenario", TINY,
                           "--n", "400", "--concurrency", "4", "--out", str(out)], cwd=ROOT)
-    try:
-        while p.poll() is None:  # wait until some requests have finished, then kill without warning
-            if (out / rec.REQUESTS).exists() and (out / rec.REQUESTS).read_text().count("\n") >= 8:
-                os.kill(p.pid, signal.SIGKILL)
-                break
-            time.sleep(0.05)  # polling the file, not waiting for time to pass
-        assert p.wait(30) == -signal.SIGKILL
-    finally:
-        p.kill()
+    assert kill_when_written(p, out / rec.REQUESTS, 8) == -signal.SIGKILL  # some requests finished, then no warning
     assert not (out / rec.DONE).exists()
     lines = list(rec.read_jsonl(out / rec.REQUESTS, rec.RequestRecord))  # a torn last line is skipped
     assert 8 <= len(lines) < 400

@@ -17,6 +17,7 @@ from executor.collect import STATS_FAULT, CollectionError, collect, summarize_ru
 from executor.loadgen import LoadConfig, run
 from executor.metrics import inflight_steps, summarize, window
 from executor.records import RequestRecord
+from tests.test_loadgen import kill_when_written
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -229,15 +230,7 @@ def test_load_killed_halfway_leaves_summarisable_raw_file(server, tmp_path):
     p = subprocess.Popen([sys.executable, str(ROOT / "tuneloop_cli.py"), "load", "run", "--endpoint", server,
                           "--scenario", str(DATA / "sim64.yaml"), "--n", "200", "--concurrency", "8", "--rate", "40",
                           "--out", str(out)], cwd=ROOT)
-    try:
-        while p.poll() is None:
-            if (out / rec.REQUESTS).exists() and (out / rec.REQUESTS).read_text().count("\n") >= 6:
-                os.kill(p.pid, signal.SIGKILL)
-                break
-            time.sleep(0.05)  # polling the file, not waiting for time to pass
-        assert p.wait(30) == -signal.SIGKILL
-    finally:
-        p.kill()
+    assert kill_when_written(p, out / rec.REQUESTS, 6) == -signal.SIGKILL
     done = list(rec.read_jsonl(out / rec.REQUESTS, RequestRecord))
     assert not (out / rec.DONE).exists() and 6 <= len(done) < 200
     summary, verdict = summarize_run(out)
