@@ -156,9 +156,7 @@ def explain_miss(methods: dict[str, Any], target: dict[str, Any]) -> str:
     for k in ("tpe", "grid"):
         if target[k]["holds"]:
             continue
-        s = methods[k]["summary"]
-        ref = s["median_card_hours_to_target"] or s["median_card_hours"]
-        allowed = target[k]["limit"] * ref
+        allowed = target[k]["allowed_card_hours"]
         part = f"{k}: ratio {target[k]['ratio']} > {target[k]['limit']:.3f} (allowed {allowed:.2f} card-h"
         part += (f", below the {floor:.2f} card-h of a single deployment: no method can meet it)" if allowed < floor
                  else ")")

@@ -69,6 +69,7 @@ def target_check(methods: dict[str, dict[str, Any]]) -> dict[str, Any]:
         ref = ref if ref is not None else m["median_card_hours"]
         ratio = None if ours is None or not ref else ours / ref
         out[name] = {"ratio": None if ratio is None else round(ratio, 4), "limit": round(frac, 4), "basis": basis,
+                     "allowed_card_hours": round(frac * ref, 4),
                      "holds": ratio is not None and ratio <= frac + 1e-12}
     out["holds"] = bool(out["tuneloop_reached"] and out["tpe"]["holds"] and out["grid"]["holds"])
     return out
