@@ -1,4 +1,4 @@
-"""Candidate cards (DESIGN.md §1): parent station + exactly one change + why, what, and what a negative rules out.
+"""Candidate cards (docs/glossary.md): parent station + exactly one change + why, what, and what a negative rules out.
 
 A card is content-hashed twice: `experiment_key` names the experiment (scenario, resulting station,
 stage, N: the same key is never run twice) and `content_hash` covers everything a person is shown

@@ -89,7 +89,7 @@ def event_line(phase: str, info: dict[str, Any], rows: dict[str, str]) -> str:
 
 
 def kpi_lines(store: Any, goal_id: str) -> list[str]:
-    """The loop KPIs (DESIGN.md §3) as lines, for the end of a run."""
+    """The loop KPIs (docs/protocol.md §9) as lines, for the end of a run."""
     from state.kpis import compute_kpis
 
     k = compute_kpis(store, goal_id)

@@ -1,6 +1,6 @@
 """Rough candidate value: likely gain × confidence, what a negative rules out, and what it costs.
 
-Deliberately coarse (DESIGN.md: "rough, not fake-precise"). Cost is estimated in card-hours from the
+Deliberately coarse (docs/protocol.md §4: "rough, not fake-precise"). Cost is estimated in card-hours from the
 costs the executor reported for earlier runs (restart, weight load, warm-up, load), with conservative
 defaults before the first run. A cost-class factor puts hot C/r changes before restarts when gains are
 comparable; a relayout is worth nothing without imbalance evidence.

@@ -1,4 +1,4 @@
-"""Benchmark figures from raw request records, exactly as REFERENCE.md §1 defines them.
+"""Benchmark figures from raw request records, exactly as docs/metrics.md defines them.
 
 Pure functions: the same records always give the same Summary, so summarising is re-runnable over
 a raw file. Whole window = first formal send to last formal completion; native window = the

@@ -2,7 +2,7 @@
 
 A profile YAML in simulator/profiles/ (or any path) says how many prefill/decode instances there are,
 what an engine does when a knob is not given (`defaults`), where the field report started
-(`start_knobs`), and the coefficients of the step-time shapes of REFERENCE.md §4.
+(`start_knobs`), and the coefficients of the step-time shapes published by DistServe, Vidur and aiconfigurator.
 """
 from __future__ import annotations
 

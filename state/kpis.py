@@ -1,4 +1,4 @@
-"""Loop KPIs (DESIGN.md §3), computed from the store alone, per goal.
+"""Loop KPIs (docs/protocol.md §9), computed from the store alone, per goal.
 
 time to the first valid decision; the share of experiments that changed a decision; negatives
 repeated under the same conditions (must be 0); invalid runs recorded as negatives (must be 0);

@@ -1,4 +1,4 @@
-"""Imports flow one way (STYLE.md): api -> agent -> executor; the executor stays free of LLM and graph code."""
+"""Imports flow one way (docs/architecture.md): api -> agent -> executor; the executor stays free of LLM and graph code."""
 from __future__ import annotations
 
 import ast

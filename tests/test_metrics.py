@@ -1,4 +1,4 @@
-"""Every formula of REFERENCE.md §1 on hand-built records whose answers are worked out by hand."""
+"""Every formula of docs/metrics.md on hand-built records whose answers are worked out by hand."""
 import math
 
 import pytest

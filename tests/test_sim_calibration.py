@@ -1,4 +1,4 @@
-"""The simulator reproduces the field report's phenomena (REFERENCE.md §5) and decode-bound GPU behaviour."""
+"""The simulator reproduces the field report's phenomena (docs/protocol.md) and decode-bound GPU behaviour."""
 from __future__ import annotations
 
 import pytest

@@ -71,7 +71,7 @@ def _goal(c: Content) -> list[Block]:
 
 
 def _definitions(c: Content) -> list[Block]:
-    out: list[Block] = [Heading(2, "Metric definitions (REFERENCE.md §1)", "definitions")]
+    out: list[Block] = [Heading(2, "Metric definitions", "definitions")]
     return out + [Para(f"Definitions {c.definitions_from}.", "muted"), Table(("metric", "definition"), tuple((Cell(k, "key"), Cell(v)) for k, v in
                                                         sorted(c.definitions.items())), "definitions",
                         tuple(sorted(c.definitions)))]
@@ -225,7 +225,7 @@ def _kpis(c: Content) -> list[Block]:
             ("improvement", pct or ""), ("card-hours used", fmt(k.card_hours_used, 3)),
             ("card-hours per point of improvement", fmt(k.card_hours_per_point, 3))]
     by_kind = sorted(c.ledger_summary["by_kind"].items())
-    return [Heading(2, "Loop KPIs (DESIGN.md §3)", "kpis"), kv(rows, "kv kpis"),
+    return [Heading(2, "Loop KPIs", "kpis"), kv(rows, "kv kpis"),
             Heading(2, "Budget ledger", "ledger"),
             kv([("card-hours", f"{b.card_hours_used:.3f} used of {b.card_hours_limit:g} ({b.card_hours_left:.3f} left)"),
                 ("experiments", f"{b.experiments_used} used of {b.experiments_limit} ({b.experiments_left} left)"),

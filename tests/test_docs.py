@@ -1,0 +1,66 @@
+"""The repository carries its own docs: every relative link in README.md and docs/ resolves inside the
+repository, and no file points at design notes that live outside it."""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTSIDE = re.compile(r"\.\./shared|\b(?:REFERENCE|DESIGN|STYLE|ENGINES)\.md\b")
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def tracked() -> list[Path]:
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout.split()
+    return [ROOT / f for f in out if (ROOT / f).is_file()]
+
+
+def outside_refs(files: list[Path]) -> dict[str, list[str]]:
+    hits: dict[str, list[str]] = {}
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        found = OUTSIDE.findall(text)
+        if found:
+            hits[f.name if ROOT not in f.parents else str(f.relative_to(ROOT))] = sorted(set(found))
+    return hits
+
+
+def broken_links(md: Path) -> list[str]:
+    bad = []
+    for target in LINK.findall(md.read_text(encoding="utf-8")):
+        if re.match(r"^[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        resolved = (md.parent / target).resolve()
+        if not resolved.exists() or ROOT not in resolved.parents and resolved != ROOT:
+            bad.append(target)
+    return bad
+
+
+def test_no_file_points_outside_the_repository():
+    me = Path(__file__).resolve()
+    assert outside_refs([f for f in tracked() if f.resolve() != me]) == {}
+
+
+def test_the_check_sees_an_outside_reference(tmp_path: Path):
+    f = tmp_path / "m.py"
+    f.write_text('"""Formulas of REFERENCE.md §1, see ../shared/DESIGN.md."""\n')
+    assert outside_refs([f]) != {}
+
+
+def test_docs_exist_and_links_resolve():
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    names = {d.name for d in docs}
+    assert {"architecture.md", "glossary.md", "metrics.md", "protocol.md"} <= names
+    mds = [ROOT / "README.md", *docs]
+    assert {str(m.relative_to(ROOT)): broken_links(m) for m in mds if broken_links(m)} == {}
+
+
+def test_the_link_check_sees_a_broken_link(tmp_path: Path):
+    md = tmp_path / "x.md"
+    md.write_text("see [the metrics](metrics-that-do-not-exist.md)\n")
+    assert broken_links(md) == ["metrics-that-do-not-exist.md"]
