@@ -1,0 +1,65 @@
+"""`make demo`'s decision sequence and figures at seed 0, pinned: a refactor of the loop, the executor or the
+store that changes what the demo decides (or the figures it decides on) fails here. A deliberate change of
+the planner updates this pin in the same commit, saying why."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from state.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+TUNELOOP = Path(sys.executable).with_name("tuneloop")
+
+PINNED = [
+    ("baseline", False, "baseline N=320: measure the parent station: reference at N=320"),
+    ("baseline", False, "baseline N=640: measure the parent station: reference at N=640"),
+    ("promising", False, "screen N=320: max_prefill_reqs 1 -> 2: screen +27.65% whole vs parent at N=320: "
+                         "confirm at N=640"),
+    ("new_best", True, "confirm N=640: max_prefill_reqs 1 -> 2: confirmed +32.07% native vs parent at N=640: "
+                       "new best station"),
+    ("promising", False, "screen N=320: max_num_batched_tokens 8192 -> 16384: screen +38.87% whole vs parent at "
+                         "N=320: confirm at N=640"),
+    ("promising", False, "confirm N=640: max_num_batched_tokens 8192 -> 16384: confirmed +42.39% whole vs parent "
+                         "at N=640, but no valid native window at N=640 (the objective's window): not the best "
+                         "until a run of it gives one"),
+    ("new_best", True, "confirm N=640: request_rate 6.0 -> 8.0: confirmed +46.83% native vs the best station "
+                       "(the parent has no native window) at N=640: new best station"),
+    ("baseline", False, "baseline N=320: measure the parent station: reference at N=320"),
+    ("stop", False, "experiment budget spent"),
+]
+
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory) -> Store:
+    cwd = tmp_path_factory.mktemp("demo")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNELOOP_")}
+    proc = subprocess.run([str(TUNELOOP), "demo"], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "report:" in proc.stdout
+    store = Store(f"sqlite:///{cwd / '.tuneloop' / 'demo' / 'tuneloop.db'}")
+    yield store
+    store.close()
+
+
+def test_demo_decides_as_pinned(demo_store: Store):
+    (goal,) = demo_store.goals()
+    got = [(d.kind, d.changed, d.text) for d in demo_store.decisions(goal.id)]
+    assert got == PINNED
+
+
+def test_demo_best_station_and_spend_as_pinned(demo_store: Store):
+    (goal,) = demo_store.goals()
+    best = demo_store.best(goal.id)
+    fig = best.data["figures"]
+    assert best.data["knobs"]["max_prefill_reqs"] == 2
+    assert best.data["knobs"]["max_num_batched_tokens"] == 16384
+    assert best.data["knobs"]["request_rate"] == 8.0
+    assert (fig["n"], fig["native_n"]) == (640, 463)
+    assert fig["native"] == pytest.approx(347.8223, abs=1e-3)
+    assert fig["tpot_mean"] == pytest.approx(11.1187, abs=1e-3)
+    assert demo_store.card_hours_used(goal.id) == pytest.approx(15.0415, abs=1e-3)
