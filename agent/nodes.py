@@ -186,7 +186,7 @@ class Loop:
                          knobs=card.knobs, parent_knobs=history.warm_knobs, stage=card.stage, n=card.n,
                          warmup=goal.protocol.warmup, seed=goal.protocol.seeds[0],
                          faults=list(self.faults(card, n_runs)) if self.faults else [],
-                         profile_capture=card.profile_capture)
+                         profile_capture=card.profile_capture, contract=goal.contract(), slos=goal.slos() or None)
         self.store.create_run(spec, candidate_id=cand.id)
         if cand.status != "running":
             self.store.set_candidate_status(cand.id, "running")

@@ -52,8 +52,12 @@ def load_run(run_dir: Path) -> tuple[rec.RunInfo, list[rec.RequestRecord]]:
     return info, records
 
 
-def summarize_run(run_dir: Path | str, slos: dict[str, float] | None = None) -> tuple[Summary, Verdict]:
-    """Summary and verdict of one run directory; writes summary.json, verdict.json, evidence.json."""
+def summarize_run(run_dir: Path | str, slos: dict[str, float] | None = None, contract: Contract | None = None,
+                  cards_in_use: int | None = None) -> tuple[Summary, Verdict]:
+    """Summary and verdict of one run directory; writes summary.json, verdict.json, evidence.json.
+
+    The executor passes the goal's contract and the cards its transport launched; standalone (`tuneloop load
+    summarize`) the contract comes from run.json or the scenario, and the cards from run.json."""
     run_dir = Path(run_dir)
     marker = run_dir / STATS_FAULT
     if marker.exists():
@@ -63,7 +67,7 @@ def summarize_run(run_dir: Path | str, slos: dict[str, float] | None = None) -> 
     extra = info.model_extra or {}
     summary = summarize(records, info, slos=slos if slos is not None else extra.get("slos"),
                         **{k: extra[k] for k in ("native_min_requests", "native_min_seconds") if k in extra})
-    verdict = judge(records, info, contract_for(info))
+    verdict = judge(records, info, contract or contract_for(info), n_cards=cards_in_use)
     rec.write_atomic(run_dir / rec.SUMMARY, summary.model_dump_json(indent=1))
     rec.write_atomic(run_dir / VERDICT, verdict.model_dump_json(indent=1))
     try:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from executor.templates import ServiceSpec
+from executor.station import Station
+from executor.templates import RENDERERS, ServiceSpec
 
 _PY_VERSION = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
 
@@ -50,3 +51,9 @@ async def source_identity(transport: Any, engine: str, svc: ServiceSpec, python:
     res = await transport.run(["sh", "-c", 'p=$(command -v "$1") && sha256sum "$p"', "sh", svc.argv[0]], host=svc.host)
     digest = res.stdout.split()[0][:16] if res.rc == 0 and res.stdout else "unknown"
     return f"{engine}:{svc.argv[0]}:sha256={digest}"
+
+
+def probe_service(target: Any) -> ServiceSpec:
+    """The engine service whose identity we record: the first one (prefill, or the only one)."""
+    dummy = Station(engine=target.engine, knobs={}, scenario="-", data_version="-", source_identity="-", target=target.name)
+    return RENDERERS[target.template or target.engine](target, dummy).services[0]

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from executor.summary import Summary, Verdict
+from executor.summary import Contract, Summary, Verdict
 
 PHASES = ("lock", "prepare", "deploy", "health", "warmup", "load", "collect", "validate", "release")
 Stage = Literal["screen", "confirm", "baseline", "restore"]
@@ -29,6 +29,8 @@ class TrialSpec(BaseModel):
     seed: int = 0
     faults: list[str] = Field(default_factory=list)  # simulator fault injection (tests)
     profile_capture: bool = False
+    contract: Contract | None = None  # the goal's contract: the verdict judges the run against it
+    slos: dict[str, float] | None = None  # per-request SLOs for goodput (ttft_ms, tpot_ms, e2e_ms)
 
 
 class CostEntry(BaseModel):

@@ -108,7 +108,7 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
     info = RunInfo(scenario=scen.name, scenario_version=scen.version, n=n, warmup=warmup, concurrency=c,
                    request_rate=rate, arrival=arrival, burstiness=burstiness, cards=cluster.cards, seed=seed,
                    endpoint=f"sim://{profile.name}", output_len=scen.output_len,
-                   profile=profile.name, data_version=scen.data_version, cards_required=cluster.cards,
+                   profile=profile.name, data_version=scen.data_version,
                    knobs={k: v for k, v in eff.items()}, faults=faults.as_list())
     records.sort(key=lambda r: r.id)
     tr = truth_mod.compute(records, c, cluster.cards)

@@ -1,6 +1,6 @@
 """Device time charged per trial, by the executor's own rules, and the record of one tuner's trials.
 
-`charge` mirrors `executor.runner._Run.charge` on the sim target: a change of server knobs (anything
+`charge` mirrors the sim transport's cost model (`executor.costs.charges` with the profile's fixed costs): a change of server knobs (anything
 but concurrency and request_rate) restarts the service and pays restart + weight load + warm-up; a
 change whose cost class is `relayout` also pays the relayout; every run pays its load time (virtual
 seconds from first send to last completion). All × the cards in use. The benchmark re-charges the

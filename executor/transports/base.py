@@ -11,7 +11,9 @@ Errors, as a tree:
 from __future__ import annotations
 
 import abc
+import asyncio
 import shlex
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -19,7 +21,9 @@ from typing import Any, NamedTuple
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from executor.costs import charges
 from executor.launcher import ALREADY_CLAIMED_RC, STALE_EPOCH_RC, SCRIPT, parse_kv, script_name
+from executor.phases import PhaseFailure
 from executor.targets import Target
 from executor.templates import ServiceSpec, svc_dir
 
@@ -228,6 +232,75 @@ class LauncherTransport(abc.ABC):
 
     async def launch_log(self) -> str:
         return (await self.run(["cat", f"{self.root}/launch.log"])).stdout
+
+    # -- what a real target measures ----------------------------------------------------------------
+    async def source_identity(self) -> str:
+        from executor.identity import source_identity, probe_service
+
+        return await source_identity(self, self.target.engine, probe_service(self.target), self.target.python,
+                                     self.target.image_digest)
+
+    def cards_in_use(self, rendered: Any, knobs: dict[str, Any]) -> int:
+        """The cards of the engine services this transport launches (routers and load hosts hold none)."""
+        return sum(s.cards for s in rendered.services if s.role in ENGINE_ROLES)
+
+    async def until_healthy(self, svc: ServiceSpec, deadline: float, keepalive: Any, poll_s: float) -> None:
+        """Poll the service's health route until it answers 200; a process that exits is a launch failure."""
+        while True:
+            st = await self.service_state(svc)
+            if not st.alive:
+                text = (await self.service_log(svc)).strip()
+                raise PhaseFailure("launch_failure", f"{svc.name} exited during start-up (rc={st.rc}): {text[-3000:]}")
+            if await self.health(svc):
+                return
+            if time.monotonic() > deadline:
+                raise PhaseFailure("never_healthy", f"{svc.name}: {svc.health_path} never answered 200")
+            await keepalive()
+            await asyncio.sleep(poll_s)  # polling an external process, bounded by the deadline
+
+    async def flush_prefix_caches(self, services: Any) -> dict[str, Any]:
+        """Empty every engine's prefix cache: {"ok": all flushed, "cache_flush": one entry per service}."""
+        from executor.cacheflush import cache_holders, flush_service
+
+        done = [await flush_service(self, s, self.target.engine) for s in cache_holders(services)]
+        return {"ok": all(d["ok"] for d in done), "cache_flush": done}
+
+    async def dead_service_text(self, services: Any) -> str | None:
+        """'<service> exited (rc=..) during the run: <its log tail>' for the first dead service, else None."""
+        for svc in services:
+            st = await self.service_state(svc)
+            if not st.alive:
+                text = (await self.service_log(svc)).strip()
+                return f"{svc.name} exited (rc={st.rc}) during the run: {text[-3000:]}"
+        return None
+
+    async def spread_file(self, path: str, services: Any) -> None:
+        """A file written on the load host (a fitted expert layout) is copied to every other engine host."""
+        load_host = (self.target.host_entry(None) or self.target.hosts[0]).host
+        others = sorted({s.host for s in services} - {load_host})
+        if not others:
+            return
+        res = await self.run(["cat", path])
+        if res.rc != 0:
+            raise PhaseFailure("relayout_failed", f"relayout: the fitted layout {path} is missing: {res.stderr[-500:]}")
+        for h in others:
+            await self.run(["mkdir", "-p", path.rsplit("/", 1)[0]], host=h)
+            await self.put_text(path, res.stdout, host=h)
+
+    async def profile(self, run_dir: Path, rendered: Any) -> dict[str, Any]:
+        """A short profiler window on each engine; the trace is analysed on the target, the summary comes back."""
+        from executor.profilers_capture import profile_window
+
+        return await profile_window(self, rendered, self.target.profiler_seconds, self.target.python)
+
+    def costs(self, deploy: dict[str, Any], load: dict[str, Any], summary: Any, cards: int,
+              profile_capture: bool) -> list[Any]:
+        """What was measured: the deploy phase's seconds (less its relayout steps), the load's wall seconds."""
+        return charges(deploy, float(load.get("seconds", 0.0)), cards,
+                       self.target.profiler_seconds if profile_capture else None)
+
+
+ENGINE_ROLES = ("prefill", "decode", "mixed")
 
 
 def _rate(r: float) -> str:

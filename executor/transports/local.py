@@ -26,6 +26,10 @@ class LocalTransport(LauncherTransport):
         p.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(p, text, mode)
 
+    async def spread_file(self, path: str, services: object) -> None:
+        """One machine: every engine reads the file where it was written."""
+        return None
+
     async def fetch_dir(self, remote: str, local: Path) -> None:
         if local.exists():
             shutil.rmtree(local)

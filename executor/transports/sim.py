@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from executor import records as rec
-from executor.phases import crashpoint
+from executor.costs import charges
+from executor.phases import PhaseFailure, crashpoint
+from executor.summary import Summary
+from executor.trial import CostEntry
 from executor.targets import Target
 from executor.templates import ServiceSpec
 from executor.transports.base import AlreadyClaimed, CommandResult, LoadPlan, Markers, ServiceState, StaleLaunch
@@ -29,6 +32,9 @@ def _faults(argv: tuple[str, ...]) -> list[str]:
 
 
 class SimTransport:
+    """Virtual time: what a real target measures, the simulator computes (cards from the profile's layout,
+    costs from the profile's fixed costs, the time breakdown from the simulated run)."""
+
     virtual = True
 
     def __init__(self, target: Target, root: Path | None = None):
@@ -164,3 +170,50 @@ class SimTransport:
     async def launch_log(self) -> str:
         p = self.root / "launch.log"
         return p.read_text() if p.exists() else ""
+
+    # -- what differs from a real target ------------------------------------------------------------
+    def _profile(self) -> Any:
+        from simulator import profiles
+
+        return profiles.load(self.target.profile)
+
+    async def source_identity(self) -> str:
+        from importlib.metadata import version
+
+        return f"simulator:tuneloop-{version('tuneloop')}:profile={self._profile().name}"
+
+    def cards_in_use(self, rendered: Any, knobs: dict[str, Any]) -> int:
+        """The simulated layout's cards: instances x cards per instance, from the station's knobs."""
+        return self._profile().cards(knobs)
+
+    async def until_healthy(self, svc: ServiceSpec, deadline: float, keepalive: Any, poll_s: float) -> None:
+        """Virtual time: a service is healthy at once or never (no clock to wait on)."""
+        st = await self.service_state(svc)
+        if not st.alive:
+            text = (await self.service_log(svc)).strip()
+            raise PhaseFailure("launch_failure", f"{svc.name} exited during start-up (rc={st.rc}): {text[-3000:]}")
+        if not await self.health(svc):
+            raise PhaseFailure("never_healthy", f"{svc.name}: {svc.health_path} never answered 200")
+
+    async def flush_prefix_caches(self, services: Any) -> dict[str, Any]:
+        return {"ok": True, "cache_flush": "not needed: every simulated load starts with an empty cache"}
+
+    async def dead_service_text(self, services: Any) -> str | None:
+        """A simulated engine does not die during a load (a crash fault is simulated inside the run)."""
+        return None
+
+    async def spread_file(self, path: str, services: Any) -> None:
+        return None
+
+    async def profile(self, run_dir: Path, rendered: Any) -> dict[str, Any]:
+        br = run_dir / rec.BREAKDOWN
+        if br.exists():
+            return {"summary": json.loads(br.read_text()), "source": "simulator breakdown"}
+        return {"summary": None, "source": "simulator breakdown missing"}
+
+    def costs(self, deploy: dict[str, Any], load: dict[str, Any], summary: Summary | None, cards: int,
+              profile_capture: bool) -> list[CostEntry]:
+        """The profile's fixed costs; the load's virtual seconds from the first send to the last completion."""
+        load_s = summary.whole.end if summary is not None and summary.whole is not None else float(load.get("seconds", 0.0))
+        return charges(deploy, load_s, cards, self.target.profiler_seconds if profile_capture else None,
+                       self._profile().costs)

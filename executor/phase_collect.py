@@ -1,0 +1,95 @@
+"""Collect and validate: raw records -> summary + verdict against the goal's contract, costs, the result.
+
+A mixin of executor.trialrun.TrialRun. The contract travels with the TrialSpec; the cards in use come from
+what the transport launched, never from the record being checked.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from executor import records as rec
+from executor.collect import CollectionError, summarize_run
+from executor.evidence import digest_run
+from executor.phases import PhaseFailure
+from executor.summary import Reason, Summary, Verdict
+from executor.trial import TrialResult
+
+FAILED_PHASE = {"collection_fault": "collect", "orchestration_fault": "load"}
+
+
+class CollectPhases:
+    async def collect_and_validate(self, prep: dict, profile: dict | None) -> TrialResult:
+        run_dir = self.work / "load"
+        cards = self.transport.cards_in_use(self.rendered, self.station.knobs) if self.station and self.rendered else None
+        summary: Summary | None = None
+        verdict: Verdict | None = None
+        error = None
+        for attempt in range(1, self.s.collect_attempts + 1):
+            async def _collect() -> dict:
+                nonlocal summary, verdict
+                try:
+                    summary, verdict = summarize_run(run_dir, slos=self.spec.slos, contract=self.spec.contract,
+                                                     cards_in_use=cards)
+                except CollectionError as e:
+                    raise PhaseFailure("collection_fault", str(e)) from None
+                return {"attempt": attempt, "verdict": verdict.kind, "cards_in_use": cards}
+            try:
+                await self.phase("collect", _collect, intent={"attempt": attempt, "from": "raw data"})
+                break
+            except PhaseFailure as e:
+                error = str(e)
+        if verdict is None:
+            verdict = Verdict(kind="collection_fault", reasons=[Reason(code="statistics_failed", message=error or "")])
+        healthy = await self.healthy_after()
+        if not healthy and verdict.kind != "valid":
+            died = await self.transport.dead_service_text(self.rendered.services if self.rendered else ())
+            if died:  # a server that died mid-run is a tooling fault with its own words, never a slow result
+                verdict = Verdict(kind="orchestration_fault", reasons=[Reason(code="server_died", message=died)])
+                error = died
+        evidence = self.evidence(run_dir)
+        if profile:
+            evidence = evidence | {"profile": profile.get("summary")}
+        self.costs = self.transport.costs(self.journal.ok_detail("deploy"), self.journal.ok_detail("load"), summary,
+                                          cards or self.target.cards or 1, self.spec.profile_capture)
+
+        async def _validate() -> dict:
+            return {"verdict": verdict.kind, "reasons": [r.code for r in verdict.reasons], "healthy_after": healthy}
+        await self.phase("validate", _validate)
+        return TrialResult(run_id=self.spec.run_id, verdict=verdict, summary=summary, evidence=evidence,
+                           costs=self.costs, run_dir=str(run_dir), station_hash=prep.get("station_hash"),
+                           source_identity=prep.get("source_identity"), data_version=prep.get("data_version"),
+                           healthy_after=healthy, failed_phase=FAILED_PHASE.get(verdict.kind),
+                           error=error if verdict.kind in FAILED_PHASE else None)
+
+    def evidence(self, run_dir: Path) -> dict[str, Any]:
+        evidence = _read_json(run_dir / "evidence.json") or {}
+        info = _read_json(run_dir / rec.RUN_INFO) or {}
+        if evidence and "error" not in evidence and self.station is not None and "knobs" not in info:
+            # a real load's run.json carries no knobs: limits the digest reads (batch limit) come from the station
+            evidence = digest_run(run_dir, rec.RunInfo.model_validate(info), self.station.knobs)
+        return evidence
+
+    async def healthy_after(self) -> bool:
+        if not self.rendered:
+            return False
+        for svc in self.rendered.services:
+            st = await self.transport.service_state(svc)
+            if not st.alive or not await self.transport.health(svc):
+                return False
+        return True
+
+    def fault_result(self, phase: str, kind: str, code: str, message: str, prep: dict | None = None) -> TrialResult:
+        return TrialResult(run_id=self.spec.run_id, verdict=Verdict(kind=kind, reasons=[Reason(code=code, message=message)]),
+                           costs=self.costs, station_hash=(prep or {}).get("station_hash"),
+                           source_identity=(prep or {}).get("source_identity"),
+                           data_version=(prep or {}).get("data_version"), healthy_after=False,
+                           failed_phase=phase, error=message)
+
+
+def _read_json(p: Path) -> Any:
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,68 @@
+"""Load-side phases of a trial: the load (one detached run per trial, read from its markers) and profile.
+
+A mixin of executor.trialrun.TrialRun. The load is identified by its run directory on the target: the
+launcher's mkdir claim makes a second launch impossible, so a resumed run reads the markers, never guesses.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from executor import records as rec
+from executor.phases import PhaseFailure, UnknownState, crashpoint, load_resume_action
+from executor.transports.base import AlreadyClaimed, LoadPlan
+
+
+class LoadPhases:
+    @property
+    def load_key(self) -> str:
+        return f"{self.spec.run_id}.load"
+
+    def plan(self) -> LoadPlan:
+        assert self.station and self.rendered
+        k = self.station.knobs
+        return LoadPlan(endpoint=self.rendered.endpoint, scenario=self.spec.scenario, n=self.spec.n,
+                        warmup=self.spec.warmup, concurrency=int(k["concurrency"]), request_rate=float(k["request_rate"]),
+                        seed=self.spec.seed, knobs=k, faults=tuple(self.spec.faults), metrics=self.rendered.metrics,
+                        cards=self.transport.cards_in_use(self.rendered, k))
+
+    async def wait_done(self, key: str, what: str):
+        """Poll a detached run's markers until done (renewing the lease); a run gone without rc/done is UNKNOWN."""
+        while True:
+            m = await self.retry(lambda: self.transport.poll(key))
+            a = load_resume_action(m.claimed, m.alive, m.done)
+            if a == "collect":
+                return m
+            if a == "unknown":
+                raise UnknownState(f"{what}: process ended without rc/done markers")
+            await self.renew()
+            await asyncio.sleep(self.s.poll_interval_s)  # polling a detached process's markers
+
+    async def load(self) -> dict:
+        key = self.load_key
+        m = await self.retry(lambda: self.transport.poll(key))
+        action = load_resume_action(m.claimed, m.alive, m.done)
+        started = False
+        if action == "start":
+            try:
+                await self.transport.launch(key, self.plan(), self.epoch)
+                started = True
+            except AlreadyClaimed:
+                pass  # claimed between our poll and launch: it is running; read its markers
+            crashpoint("load", "mid")
+        elif action == "unknown":
+            raise UnknownState(f"load {key}: run directory claimed but its process is gone without rc/done markers")
+        t_wait = time.monotonic()
+        m = await self.wait_done(key, f"load {key}")
+        dest = self.work / "load"
+        await self.retry(lambda: self.transport.fetch(key, dest))
+        if m.rc not in (0, None) and not (dest / rec.REQUESTS).exists():
+            text = await self.transport.run_log(key)
+            raise PhaseFailure("load_failed", f"load exited rc={m.rc} without sending: {text[-3000:]}")
+        return {"rc": m.rc, "started_here": started, "resumed_action": action,
+                "waited_s": round(time.monotonic() - t_wait, 3)}
+
+    async def profile(self) -> dict:
+        """The run's time breakdown: the transport knows where it comes from (a simulated breakdown, or a
+        short profiler window on the engine whose trace is analysed on the target, summary only)."""
+        return await self.transport.profile(self.work / "load", self.rendered)
