@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from executor.knobs import catalog
+from core.knobs import catalog
 
 Stage = Literal["screen", "confirm", "baseline"]
 

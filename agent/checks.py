@@ -8,8 +8,8 @@ from typing import Any
 
 from agent.candidates import CandidateCard, _canon
 from agent.history import History
-from executor.knobs import KnobError, catalog
-
+from core.knobs import KnobError, catalog
+from core.station import change_cost
 
 MAX_ATTEMPTS = 3  # runs of one experiment that may end in a tooling fault before it is set aside
 
@@ -25,7 +25,6 @@ def _eq(a: Any, b: Any) -> bool:
 
 def estimate(card: CandidateCard, history: History) -> float:
     """Card-hours this card would cost; a restart only when the warm service runs another server config."""
-    from executor.station import change_cost
 
     cost = change_cost(history.warm_knobs, card.knobs)
     needs = cost is not None and cost != "hot"

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from executor.summary import Summary
+from core.summary import Summary
 
 HypothesisName = Literal[
     "prefill_supply", "client_supply", "decode_capacity", "spec_acceptance", "expert_imbalance", "latency_bound",

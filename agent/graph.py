@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,8 +50,8 @@ def setup_postgres(url: str, timeout_s: float = 300.0) -> None:
     The lock is polled with pg_try_advisory_lock between statements, never waited for inside one: a
     statement blocked on the lock holds a snapshot, and the holder's CREATE INDEX CONCURRENTLY waits for
     every such snapshot to end (a deadlock PostgreSQL does not detect)."""
-    import psycopg
-    from langgraph.checkpoint.postgres import PostgresSaver
+    import psycopg  # deferred: psycopg, only for a PostgreSQL store
+    from langgraph.checkpoint.postgres import PostgresSaver  # deferred: langgraph's PostgreSQL saver, only for a PostgreSQL store
 
     with psycopg.connect(url, autocommit=True) as conn:
         if _migrated(conn, PostgresSaver):
@@ -72,16 +73,15 @@ def setup_postgres(url: str, timeout_s: float = 300.0) -> None:
 @contextmanager
 def checkpointer(store_url: str) -> Iterator[Any]:
     if store_url.startswith(("postgresql", "postgres")):
-        from langgraph.checkpoint.postgres import PostgresSaver
+        from langgraph.checkpoint.postgres import PostgresSaver  # deferred: langgraph's PostgreSQL saver, only for a PostgreSQL store
 
         url = store_url.replace("postgresql+psycopg://", "postgresql://")
         setup_postgres(url)
         with PostgresSaver.from_conn_string(url) as saver:
             yield saver
         return
-    import sqlite3
 
-    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.checkpoint.sqlite import SqliteSaver  # deferred: langgraph's SQLite saver, only for a SQLite store
 
     path = checkpoint_path(store_url)
     Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.candidates import CandidateCard, station_hash
 from agent.value import CostModel
-from executor.summary import Summary
+from core.summary import Summary
 
 Decision = Literal[
     "reference",  # a baseline measurement of a station

@@ -19,7 +19,7 @@ from agent.checks import check, estimate, retry_note
 from agent.history import History
 from agent.planner import DeterministicPlanner, Plan, diagnosis_for
 from agent.value import value_of
-from executor.knobs import KnobError, catalog
+from core.knobs import KnobError, catalog
 
 
 class LLMHypothesis(BaseModel):
@@ -94,7 +94,7 @@ class LLMPlanner:
 
     def __init__(self, base_url: str, model: str = "tuneloop-planner", api_key: str = "not-needed",
                  timeout_s: float = 60.0, max_retries: int = 1):
-        from openai import OpenAI
+        from openai import OpenAI  # deferred: openai, only when an LLM endpoint is configured
 
         self.client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries)
         self.model = model

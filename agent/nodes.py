@@ -16,9 +16,19 @@ from agent.checks import check, estimate, with_attempt
 from agent.history import Figures, History
 from agent.judgement import decide as judge_run
 from agent.planner import DeterministicPlanner, diagnosis_for
-from agent.record import CHANGED, KIND, OPEN_STATUSES, build_history, card_of, card_record, conditions, outcome_data
+from agent.record import (
+    CHANGED,
+    KIND,
+    OPEN_STATUSES,
+    build_history,
+    card_of,
+    card_record,
+    conditions,
+    outcome_data,
+)
 from agent.restore import go_back
-from executor.trial import TrialSpec
+from core.station import Station
+from core.trial import TrialSpec
 from state.authorisation import instruction_effect
 
 FAULT_RETRIES = 2  # re-entries of run_trial for one run after a fault (it resumes at the failed phase)
@@ -220,7 +230,6 @@ class Loop:
 
     def _put_station(self, run_id: str) -> None:
         """The frozen station of a run goes into the store, so "go back to the best" has its bytes."""
-        from executor.station import Station
 
         try:
             frozen = self.executor.station_of(run_id)
@@ -268,11 +277,9 @@ class Loop:
     def _quality_gate(self, candidate_id: int, card: CandidateCard, res: Any) -> None:
         """A quality-risk change becomes the deployable best only after its evaluation passes."""
         goal = self.store.get_goal(self.goal_id).spec
-        if goal.target != "sim" or not goal.sim_profile:
-            return  # no evaluation available here: it stays "performance-positive, quality pending"
-        from simulator import profiles, quality
-
-        q = quality.evaluate(profiles.load(goal.sim_profile), card.knobs, seed=goal.protocol.seeds[0])
+        q = self.executor.evaluate_quality(goal.target, card.knobs, seed=goal.protocol.seeds[0])
+        if q is None:
+            return  # no evaluation available on this target: it stays "performance-positive, quality pending"
         kind = "quality_passed" if q.passed else "quality_failed"
         text = f"quality evaluation of {card.title()}: score {q.score:.4g} vs baseline {q.baseline:.4g} -> " + (
             "passed: deployable" if q.passed else "failed: never deployable")

@@ -10,12 +10,28 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from agent.candidates import CandidateCard, build_card, direction_of, neighbours, rule_for, station_hash, with_stage
+from agent.candidates import (
+    CandidateCard,
+    build_card,
+    direction_of,
+    neighbours,
+    rule_for,
+    station_hash,
+    with_stage,
+)
 from agent.checks import check, estimate, retry_note
 from agent.diagnosis import LOAD_HEADROOM, OPEN_LOW, Diagnosis, diagnose
 from agent.history import History
-from agent.recovery import LOAD_UP, batch_cap_available, latency_recovery, window_recovery
+from agent.recovery import (
+    LOAD_UP,
+    batch_cap_available,
+    latency_recovery,
+    window_recovery,
+)
 from agent.value import Value, value_of
+from core.station import (
+    full_knobs,  # the deployed station: catalog defaults filled in (the token budget)
+)
 
 MIN_VALUE = 0.02  # below this a candidate is not worth its cost
 
@@ -51,7 +67,6 @@ def diagnosis_for(history: History) -> Diagnosis | None:
     ref = history.latest_valid(history.best_knobs)
     if ref is None or ref.summary is None:
         return None
-    from executor.station import full_knobs  # the deployed station: catalog defaults filled in (the token budget)
 
     knobs = full_knobs(history.best_knobs, history.goal.engine)
     return diagnose(ref.summary, ref.evidence, tpot_limit(history.goal), knobs, ruled_out(history))

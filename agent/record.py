@@ -11,6 +11,7 @@ from typing import Any
 from agent.candidates import CandidateCard, _canon
 from agent.history import Figures, History, Negative, Outcome
 from agent.value import CostModel
+from core.scenarios import load
 from state.snapshots import Conditions
 
 # planner decision -> the store's decision kind
@@ -93,6 +94,5 @@ def conditions(card: CandidateCard, history: History) -> Conditions:
 
 
 def _scenario_version(name: str) -> str:
-    from simulator.scenarios import load
 
     return load(name).data_version

@@ -10,10 +10,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agent.graph import build_graph, checkpointer, run_config
+from agent.llm import LLMPlanner
 from agent.nodes import Loop
 from agent.planner import DeterministicPlanner
 from executor.phases import crashpoint
-from state.store import default_url
+from executor.runner import Executor
+from state.statefile import write_state
+from state.store import Store, default_url
 
 
 @dataclass
@@ -63,7 +66,6 @@ def bind_sim_profile(executor: Any, spec: Any) -> None:
 def make_planner(llm_base_url: str | None, llm_model: str = "tuneloop-planner", api_key: str | None = None) -> Any:
     if not llm_base_url:
         return DeterministicPlanner()
-    from agent.llm import LLMPlanner
 
     return LLMPlanner(llm_base_url, model=llm_model, api_key=api_key or "not-needed")
 
@@ -79,11 +81,8 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
     says so and where its results are) unless an instruction given since asks for more; `new_goal`
     starts a fresh goal with the same spec.
     """
-    from langgraph.types import Command
+    from langgraph.types import Command  # deferred: langgraph, loaded when a session runs
 
-    from executor.runner import Executor
-    from state.statefile import write_state
-    from state.store import Store
 
     store = Store(store_url)
     try:

@@ -9,6 +9,7 @@ from api.auth import Principal
 from api.chat import HELP, Intent
 from api.failures import shown_status
 from api.service import Service
+from api.settings import ROLE_RANK
 from state.errors import NotFound
 
 
@@ -96,7 +97,6 @@ def _title(card: dict[str, Any]) -> str:
 
 def act(svc: Service, goal_id: str, intent: Intent, who: Principal) -> tuple[str, dict[str, Any] | None]:
     """Carry out one chat intent; (reply, what was done). Approver actions need the approver role."""
-    from api.settings import ROLE_RANK
 
     st = svc.store
     k = intent.kind

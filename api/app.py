@@ -8,10 +8,26 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from api.routes import budget, candidates, chat, experiments, goals, health, reports, stations
+from api.routes import (
+    budget,
+    candidates,
+    chat,
+    experiments,
+    goals,
+    health,
+    reports,
+    stations,
+)
 from api.service import Service
 from api.settings import Settings
-from state.errors import Conflict, GoalError, InvalidTransition, NotFound, Stale, StaleEpoch
+from state.errors import (
+    Conflict,
+    GoalError,
+    InvalidTransition,
+    NotFound,
+    Stale,
+    StaleEpoch,
+)
 
 DASHBOARD = Path(__file__).with_name("dashboard") / "index.html"
 

@@ -34,7 +34,7 @@ def _json_object(text: str) -> dict[str, Any]:
 
 def map_intent(text: str, settings: Settings) -> tuple[Intent, str | None]:
     """(intent, why it is unknown or None). Never raises: the deterministic parser's answer stands."""
-    from openai import OpenAI, OpenAIError
+    from openai import OpenAI, OpenAIError  # deferred: openai, only when an LLM endpoint is configured
 
     client = OpenAI(base_url=settings.llm_base_url, max_retries=1, timeout=20.0,
                     api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else "not-needed")

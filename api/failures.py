@@ -9,19 +9,20 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+import httpx
+import sqlalchemy.exc as sa_exc
+
 from state.statefile import redact
 
 RETRY_POLICY = "loop: stop_after_attempt(settings.loop_attempts), wait_exponential(settings.retry_wait_s, max 30 s)"
 
 
 def _transient_types() -> tuple[type[BaseException], ...]:
-    import httpx
-    import sqlalchemy.exc as sa_exc
 
     types: list[type[BaseException]] = [sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError,
                                          ConnectionError, TimeoutError, httpx.TransportError, sqlite3.OperationalError]
     try:
-        import psycopg
+        import psycopg  # deferred: psycopg, only to classify a PostgreSQL error
 
         types += [psycopg.OperationalError, psycopg.InterfaceError]
     except ImportError:  # psycopg is only needed with PostgreSQL
@@ -31,7 +32,6 @@ def _transient_types() -> tuple[type[BaseException], ...]:
 
 def is_transient(e: BaseException) -> bool:
     """True for errors a second attempt may not meet (lost connections, locked database, timeouts)."""
-    import sqlalchemy.exc as sa_exc
 
     if isinstance(e, sa_exc.DBAPIError) and e.connection_invalidated:
         return True

@@ -5,6 +5,8 @@ Created once per process by `create_app` (api/app.py) or `tuneloop worker` (api/
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +15,8 @@ from typing import Any, Callable
 from api.auth import TokenTable
 from api.settings import Settings
 from api.webhooks import Notifier
+from api.worker import Worker
+from executor.targets import load_targets
 from state.workqueue import QueueStore
 
 log = logging.getLogger("tuneloop.service")
@@ -32,7 +36,6 @@ class Service:
 
     @classmethod
     def open(cls, settings: Settings) -> "Service":
-        from executor.targets import load_targets
 
         if settings.db_url.startswith("sqlite:///"):
             Path(settings.db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -45,7 +48,6 @@ class Service:
         return self.base / self.settings.reports_dir
 
     def start_workers(self, n: int | None = None, name: str | None = None) -> None:
-        from api.worker import Worker
 
         base = name or self.settings.worker_name or _default_name()
         count = self.settings.workers if n is None else n
@@ -64,7 +66,5 @@ class Service:
 
 
 def _default_name() -> str:
-    import os
-    import socket
 
     return f"{socket.gethostname()}:{os.getpid()}"

@@ -13,7 +13,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 import httpx
-from tenacity import retry_if_exception_type, stop_after_attempt, wait_exponential, Retrying
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from api.settings import Webhook
 

@@ -12,7 +12,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tenacity import RetryCallState, Retrying, stop_after_attempt, wait_exponential
 
+from agent.session import make_planner, run_session
 from api.failures import describe, failure_reason, is_transient
+from executor.phases import ExecSettings
+from executor.runner import Executor
+from state.statefile import write_state
 from state.workqueue import Claim
 
 if TYPE_CHECKING:
@@ -102,7 +106,6 @@ class Worker:
 
     def _record_failure(self, claim: Claim, e: Exception) -> str:
         """Goal stopped with a `failed: …` reason, a stop decision, STATE.md rewritten, a webhook; the reason."""
-        from state.statefile import write_state
 
         st = self.svc.store
         reason = failure_reason(describe(e), self.attempts, self.name, is_transient(e))
@@ -127,9 +130,6 @@ class Worker:
                 return
 
     def _run(self, claim: Claim) -> Any:
-        from agent.session import make_planner
-        from executor.phases import ExecSettings
-        from executor.runner import Executor
 
         store, s = self.svc.store, self.settings
         goal = store.get_goal(claim.goal_id)
@@ -165,6 +165,5 @@ class Worker:
 
 
 def _run_session(*args: Any, **kwargs: Any) -> Any:
-    from agent.session import run_session
 
     return run_session(*args, **kwargs)

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace, out: Path) -> None:
     from executor.phases import ExecSettings
     from executor.runner import Executor
     from executor.targets import load_targets
-    from executor.trial import TrialSpec
+    from core.trial import TrialSpec
     from state.goal import load_goal
     from state.store import Store
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from simulator import engine, profiles
+from core import profiles
+from simulator import engine
 
 
 def main() -> None:

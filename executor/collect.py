@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from executor import records as rec
-from executor.metrics import summarize
-from executor.summary import Contract, Summary, Verdict
+from core import records as rec
+from core import scenarios
+from core.metrics import summarize
+from core.summary import Contract, Summary, Verdict
+from executor.evidence import digest_run
 from executor.verdict import judge
 
 STATS_FAULT = "fault_stats_failure"
@@ -30,7 +32,6 @@ def contract_for(info: rec.RunInfo) -> Contract:
         return Contract.model_validate(extra["contract"])
     zero_cache, min_hit = False, None
     try:
-        from simulator import scenarios
 
         sc = scenarios.load(info.scenario)
         zero_cache, min_hit = sc.zero_cache, sc.min_request_hit
@@ -71,7 +72,6 @@ def summarize_run(run_dir: Path | str, slos: dict[str, float] | None = None, con
     rec.write_atomic(run_dir / rec.SUMMARY, summary.model_dump_json(indent=1))
     rec.write_atomic(run_dir / VERDICT, verdict.model_dump_json(indent=1))
     try:
-        from executor.evidence import digest_run
 
         rec.write_atomic(run_dir / EVIDENCE, json.dumps(digest_run(run_dir, info), indent=1, default=str))
     except (OSError, ValueError) as e:  # evidence is advisory: its absence never fails collection

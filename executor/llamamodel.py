@@ -78,7 +78,7 @@ def vocabulary() -> tuple[list[str], list[int], list[str]]:
 
 def write_model(recipe: ModelRecipe, path: Path) -> Path:
     """Write the GGUF file for `recipe` at `path` (atomically); the same recipe gives the same bytes."""
-    import gguf
+    import gguf  # deferred: gguf, an optional extra (llama.cpp models)
 
     tokens, types, merges = vocabulary()
     rng = np.random.default_rng(recipe.seed)

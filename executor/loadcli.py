@@ -67,8 +67,8 @@ def summarize_cmd(
     slo: List[str] = typer.Option([], help="SLO for goodput, e.g. tpot_ms=20"),
 ) -> None:
     """Summarise (re-runnable) and judge a run directory; exit 3 on a collection failure."""
+    from core.metrics import format_summary
     from executor.collect import CollectionError, summarize_run
-    from executor.metrics import format_summary
 
     slos = {}
     for s in slo:

@@ -13,7 +13,7 @@ continuous_usage_stats, which lets the client know how many tokens each chunk ca
 Streams are read with aiohttp (as `vllm bench serve` does): its C HTTP parser and `iter_any()`
 hand over whatever bytes have arrived in one block, about 5x less client CPU per token than
 httpx/h11's per-chunk events (bench/client_ceiling.py). httpx stays for the short JSON calls.
-The arrival schedule is simulator.client.schedule, so a seed gives the same send times as the
+The arrival schedule is core.arrivals.schedule, so a seed gives the same send times as the
 virtual-time run.
 """
 from __future__ import annotations
@@ -33,9 +33,11 @@ from typing import Sequence
 import aiohttp
 import httpx
 
-from executor import records as rec
+from core import records as rec
+from core import scenarios
+from core.arrivals import schedule as sim_schedule
+from core.records import JsonlWriter, RequestRecord, RunInfo
 from executor.evidence import scrape_loop
-from executor.records import JsonlWriter, RequestRecord, RunInfo
 from executor.sse import DONE, SSEParser
 
 ARRIVALS = ("constant", "poisson", "gamma")
@@ -77,7 +79,6 @@ class LoadConfig:
 
 def schedule(n: int, rate: float, arrival: str = "constant", burstiness: float = 1.0, seed: int = 0) -> list[float]:
     """Send times (s from the formal start): the simulator's own arrival process, so runs match for a seed."""
-    from simulator.client import schedule as sim_schedule
 
     return sim_schedule(n, rate, arrival, burstiness, seed)
 
@@ -312,7 +313,6 @@ class ScenarioPrompts:
     """Request specs of a scenario with their text made lazily (a 128K-word prompt is costly to build)."""
 
     def __init__(self, scenario, n: int, warmup: int, seed: int | None = None):
-        from simulator import scenarios
 
         self.scenario = scenarios.load(scenario) if isinstance(scenario, str) else scenario
         self.specs = scenarios.generate(self.scenario, n, warmup=warmup, seed=seed)

@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from executor import records as rec
+from core import records as rec
+from core.summary import Reason, Summary, Verdict
+from core.trial import TrialResult
 from executor.collect import CollectionError, summarize_run
 from executor.evidence import digest_run
 from executor.phases import PhaseFailure
-from executor.summary import Reason, Summary, Verdict
-from executor.trial import TrialResult
 
 FAILED_PHASE = {"collection_fault": "collect", "orchestration_fault": "load"}
 

@@ -9,10 +9,11 @@ import logging
 import time
 from typing import Any
 
-from executor import records as rec
-from executor.knobs import KnobError
+from core import records as rec
+from core import scenarios
+from core.knobs import KnobError
+from core.station import Station, change_cost, content_hash, full_knobs, needs_restart
 from executor.phases import PhaseFailure, crashpoint, load_resume_action
-from executor.station import Station, change_cost, content_hash, full_knobs, needs_restart
 from executor.templates import ENGINE_KEY, ServiceSpec, layout_files, render
 from executor.transports.base import AlreadyClaimed
 
@@ -21,7 +22,6 @@ log = logging.getLogger("tuneloop.executor")
 
 class DeployPhases:
     async def prepare(self) -> dict:
-        from simulator import scenarios
 
         engine_key = ENGINE_KEY[self.target.engine]
         try:

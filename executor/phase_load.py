@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from executor import records as rec
+from core import records as rec
 from executor.phases import PhaseFailure, UnknownState, crashpoint, load_resume_action
 from executor.transports.base import AlreadyClaimed, LoadPlan
 

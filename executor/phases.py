@@ -13,7 +13,7 @@ from typing import Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from executor.journal import PhaseRecord
+from core.journal import PhaseRecord
 
 CRASH_ENV = "TUNELOOP_CRASH_AT"  # <phase>:<before|after|mid|done>, optional :STOP to pause instead
 CRASH_SIGNAL_ENV = "TUNELOOP_CRASH_SIGNAL"  # KILL (default) or STOP

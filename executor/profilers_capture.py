@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from executor.station import content_hash
+from core.station import content_hash
+from executor import profilers
 from executor.templates import Rendered
 
 
 async def profile_window(transport: Any, rendered: Rendered | None, seconds: float, python: str = "python3") -> dict:
     """vLLM/SGLang `/start_profile` .. `/stop_profile`; the trace stays on each service's host, where the
     analyser (executor/profilers.py, copied there) reduces it; only its summary JSON comes back."""
-    from executor import profilers
 
     svcs = [s for s in (rendered.services if rendered else ()) if s.profile_dir]
     if not svcs:

@@ -14,15 +14,22 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from executor import records as rec
-from executor.journal import LostLease, RunJournal, as_record
+from core import records as rec
+from core.journal import as_record
+from core.summary import Reason, Verdict
+from core.trial import TrialResult, TrialSpec
 from executor.lease import TargetLease
-from executor.phases import ExecSettings, PhaseFailure, TargetUnknown, UnknownState, finished
-from executor.summary import Reason, Verdict
+from executor.phases import (
+    ExecSettings,
+    PhaseFailure,
+    TargetUnknown,
+    UnknownState,
+    finished,
+)
+from executor.runjournal import LostLease, RunJournal
 from executor.targets import Target, builtin_sim
 from executor.transports import make_transport
 from executor.transports.base import StaleLaunch
-from executor.trial import TrialResult, TrialSpec
 from executor.trialrun import TrialRun
 
 __all__ = ["Executor", "LostLease", "dump_result", "load_result"]
@@ -81,6 +88,10 @@ class Executor:
     def mark_unknown(self, target: str, why: str) -> None:
         self.root.joinpath("_unknown").mkdir(exist_ok=True)
         rec.write_atomic(self.root / "_unknown" / f"{target}.txt", why + "\n")
+
+    def evaluate_quality(self, target: str, knobs: dict[str, Any], seed: int = 0) -> Any:
+        """The accuracy evaluation behind the quality gate, where the target offers one (else None)."""
+        return self.transports(self.targets[target], self.root).evaluate_quality(knobs, seed)
 
     def station_of(self, run_id: str) -> dict[str, Any]:
         return json.loads((self.root / run_id / "station.json").read_text())

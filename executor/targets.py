@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 Role = Literal["prefill", "decode", "router", "load", "mixed"]
 Engine = Literal["sim", "vllm", "vllm-ascend", "sglang", "mindie", "llamacpp"]

@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict
 
-from executor.knobs import catalog
-from executor.station import LOAD_KNOBS, Station
+from core.knobs import catalog
+from core.station import LOAD_KNOBS, Station
 from executor.targets import Host, Target, check_safe
 
 

@@ -3,7 +3,7 @@
     lock -> prepare -> deploy -> health -> warmup -> load [-> profile] -> collect -> validate -> release
 
 Each phase writes an intent record before its side effect and an outcome after it, both carrying the lease
-epoch (executor/journal.py, executor/lease.py). Side-effecting phases whose outcome an earlier invocation
+epoch (executor/runjournal.py, executor/lease.py). Side-effecting phases whose outcome an earlier invocation
 recorded ok are never redone; pure ones are recomputed. What differs between targets (virtual clock or real,
 cost model, profile capture, source identity, cards in use) is the transport's: no phase asks which target
 it runs on. The phases themselves live by group: executor/phase_deploy.py, phase_load.py, phase_collect.py.
@@ -16,19 +16,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
 
-from executor.journal import LostLease, RunJournal
+from core.station import Station
+from core.trial import CostEntry, TrialResult, TrialSpec
 from executor.lease import TargetLease
 from executor.phase_collect import CollectPhases
 from executor.phase_deploy import DeployPhases
 from executor.phase_load import LoadPhases
 from executor.phases import ExecSettings, PhaseFailure, UnknownState, crashpoint
-from executor.station import Station
+from executor.runjournal import LostLease, RunJournal
 from executor.targets import Target
 from executor.templates import Rendered
 from executor.transports.base import StaleLaunch, Transient
-from executor.trial import CostEntry, TrialResult, TrialSpec
 
 
 @dataclass(frozen=True)

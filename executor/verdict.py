@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from executor.records import RequestRecord, RunInfo
-from executor.summary import Contract, Reason, Verdict
+from core.records import RequestRecord, RunInfo
+from core.summary import Contract, Reason, Verdict
 
 MAX_IDS = 50  # request ids listed per reason; the count is always complete
 

@@ -40,9 +40,10 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="print the summary and truth as JSON"),
 ) -> None:
     """Simulate one configuration and print a `vllm bench serve`-style summary."""
-    from executor.knobs import KnobError
-    from executor.metrics import format_summary, summarize
-    from simulator import engine, profiles
+    from core import profiles
+    from core.knobs import KnobError
+    from core.metrics import format_summary, summarize
+    from simulator import engine
     from simulator.faults import Faults, SimHealthError, SimLaunchError
 
     try:
@@ -92,7 +93,7 @@ def _changed(prof, knobs: dict[str, Any]) -> str:
 @app.command()
 def profiles() -> None:
     """List built-in profiles with their layout and card count."""
-    from simulator import profiles as pr
+    from core import profiles as pr
 
     for name in pr.names():
         p = pr.load(name)
@@ -103,7 +104,7 @@ def profiles() -> None:
 @app.command()
 def scenarios() -> None:
     """List built-in scenarios with their data version."""
-    from simulator import scenarios as sc
+    from core import scenarios as sc
 
     for f in sorted(sc.builtin_dir().glob("*.yaml")):
         s = sc.load(f.stem)
@@ -119,7 +120,7 @@ def quality(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Evaluate the modelled accuracy of a configuration (the quality gate); exit 1 if it fails."""
-    from simulator import profiles as pr
+    from core import profiles as pr
     from simulator.quality import evaluate
 
     prof = pr.load(profile)

@@ -6,18 +6,17 @@ time, `run_until(t)` to advance, read back first-token / chunk / finish events. 
 from __future__ import annotations
 
 import heapq
-import math
 import random
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from executor.records import EngineSample, PrefillBatch
+from core.profiles import Profile
+from core.records import EngineSample, PrefillBatch
 from simulator.decode import DecodeInstance
 from simulator.faults import Faults
 from simulator.prefill import PrefillInstance
 from simulator.prefix_cache import PrefixCache
-from simulator.profiles import Profile
 from simulator.request import SimRequest
 
 

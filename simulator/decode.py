@@ -11,7 +11,7 @@ from collections import deque
 
 import numpy as np
 
-from simulator.profiles import DecodeCost
+from core.profiles import DecodeCost
 from simulator.request import SimRequest
 
 

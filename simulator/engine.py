@@ -1,7 +1,7 @@
 """Batch mode: a benchmark client (N requests, cap C, rate r, warm-up first) against a Cluster.
 
 `simulate` returns a SimRun with the same raw files a real load run leaves behind, plus the
-simulator's own ground truth; `write_run_dir` lays them out per executor.records.
+simulator's own ground truth; `write_run_dir` lays them out per core.records.
 """
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executor import records as rec
-from executor.records import EngineSample, PrefillBatch, RequestRecord, RunInfo
-from simulator import scenarios as sc
+from core import records as rec
+from core import scenarios as sc
+from core.arrivals import schedule
+from core.profiles import Profile
+from core.records import EngineSample, PrefillBatch, RequestRecord, RunInfo
 from simulator import truth as truth_mod
-from simulator.client import schedule
 from simulator.cluster import Cluster
 from simulator.faults import STATS_FAILURE_MARKER, Faults, SimHealthError
 from simulator.prefix_cache import spec_block_hashes
-from simulator.profiles import Profile
 
 
 @dataclass
@@ -119,7 +119,7 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
 
 
 def write_run_dir(run: SimRun, run_dir: Path) -> None:
-    """All run-dir files of executor.records, then rc and the done marker (last)."""
+    """All run-dir files of core.records, then rc and the done marker (last)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     rec.write_atomic(run_dir / rec.RUN_INFO, run.info.model_dump_json(indent=1))

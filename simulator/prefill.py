@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from core.profiles import PrefillCost
 from simulator.prefix_cache import PrefixCache
-from simulator.profiles import PrefillCost
 from simulator.request import SimRequest
 
 

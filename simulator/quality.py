@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from executor.knobs import catalog
-from simulator.profiles import Profile
+from core.knobs import catalog
+from core.profiles import Profile
 
 
 class QualityResult(BaseModel):

@@ -24,9 +24,15 @@ from typing import Any, List, Optional
 import typer
 import yaml
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import (
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
 
-from executor.records import RequestRecord
+from core import profiles
+from core.records import RequestRecord
 from simulator.cluster import Cluster, Event
 from simulator.faults import Faults
 from simulator.prefix_cache import BLOCK
@@ -301,9 +307,8 @@ def serve(
     model: Optional[str] = typer.Option(None, help="model id to report (default: the profile name)"),
 ) -> None:
     """Start an OpenAI-compatible server driven by the simulated cluster in real time."""
-    import uvicorn
+    import uvicorn  # deferred: uvicorn, only when the server runs
 
-    from simulator import profiles
 
     if not time_scale > 0:
         raise typer.BadParameter(f"--time-scale {time_scale}: must be > 0")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from executor.records import RequestRecord
+from core.records import RequestRecord
 
 
 def _inflight_bounds(formal: Sequence[RequestRecord], c: int) -> tuple[float, float] | None:

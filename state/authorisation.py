@@ -10,7 +10,7 @@ from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from executor.knobs import KnobError, catalog
+from core.knobs import KnobError, catalog
 from state.goal import ACTION_CLASSES
 
 Permission = Literal["auto", "ask", "deny"]

@@ -18,6 +18,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
+from state.errors import NotFound
+
 BUSY_TIMEOUT_MS = 30_000
 
 
@@ -108,7 +110,6 @@ def snap(model: type, row: Any) -> Any:
 
 def get_row(s: Session, table: type, key: Any, what: str, lock: bool = False) -> Any:
     """The row with this primary key (locked FOR UPDATE when asked), or NotFound naming it."""
-    from state.errors import NotFound
 
     if lock:
         pk = table.__mapper__.primary_key[0]

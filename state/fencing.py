@@ -15,7 +15,7 @@ from sqlalchemy import select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from executor.journal import PhaseRecord
+from core.journal import PhaseRecord
 from state.db import Database, canon, utcnow
 from state.errors import StaleEpoch
 from state.snapshots import Lease

@@ -14,10 +14,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
 
-from executor.knobs import KnobError, catalog
-from executor.summary import Contract, Summary
+from core.knobs import KnobError, catalog
+from core.profiles import load as load_profile
+from core.scenarios import load
+from core.summary import Contract, Summary
 from state.errors import GoalError
 from state.space import default_space
 
@@ -146,7 +156,6 @@ class GoalSpec(_Frozen):
     @field_validator("scenario")
     @classmethod
     def _scenario_exists(cls, v: str) -> str:
-        from simulator.scenarios import load
 
         try:
             load(v)
@@ -158,7 +167,6 @@ class GoalSpec(_Frozen):
     @classmethod
     def _output_len_matches(cls, v: Constraints, info: ValidationInfo) -> Constraints:
         if v.output_len is not None and "scenario" in info.data:
-            from simulator.scenarios import load
 
             want = load(info.data["scenario"]).output_len
             if v.output_len != want:
@@ -216,14 +224,12 @@ class GoalSpec(_Frozen):
         """The full starting station. On the simulator: catalog defaults < the profile's layout, defaults
         and own start < the goal's start_knobs; elsewhere: catalog defaults < start_knobs."""
         if self.engine == "sim" and self.sim_profile:
-            from simulator.profiles import load as load_profile
 
             return load_profile(self.sim_profile).knobs(dict(self.start_knobs), start=True)
         return catalog().defaults(self.engine) | dict(self.start_knobs)
 
     def contract(self) -> Contract:
         """The scenario contract a valid run of this goal must keep (executor.verdict judges it)."""
-        from simulator.scenarios import load
 
         sc = load(self.scenario)
         return Contract(
@@ -235,7 +241,7 @@ class GoalSpec(_Frozen):
         )
 
     def slos(self) -> dict[str, float]:
-        """Per-request SLOs for goodput (executor.metrics.summarize): `ttft_ms`, `tpot_ms`, `e2e_ms`, `itl_ms`."""
+        """Per-request SLOs for goodput (core.metrics.summarize): `ttft_ms`, `tpot_ms`, `e2e_ms`, `itl_ms`."""
         out: dict[str, float] = {}
         for key, limit in self.constraints.latency_limits().items():
             name = key.split("_")[0] + "_ms"

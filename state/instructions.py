@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from state.authorisation import validate_instruction
 from state.db import Database, canon, get_row, snap, utcnow
 from state.snapshots import Instruction
 from state.tables import GoalRow, InstructionRow
@@ -23,7 +24,6 @@ class Instructions:
                         knobs: dict[str, Any] | None = None, restore: str | None = None,
                         text: str | None = None) -> Instruction:
         """A person's instruction; it replaces the instruction in force (pause, resume, stop, rounds)."""
-        from state.authorisation import validate_instruction
 
         count = validate_instruction(kind, count, knobs)
         with self._db.write() as s:

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict
 
-from executor.knobs import COST_ORDER
+from core.knobs import COST_ORDER
 from state.snapshots import Goal, LedgerEntry, Run
 
 # seconds assumed before this goal has paid for one of these itself

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from core.knobs import KnobError, catalog
 from state.db import Database, dumps, utcnow
 from state.errors import NotValid
 from state.snapshots import Conditions, Negative, NegativeMatch
@@ -21,7 +22,6 @@ CONDITION_FIELDS = ("scenario", "parent_hash", "source_identity", "data_version"
 
 def value_key(knob: str, value: Any) -> str:
     """Canonical form of a knob value (so 6 and 6.0 of a float knob are the same negative)."""
-    from executor.knobs import KnobError, catalog
 
     try:
         value = catalog().get(knob).coerce(value)

@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from executor.journal import PhaseRecord  # noqa: F401  (re-exported: phases() returns these)
-from executor.trial import TrialResult
+from core.journal import PhaseRecord  # noqa: F401  (re-exported: phases() returns these)
+from core.trial import TrialResult
 from state.goal import GoalSpec
 
 DecisionKind = Literal["baseline", "new_best", "tradeoff", "negative", "promising", "quality_pending",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from executor.knobs import Catalog, Knob, catalog
+from core.knobs import Catalog, Knob, catalog
 
 
 def _ints(knob: Knob) -> list[Any]:

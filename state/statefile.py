@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from executor.records import write_atomic
+from core.records import write_atomic
 from state.db import canon
 
 _SECRET_PATTERNS = [

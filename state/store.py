@@ -7,7 +7,6 @@ several processes, runs `alembic upgrade head` on open, and hands out frozen sna
 from __future__ import annotations
 
 import os
-
 import uuid
 from typing import Any, Callable
 
@@ -15,7 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from executor.trial import CostEntry, TrialResult, TrialSpec
+from core.trial import CostEntry, TrialResult, TrialSpec
 from state import lifecycle
 from state.approvals import Candidates, card_hash  # noqa: F401  (card_hash re-exported)
 from state.db import Database, canon, get_row, snap, utcnow
@@ -23,9 +22,18 @@ from state.errors import Conflict
 from state.fencing import Fencing
 from state.goal import GoalSpec
 from state.instructions import Instructions
+from state.ledger import budget_state
 from state.memory import Negatives
 from state.migrate import upgrade
-from state.snapshots import Decision, DecisionKind, Goal, LedgerEntry, Result, Run, Station
+from state.snapshots import (
+    Decision,
+    DecisionKind,
+    Goal,
+    LedgerEntry,
+    Result,
+    Run,
+    Station,
+)
 from state.tables import DecisionRow, GoalRow, LedgerRow, ResultRow, RunRow, StationRow
 
 DECISION_KINDS: tuple[str, ...] = DecisionKind.__args__  # type: ignore[attr-defined]
@@ -98,7 +106,7 @@ class Store(Fencing, Candidates, Instructions, Negatives):
 
     # -- stations ------------------------------------------------------------------------------------
     def put_station(self, station: Any) -> Station:
-        """Store a station (executor.station.Station or the same fields); idempotent by content hash."""
+        """Store a station (core.station.Station or the same fields); idempotent by content hash."""
         fields = {f: getattr(station, f) for f in ("engine", "scenario", "target", "data_version", "source_identity")}
         h = station.hash
         with self._db.write() as s:
@@ -216,7 +224,6 @@ class Store(Fencing, Candidates, Instructions, Negatives):
 
     def budget(self, goal_id: str, now: Any = None) -> Any:
         """Budget used and left for a goal (state.ledger.BudgetState)."""
-        from state.ledger import budget_state
 
         return budget_state(self.get_goal(goal_id), self.ledger(goal_id), self.runs(goal_id), now=now)
 

@@ -62,8 +62,8 @@ def store(store_url: str):
 @pytest.fixture
 def make_result():
     """Factory of TrialResults with just the figures the state layer reads (tok/s/card, TPOT, N)."""
-    from executor.summary import Dist, Summary, Verdict, WindowFigures
-    from executor.trial import CostEntry, TrialResult
+    from core.summary import Dist, Summary, Verdict, WindowFigures
+    from core.trial import CostEntry, TrialResult
 
     def window(kind: str, per_card: float, n: int, dur: float) -> WindowFigures:
         return WindowFigures(kind=kind, start=0.0, end=dur, duration=dur, n_requests=n, output_tokens=per_card * 16 * dur,

@@ -7,10 +7,10 @@ import signal
 
 import pytest
 
-from executor.journal import as_record
+from core.journal import as_record
 from executor.phases import ExecSettings
 from executor.runner import Executor
-from executor.trial import PHASES, TrialSpec
+from core.trial import PHASES, TrialSpec
 from state.store import Store
 
 SCENARIO = "name: tiny-copy\nversion: 1\ntask: copy\ninput_len: 512\noutput_len: 64\nseed: 7\n"

@@ -6,9 +6,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from executor import records as rec
+from core import records as rec
 from executor.evidence import WAITING, digest, parse_endpoints, parse_prometheus, role_series, scrape_loop
-from executor.records import EngineSample, PrefillBatch
+from core.records import EngineSample, PrefillBatch
 
 VLLM_TEXT = """# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge

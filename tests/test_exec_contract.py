@@ -11,11 +11,11 @@ import pytest
 
 from executor.phases import ExecSettings
 from executor.runner import Executor
-from executor.summary import Contract
+from core.summary import Contract
 from executor.targets import Host, Target
 from executor.templates import ServiceSpec
 from executor.transports.local import LocalTransport
-from executor.trial import TrialSpec
+from core.trial import TrialSpec
 from state.goal import load_goal
 from state.store import Store
 

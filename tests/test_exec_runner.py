@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from executor.journal import as_record
+from core.journal import as_record
 from executor.phases import ExecSettings
 from executor.runner import Executor
-from executor.trial import PHASES, TrialSpec
+from core.trial import PHASES, TrialSpec
 from state.store import Store
 
 SCENARIO = """name: tiny-copy

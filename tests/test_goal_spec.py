@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from executor.knobs import catalog
+from core.knobs import catalog
 from state.errors import GoalError
 from state.goal import GoalSpec, load_goal, parse_goal
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from executor import records as rec
+from core import records as rec
 from executor.collect import summarize_run
 from executor.loadgen import LoadConfig, run, schedule
 from executor.sse import SSEParser
@@ -73,7 +73,8 @@ def test_schedules():
 @pytest.mark.parametrize("arrival,burstiness", [("poisson", 1.0), ("gamma", 0.5), ("constant", 1.0)])
 def test_sent_schedule_matches_the_virtual_time_run(mock, tmp_path, arrival, burstiness):
     """Same seed, same arrival process: the load generator means to send exactly when the simulator sends."""
-    from simulator import engine, profiles
+    from core import profiles
+    from simulator import engine
 
     n, rate, seed = 12, 400.0, 5
     sim = engine.simulate(profiles.load("llama70b-h100-p2d2"), TINY, {"concurrency": 64, "request_rate": rate}, n=n,

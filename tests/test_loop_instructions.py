@@ -7,7 +7,7 @@ import pytest
 from agent.diagnosis import diagnose
 from agent.planner import DeterministicPlanner, Plan
 from agent.session import run_session
-from executor.summary import Dist, Summary, WindowFigures
+from core.summary import Dist, Summary, WindowFigures
 from state.goal import load_goal
 from state.store import Store
 from tests.test_loop import goal_file, url

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from executor.metrics import format_summary, summarize, tokens_in
-from executor.records import RequestRecord, RunInfo
+from core.metrics import format_summary, summarize, tokens_in
+from core.records import RequestRecord, RunInfo
 
 
 def info(c=2, cards=1, n=10, rate=math.inf):

@@ -11,7 +11,7 @@ from agent.diagnosis import diagnose
 from agent.history import Figures, History, Negative, Outcome
 from agent.judgement import compare, decide, frontier
 from agent.planner import DeterministicPlanner
-from executor.summary import Dist, Summary, WindowFigures
+from core.summary import Dist, Summary, WindowFigures
 from state.goal import load_goal
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -111,7 +111,7 @@ def test_profile_window_analyses_on_the_target_and_brings_back_only_the_summary(
 
 
 def test_templates_point_the_profiler_at_the_service_directory():
-    from executor.station import Station
+    from core.station import Station
     from executor.templates import render
 
     t = Target(name="g", kind="ssh", engine="vllm", model="/m", run_root="/srv/tl", ssh={"known_hosts": "/kh"},

@@ -374,8 +374,8 @@ def assert_not_blank(png: bytes) -> None:
 
 # -- quality gate: pending stations apart, never the deployable best (both store backends) -------------------
 def test_quality_pending_is_shown_apart_and_never_as_the_best(store, make_result, tmp_path):
-    from executor.station import Station
-    from executor.trial import TrialSpec
+    from core.station import Station
+    from core.trial import TrialSpec
 
     spec = load_goal(ROOT / "examples/goal-16k.yaml")
     goal = store.create_goal(spec)

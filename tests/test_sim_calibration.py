@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 
 from executor.evidence import digest
-from executor.metrics import summarize
-from simulator import engine, profiles
+from core.metrics import summarize
+from core import profiles
+from simulator import engine
 
 DSV4 = "dsv4-flash-910c-p8d8"
 LLAMA = "llama70b-h100-p2d2"

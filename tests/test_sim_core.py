@@ -6,11 +6,13 @@ import statistics
 import pytest
 from typer.testing import CliRunner
 
-from executor import records as rec
+from core import records as rec
 from executor.collect import CollectionError, summarize_run
-from executor.knobs import KnobError
-from executor.metrics import summarize
-from simulator import engine, profiles, scenarios
+from core.knobs import KnobError
+from core.metrics import summarize
+from core import profiles
+from core import scenarios
+from simulator import engine
 from simulator.cli import app as sim_app
 from simulator.cluster import Cluster
 from simulator.faults import Faults, SimHealthError, SimLaunchError

@@ -12,11 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from executor import records as rec
+from core import records as rec
 from executor.collect import STATS_FAULT, CollectionError, collect, summarize_run
 from executor.loadgen import LoadConfig, run
-from executor.metrics import inflight_steps, summarize, window
-from executor.records import RequestRecord
+from core.metrics import inflight_steps, summarize, window
+from core.records import RequestRecord
 from tests.test_loadgen import kill_when_written
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +92,8 @@ def test_openai_client_streams_completions_and_chat(server):
 
 
 def test_http_run_agrees_with_virtual_time_run(server, tmp_path):
-    from simulator import engine, profiles
+    from core import profiles
+    from simulator import engine
 
     scale, c, r, n = 4.0, 16, 4.0, 64
     ref = engine.simulate(profiles.load(PROFILE), str(DATA / "sim64.yaml"), {"concurrency": c, "request_rate": r},
@@ -212,7 +213,8 @@ def test_truncate_fault_is_a_contract_violation_naming_the_requests(tmp_path):
 
 
 def test_stats_failure_is_a_collection_fault_fixed_by_resummarising(tmp_path):
-    from simulator import engine, profiles
+    from core import profiles
+    from simulator import engine
     from simulator.faults import Faults
 
     sim = engine.simulate(profiles.load(PROFILE), str(DATA / "tiny.yaml"), {"concurrency": 4, "request_rate": 8.0},

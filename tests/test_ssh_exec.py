@@ -20,7 +20,7 @@ import pytest
 from executor.phases import ExecSettings
 from executor.runner import Executor
 from executor.targets import Host, SshOptions, Target
-from executor.trial import TrialSpec
+from core.trial import TrialSpec
 from state.store import Store
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"

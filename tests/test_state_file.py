@@ -4,8 +4,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from executor.station import Station as ExecStation
-from executor.trial import TrialSpec
+from core.station import Station as ExecStation
+from core.trial import TrialSpec
 from state.goal import load_goal
 from state.statefile import default_path, parse_state, read_state, redact, render_state, write_state
 from state.store import Store

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from executor.station import Station as ExecStation
-from executor.trial import CostEntry, TrialSpec
+from core.station import Station as ExecStation
+from core.trial import CostEntry, TrialSpec
 from state.authorisation import decide, instruction_effect
 from state.errors import NotValid
 from state.goal import load_goal

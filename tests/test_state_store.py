@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from executor.station import Station as ExecStation
-from executor.trial import TrialSpec
+from core.station import Station as ExecStation
+from core.trial import TrialSpec
 from state.authorisation import instruction_effect
 from state.errors import Conflict, InvalidTransition, NotFound, NotValid, Stale, StaleEpoch
 from state.goal import load_goal

@@ -6,8 +6,8 @@ import shlex
 
 import pytest
 
-from executor.knobs import KnobError
-from executor.station import Station, change_cost, full_knobs
+from core.knobs import KnobError
+from core.station import Station, change_cost, full_knobs
 from executor.targets import Host, Target, parse_targets
 from executor.templates import render
 from executor.transports.base import remote_command

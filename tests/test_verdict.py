@@ -3,11 +3,11 @@ import json
 
 import pytest
 
-from executor import records as rec
+from core import records as rec
 from executor.collect import CollectionError, STATS_FAULT, collect, contract_for, summarize_run
 from executor.exports import requests_csv, vllm_result
-from executor.records import RequestRecord, RunInfo
-from executor.summary import Contract
+from core.records import RequestRecord, RunInfo
+from core.summary import Contract
 from executor.verdict import judge
 
 

@@ -7,7 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.engine import make_url
+
+from agent.report.blocks import to_html, to_markdown
 from agent.report.build import Report, build_report
+from agent.report.document import document
+from core.records import write_atomic
 
 __all__ = ["Report", "ReportPaths", "build_report", "default_dir", "render", "render_report", "write_report"]
 
@@ -28,9 +33,6 @@ def render_report(store: Any, goal_id: str, out_dir: str | Path, *, base: str | 
 
 def render(rep: Report, out_dir: str | Path) -> ReportPaths:
     """Write an already built report (its plots are exactly the images written)."""
-    from agent.report.blocks import to_html, to_markdown
-    from agent.report.document import document
-    from executor.records import write_atomic
 
     goal_id = rep.content.goal.id
     blocks = document(rep)
@@ -51,7 +53,6 @@ def render(rep: Report, out_dir: str | Path) -> ReportPaths:
 
 def default_dir(store_url: str, goal_id: str) -> Path:
     """Beside a SQLite store (<db dir>/reports/<goal>), else .tuneloop/reports/<goal>."""
-    from sqlalchemy.engine import make_url
 
     u = make_url(store_url)
     if u.get_backend_name() == "sqlite" and u.database not in (None, "", ":memory:"):

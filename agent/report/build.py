@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from agent.report import plots, raw
-from agent.report.content import Content, Experiment, best_objectives, gather, objective_of
+from agent.report.content import (
+    Content,
+    Experiment,
+    best_objectives,
+    gather,
+    objective_of,
+)
 
 
 @dataclass

@@ -4,19 +4,22 @@ the written report against these values and these values against the store.
 """
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from executor.summary import Summary
-from executor.trial import TrialResult
+from sqlalchemy.engine import make_url
+
+from agent.report.experiment import Experiment
+from agent.report.tradeoffs import TradeRow, tradeoffs
+from core.metrics import DEFINITIONS
+from core.scenarios import load
+from core.summary import Summary
 from state.kpis import LoopKPIs, compute_kpis
 from state.ledger import BudgetState, summarize_ledger
-from state.snapshots import Decision, Goal, LedgerEntry, Run
+from state.snapshots import Decision, Goal, LedgerEntry
 from state.store import BEST_KINDS
-
-if TYPE_CHECKING:
-    from agent.report.tradeoffs import TradeRow
 
 # what a decision of each kind ruled out, when it is not a negative (only a valid negative rules a change out)
 RULED_OUT = {
@@ -27,40 +30,6 @@ RULED_OUT = {
     "quality_failed": "this station as a deployable best: its quality evaluation failed",
     "fault": "nothing: a fault or a contract violation is not a result, never a negative",
 }
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """One run of the goal with its card, its result and the decisions it led to."""
-
-    index: int
-    run: Run
-    card: dict[str, Any]
-    station: str | None  # the run's frozen station (executor content hash)
-    parent: str | None  # the parent's station hash where a run of the parent froze one
-    result: TrialResult | None
-    outcome: Decision | None  # the decision judged from this run
-    decisions: tuple[Decision, ...]  # every decision naming this run (quality gate included)
-    ruled_out: str
-    card_hours: float
-    run_dir: Path | None = None  # the result's run directory, resolved against the report's base folder
-
-    @property
-    def summary(self) -> Summary | None:
-        return self.result.summary if self.result else None
-
-    @property
-    def verdict(self) -> str:
-        return self.result.verdict.kind if self.result else "no result"
-
-    @property
-    def change(self) -> str:
-        ch = self.card.get("change")
-        return f"{ch['knob']} {ch['old']!r} → {ch['new']!r}" if ch else "none (measure the parent)"
-
-    @property
-    def slo_violations(self) -> list[str]:
-        return list(((self.outcome.data or {}).get("figures") or {}).get("slo_violations") or []) if self.outcome else []
 
 
 @dataclass
@@ -77,7 +46,7 @@ class Content:
     restore_command: str | None
     pending: list[Experiment]  # performance-positive, quality pending
     quality_failed: list[Experiment]
-    tradeoffs: dict[str, dict[int, list["TradeRow"]]]  # scenario -> N -> rows
+    tradeoffs: dict[str, dict[int, list[TradeRow]]]  # scenario -> N -> rows
     kpis: LoopKPIs
     budget: BudgetState
     ledger: list[LedgerEntry]
@@ -141,7 +110,6 @@ def gather(store: Any, goal_id: str, base: str | Path | None = None) -> Content:
     failed = [by_id[d.run_id] for d in decisions if d.kind == "quality_failed" and d.run_id in by_id]
     stops = [d for d in decisions if d.kind == "stop"]
     defs, defs_from = definitions(goal, store.results(goal_id))
-    from agent.report.tradeoffs import tradeoffs  # (it builds on Experiment, defined here)
     return Content(
         goal=goal, store_url=store.url, contract=spec.contract().model_dump(), scenario=_scenario(spec.scenario),
         definitions=defs, definitions_from=defs_from, experiments=experiments, best=best,
@@ -158,7 +126,6 @@ def definitions(goal: Goal, results: list[Any]) -> tuple[dict[str, str], str]:
     for r in results:
         if r.result.summary is not None and r.result.summary.definitions:
             return dict(r.result.summary.definitions), f"as recorded with run {r.run_id}"
-    from executor.metrics import DEFINITIONS
 
     p = goal.spec.protocol
     defs = dict(DEFINITIONS)
@@ -184,7 +151,6 @@ def _ruled_out(outcome: Decision | None, card: dict[str, Any]) -> str:
 def _scenario(name: str) -> dict[str, Any]:
     """The fixed scenario as the scenario catalog describes it (empty where it is not known here)."""
     try:
-        from simulator.scenarios import load
 
         sc = load(name)
     except Exception:  # a scenario this machine does not hold: the report still names it
@@ -200,9 +166,7 @@ def restore_command(store_url: str, station: Any, best: Experiment | None) -> st
     """The one command that re-deploys the best station (with this store and run root where not default)."""
     if station is None:
         return None
-    import shlex
 
-    from sqlalchemy.engine import make_url
 
     url = make_url(store_url)
     if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":

@@ -6,9 +6,21 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from agent.report.blocks import Block, Cell, Code, Heading, Image, Items, Para, Table, kv
+from sqlalchemy.engine import make_url
+
+from agent.report.blocks import (
+    Block,
+    Cell,
+    Code,
+    Heading,
+    Image,
+    Items,
+    Para,
+    Table,
+    kv,
+)
 from agent.report.build import Report
-from agent.report.content import Content, Experiment
+from agent.report.content import Content, Experiment, objective_of
 from agent.report.tradeoffs import TradeRow
 
 LAYOUT_KNOBS = ("num_prefill_instances", "num_decode_instances", "expert_layout", "parallel")
@@ -45,7 +57,6 @@ def document(rep: Report) -> list[Block]:
 
 
 def _redacted(url: str) -> str:
-    from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
 
@@ -96,7 +107,6 @@ def _best(c: Content) -> list[Block]:
 
 
 def _objective(c: Content, e: Experiment | None) -> float | None:
-    from agent.report.content import objective_of
 
     return objective_of(c.goal, e.summary) if e else None
 

@@ -10,8 +10,8 @@ from typing import Any, Sequence
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from agent.report.tradeoffs import TradeRow
 from agent.report.raw import Batches, Queues
+from agent.report.tradeoffs import TradeRow
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 

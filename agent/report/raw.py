@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from executor import records as rec
+from core import records as rec
 from executor.evidence import RUNNING, WAITING, base_value
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agent.report.content import Experiment
-from executor.summary import Summary
+from agent.report.experiment import Experiment
+from core.summary import Summary
 from state.snapshots import Goal
 
 KEPT = ("baseline", "new_best", "tradeoff", "quality_pending", "quality_passed")  # frontier candidates

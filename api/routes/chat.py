@@ -6,6 +6,7 @@ from fastapi import APIRouter, HTTPException
 from api import actions
 from api.auth import Viewer
 from api.chat import parse
+from api.chat_llm import map_intent
 from api.deps import ServiceDep
 from api.schemas import ChatIn, ChatOut
 
@@ -19,7 +20,6 @@ def chat(goal_id: str, body: ChatIn, svc: ServiceDep, who: Viewer) -> ChatOut:
     svc.store.get_goal(goal_id)
     intent, via, note = parse(body.text), "parser", None
     if intent.kind == "unknown" and svc.settings.llm_base_url:
-        from api.chat_llm import map_intent
 
         intent, note = map_intent(body.text, svc.settings)
         via = "llm" if note is None else "parser"

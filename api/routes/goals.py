@@ -7,8 +7,8 @@ from fastapi import APIRouter, Body, status
 
 from api import actions
 from api.auth import Admin, Approver, Viewer
-from api.failures import shown_status
 from api.deps import ServiceDep, StoreDep
+from api.failures import shown_status
 from api.schemas import DecisionOut, GoalOut, InstructionIn, InstructionOut
 from state.errors import NotFound
 from state.goal import parse_goal

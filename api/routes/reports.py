@@ -10,8 +10,11 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
 
+from agent.report import render_report
+from agent.runcli import kpi_lines
 from api.auth import Viewer
 from api.deps import ServiceDep, StoreDep
+from state.statefile import render_state
 
 router = APIRouter(tags=["reports"])
 _LOCKS: dict[str, threading.Lock] = {}
@@ -20,7 +23,6 @@ _GUARD = threading.Lock()
 
 def write_goal_report(svc: Any, goal_id: str) -> Any:
     """Render the report from the store now (one writer per goal at a time); its paths (agent.report)."""
-    from agent.report import render_report
 
     svc.store.get_goal(goal_id)  # 404 before anything is written
     with _GUARD:
@@ -64,7 +66,6 @@ def report_image(goal_id: str, name: str, svc: ServiceDep, _: Viewer) -> FileRes
 @router.get("/goals/{goal_id}/summary", response_class=PlainTextResponse)
 def summary(goal_id: str, store: StoreDep, _: Viewer) -> str:
     """Decisions, best station and loop KPIs as plain text (what `tuneloop run` prints at the end)."""
-    from agent.runcli import kpi_lines
 
     g = store.get_goal(goal_id)
     lines = [f"goal {g.id}: {g.status} — {g.status_reason or ''}"]
@@ -78,7 +79,6 @@ def summary(goal_id: str, store: StoreDep, _: Viewer) -> str:
 @router.get("/goals/{goal_id}/state", response_class=PlainTextResponse)
 def state_file(goal_id: str, store: StoreDep, _: Viewer) -> str:
     """The short state file (STATE.md) as the loop reads it."""
-    from state.statefile import render_state
 
     store.get_goal(goal_id)
     return render_state(store, goal_id)

@@ -47,10 +47,10 @@ def frontier(goal_id: str, store: StoreDep, _: Viewer) -> list[FrontierPoint]:
             responses={200: {"content": {"image/png": {}}, "description": "the frontier plot"}})
 def frontier_png(goal_id: str, store: StoreDep, _: Viewer) -> Response:
     """Mean TPOT against tok/s/card (native filled, whole hollow), labelled by experiment."""
-    import matplotlib
+    import matplotlib  # deferred: matplotlib, only when a plot is asked for
 
     matplotlib.use("Agg")
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: matplotlib, only when a plot is asked for
 
     store.get_goal(goal_id)
     pts = frontier_points(store, goal_id)

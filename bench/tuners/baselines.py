@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.tuners.evaluate import Eval
 from bench.tuners.meter import Meter
-from executor.station import LOAD_KNOBS
+from core.station import LOAD_KNOBS
 
 
 def points(space: dict[str, list[Any]]) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """One measurement of one station, exactly as the executor would judge it, cached on disk.
 
-A run is simulated, summarised (`executor.metrics.summarize`) and judged (`executor.verdict.judge`
+A run is simulated, summarised (`core.metrics.summarize`) and judged (`executor.verdict.judge`
 with the executor's own contract, `executor.collect.contract_for`); the goal's constraints then say
 whether it meets the SLO. Results are cached under bench/.cache/ keyed by profile, scenario, knobs,
 seed and N (profile and scenario content included, so an edited YAML never reads a stale figure).
@@ -15,13 +15,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from executor import records as rec
+from core import records as rec
 from executor.collect import contract_for
-from executor.metrics import summarize
-from executor.station import full_knobs
-from executor.summary import Summary
+from core.metrics import summarize
+from core.station import full_knobs
+from core.summary import Summary
 from executor.verdict import judge
-from simulator import engine, profiles, scenarios
+from core import profiles
+from core import scenarios
+from simulator import engine
 
 CACHE_VERSION = 1
 

@@ -21,9 +21,18 @@ from typing import Any, NamedTuple
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from executor.cacheflush import cache_holders, flush_service
 from executor.costs import charges
-from executor.launcher import ALREADY_CLAIMED_RC, STALE_EPOCH_RC, SCRIPT, parse_kv, script_name
+from executor.identity import probe_service, source_identity
+from executor.launcher import (
+    ALREADY_CLAIMED_RC,
+    SCRIPT,
+    STALE_EPOCH_RC,
+    parse_kv,
+    script_name,
+)
 from executor.phases import PhaseFailure
+from executor.profilers_capture import profile_window
 from executor.targets import Target
 from executor.templates import ServiceSpec, svc_dir
 
@@ -235,7 +244,6 @@ class LauncherTransport(abc.ABC):
 
     # -- what a real target measures ----------------------------------------------------------------
     async def source_identity(self) -> str:
-        from executor.identity import source_identity, probe_service
 
         return await source_identity(self, self.target.engine, probe_service(self.target), self.target.python,
                                      self.target.image_digest)
@@ -260,7 +268,6 @@ class LauncherTransport(abc.ABC):
 
     async def flush_prefix_caches(self, services: Any) -> dict[str, Any]:
         """Empty every engine's prefix cache: {"ok": all flushed, "cache_flush": one entry per service}."""
-        from executor.cacheflush import cache_holders, flush_service
 
         done = [await flush_service(self, s, self.target.engine) for s in cache_holders(services)]
         return {"ok": all(d["ok"] for d in done), "cache_flush": done}
@@ -289,9 +296,12 @@ class LauncherTransport(abc.ABC):
 
     async def profile(self, run_dir: Path, rendered: Any) -> dict[str, Any]:
         """A short profiler window on each engine; the trace is analysed on the target, the summary comes back."""
-        from executor.profilers_capture import profile_window
 
         return await profile_window(self, rendered, self.target.profiler_seconds, self.target.python)
+
+    def evaluate_quality(self, knobs: dict[str, Any], seed: int = 0) -> None:
+        """No accuracy evaluation runs on a real target yet: a quality-risk change stays pending."""
+        return None
 
     def costs(self, deploy: dict[str, Any], load: dict[str, Any], summary: Any, cards: int,
               profile_capture: bool) -> list[Any]:

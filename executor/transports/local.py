@@ -5,7 +5,7 @@ import asyncio
 import shutil
 from pathlib import Path
 
-from executor.records import write_atomic
+from core.records import write_atomic
 from executor.transports.base import CommandResult, LauncherTransport, Transient
 
 

@@ -14,17 +14,28 @@ import os
 import shutil
 import time
 from contextlib import contextmanager
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Iterator
 
-from executor import records as rec
+from core import profiles, scenarios
+from core import records as rec
+from core.summary import Summary
+from core.trial import CostEntry
 from executor.costs import charges
 from executor.phases import PhaseFailure, crashpoint
-from executor.summary import Summary
-from executor.trial import CostEntry
 from executor.targets import Target
 from executor.templates import ServiceSpec
-from executor.transports.base import AlreadyClaimed, CommandResult, LoadPlan, Markers, ServiceState, StaleLaunch
+from executor.transports.base import (
+    AlreadyClaimed,
+    CommandResult,
+    LoadPlan,
+    Markers,
+    ServiceState,
+    StaleLaunch,
+)
+from simulator import engine, quality
+from simulator.faults import Faults
 
 
 def _faults(argv: tuple[str, ...]) -> list[str]:
@@ -137,8 +148,6 @@ class SimTransport:
         return os.getpid()
 
     def _simulate(self, plan: LoadPlan, out: Path) -> None:
-        from simulator import engine, profiles, scenarios
-        from simulator.faults import Faults
 
         faults = Faults.parse(list(plan.faults)) if plan.faults else None
         knobs = dict(plan.knobs) | {"concurrency": plan.concurrency, "request_rate": plan.request_rate}
@@ -173,12 +182,10 @@ class SimTransport:
 
     # -- what differs from a real target ------------------------------------------------------------
     def _profile(self) -> Any:
-        from simulator import profiles
 
         return profiles.load(self.target.profile)
 
     async def source_identity(self) -> str:
-        from importlib.metadata import version
 
         return f"simulator:tuneloop-{version('tuneloop')}:profile={self._profile().name}"
 
@@ -210,6 +217,11 @@ class SimTransport:
         if br.exists():
             return {"summary": json.loads(br.read_text()), "source": "simulator breakdown"}
         return {"summary": None, "source": "simulator breakdown missing"}
+
+    def evaluate_quality(self, knobs: dict[str, Any], seed: int = 0) -> Any:
+        """The simulator's modelled accuracy evaluation of a station (the quality gate)."""
+
+        return quality.evaluate(self._profile(), knobs, seed=seed)
 
     def costs(self, deploy: dict[str, Any], load: dict[str, Any], summary: Summary | None, cards: int,
               profile_capture: bool) -> list[CostEntry]:

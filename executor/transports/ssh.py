@@ -9,15 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from pathlib import Path
 
 import asyncssh
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from executor.targets import Target
 from executor.templates import ServiceSpec
-from executor.transports.base import CommandResult, LauncherTransport, Transient, TransportError, remote_command
-
+from executor.transports.base import (
+    CommandResult,
+    LauncherTransport,
+    Transient,
+    TransportError,
+    remote_command,
+)
 
 _HTTP_PROBE = """import sys, urllib.request as u, urllib.error as e
 try:
@@ -134,7 +145,6 @@ class SshTransport(LauncherTransport):
         await self._with_reconnect(h, op)
 
     async def fetch_dir(self, remote: str, local: Path) -> None:
-        import shutil
 
         if local.exists():
             shutil.rmtree(local)

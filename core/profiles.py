@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from executor.knobs import catalog
-from simulator import datafiles
+from core import datafiles
+from core.knobs import catalog
 
 
 class Role(BaseModel):

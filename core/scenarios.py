@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from simulator import datafiles
+from core import datafiles
 
 Task = Literal["copy", "chat", "code"]
 

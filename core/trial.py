@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from executor.summary import Contract, Summary, Verdict
+from core.summary import Contract, Summary, Verdict
 
 PHASES = ("lock", "prepare", "deploy", "health", "warmup", "load", "collect", "validate", "release")
 Stage = Literal["screen", "confirm", "baseline", "restore"]

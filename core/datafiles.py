@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 def builtin_dir(folder: str) -> Path:
-    return Path(str(resources.files("simulator").joinpath(folder)))
+    return Path(str(resources.files("core").joinpath(folder)))
 
 
 def builtin_names(folder: str) -> list[str]:

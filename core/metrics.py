@@ -12,8 +12,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from executor.records import RequestRecord, RunInfo
-from executor.summary import Dist, Summary, WindowFigures
+from core.records import RequestRecord, RunInfo
+from core.summary import Dist, Summary, WindowFigures
 
 SLO_KEYS = {"ttft_ms": "ttft", "ttft": "ttft", "tpot_ms": "tpot", "tpot": "tpot",
             "e2e_ms": "e2e", "e2el": "e2e", "e2e": "e2e", "e2el_ms": "e2e"}

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from executor.knobs import COST_ORDER, Catalog, catalog
+from core.knobs import COST_ORDER, Catalog, catalog
 
 LOAD_KNOBS = ("concurrency", "request_rate")
 

@@ -140,5 +140,5 @@ class Catalog(BaseModel):
 
 @lru_cache(maxsize=1)
 def catalog() -> Catalog:
-    text = resources.files("executor").joinpath("knobs.yaml").read_text()
+    text = resources.files("core").joinpath("knobs.yaml").read_text()
     return Catalog.model_validate(yaml.safe_load(text))

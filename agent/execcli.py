@@ -1,4 +1,5 @@
-"""`tuneloop exec ...` and `tuneloop restore`: the executor from the command line.
+"""`tuneloop exec ...` and `tuneloop restore`: the executor from the command line, over a store (the agent
+layer composes the two; the executor itself never imports the state layer).
 
     tuneloop exec run SPEC.json      run (or finish) one trial; prints the TrialResult JSON
     tuneloop exec resume             finish every unfinished run after a crash
@@ -45,7 +46,7 @@ def run_cmd(spec: Path = typer.Argument(..., help="TrialSpec JSON file"), store:
     """Run one trial through every phase; idempotent on the spec's run_id."""
     from pydantic import ValidationError
 
-    from executor.trial import TrialSpec
+    from core.trial import TrialSpec
 
     try:
         ts = TrialSpec.model_validate_json(spec.read_text())
@@ -70,7 +71,7 @@ def resume_cmd(store: Optional[str] = StoreOpt, targets: Optional[Path] = Target
 @app.command("phases")
 def phases_cmd(run_id: str, store: Optional[str] = StoreOpt) -> None:
     """Print the run's phase journal, one record per line."""
-    from executor.journal import as_record
+    from core.journal import as_record
     from state.store import Store, default_url
 
     for r in Store(store or default_url()).phases(run_id):
