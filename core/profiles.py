@@ -1,6 +1,6 @@
 """Profiles: a simulated deployment as data (layout, engine defaults, step-time coefficients, costs).
 
-A profile YAML in simulator/profiles/ (or any path) says how many prefill/decode instances there are,
+A profile YAML in core/profiles/ (or any path) says how many prefill/decode instances there are,
 what an engine does when a knob is not given (`defaults`), where the field report started
 (`start_knobs`), and the coefficients of the step-time shapes published by DistServe, Vidur and aiconfigurator.
 """

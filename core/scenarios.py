@@ -1,6 +1,6 @@
 """Scenarios: versioned, seeded workload generators shared by the simulator and the load generator.
 
-A scenario is data (YAML in simulator/scenarios/ or any file path); the loop never changes it.
+A scenario is data (YAML in core/scenarios/ or any file path); the loop never changes it.
 Prompts are whitespace-separated words; the simulator counts one token per word, a real engine
 tokenises the same text its own way (the load generator records the engine's usage counts).
 """

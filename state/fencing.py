@@ -1,4 +1,4 @@
-"""Leases with fencing epochs and the phase journal (executor/journal.py's Journal and Leases).
+"""Leases with fencing epochs and the phase journal (core/journal.py's Journal and Leases).
 
 A lease row per target holds (holder, epoch, expires_at in unix seconds, read from PostgreSQL's
 clock when workers share one, so hosts with skewed clocks agree). The epoch only grows: every acquisition

@@ -9,6 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUTSIDE = re.compile(r"\.\./shared|\b(?:REFERENCE|DESIGN|STYLE|ENGINES)\.md\b")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+PATH = re.compile(r"`((?:[\w.-]+/)+[\w.*-]*)`")  # a backticked repository path: `executor/runner.py`, `docs/`
 
 
 def tracked() -> list[Path]:
@@ -39,6 +40,28 @@ def broken_links(md: Path) -> list[str]:
         if not resolved.exists() or ROOT not in resolved.parents and resolved != ROOT:
             bad.append(target)
     return bad
+
+
+def stale_paths(md: Path) -> list[str]:
+    """Backticked repository paths in a document that name no file or folder of the repository."""
+    out = []
+    for p in PATH.findall(md.read_text(encoding="utf-8")):
+        if p.startswith(("/", "~", ".tuneloop", "http")) or "<" in p:
+            continue
+        if not any(ROOT.glob(p.rstrip("/"))):
+            out.append(p)
+    return out
+
+
+def test_paths_named_in_the_docs_exist():
+    mds = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    assert {str(m.relative_to(ROOT)): stale_paths(m) for m in mds if stale_paths(m)} == {}
+
+
+def test_the_path_check_sees_a_stale_path(tmp_path: Path):
+    md = tmp_path / "x.md"
+    md.write_text("the runner (`executor/runner.py`) and the old one (`executor/no_such_module.py`)\n")
+    assert stale_paths(md) == ["executor/no_such_module.py"]
 
 
 def test_no_file_points_outside_the_repository():
