@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import typer
 
+from agent.execcli import app as exec_app
+from agent.execcli import restore_cmd
 from agent.report.cli import report
 from agent.runcli import approve, run
 from api.cli import serve, worker
-from agent.execcli import app as exec_app
-from agent.execcli import restore_cmd
 from executor.llamacpp import app as llamacpp_app
 from executor.loadcli import app as load_app
 from simulator.cli import app as sim_app

@@ -51,7 +51,9 @@ def setup_postgres(url: str, timeout_s: float = 300.0) -> None:
     statement blocked on the lock holds a snapshot, and the holder's CREATE INDEX CONCURRENTLY waits for
     every such snapshot to end (a deadlock PostgreSQL does not detect)."""
     import psycopg  # deferred: psycopg, only for a PostgreSQL store
-    from langgraph.checkpoint.postgres import PostgresSaver  # deferred: langgraph's PostgreSQL saver, only for a PostgreSQL store
+    from langgraph.checkpoint.postgres import (
+        PostgresSaver,  # deferred: langgraph's PostgreSQL saver, only for a PostgreSQL store
+    )
 
     with psycopg.connect(url, autocommit=True) as conn:
         if _migrated(conn, PostgresSaver):
@@ -73,7 +75,9 @@ def setup_postgres(url: str, timeout_s: float = 300.0) -> None:
 @contextmanager
 def checkpointer(store_url: str) -> Iterator[Any]:
     if store_url.startswith(("postgresql", "postgres")):
-        from langgraph.checkpoint.postgres import PostgresSaver  # deferred: langgraph's PostgreSQL saver, only for a PostgreSQL store
+        from langgraph.checkpoint.postgres import (
+            PostgresSaver,  # deferred: langgraph's PostgreSQL saver, only for a PostgreSQL store
+        )
 
         url = store_url.replace("postgresql+psycopg://", "postgresql://")
         setup_postgres(url)

@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core import records as rec  # noqa: E402
-from executor.loadgen import LoadConfig, ScenarioPrompts, run_load, run_procs  # noqa: E402
 from core.scenarios import Scenario  # noqa: E402
+from executor.loadgen import LoadConfig, ScenarioPrompts, run_load, run_procs  # noqa: E402
 
 SCENARIO = Scenario(name="ceiling", version=1, task="chat", input_len=32, output_len=1024)
 TICK = os.sysconf("SC_CLK_TCK")

@@ -38,11 +38,11 @@ def main() -> None:
 def run(args: argparse.Namespace, out: Path) -> None:
     from agent.record import build_history
     from agent.session import run_session
+    from core.trial import TrialSpec
     from executor.llamacpp import prepare
     from executor.phases import ExecSettings
     from executor.runner import Executor
     from executor.targets import load_targets
-    from core.trial import TrialSpec
     from state.goal import load_goal
     from state.store import Store
 

@@ -29,7 +29,6 @@ from bench.tuners.loop import run_loop  # noqa: E402
 from bench.tuners.meter import Meter  # noqa: E402
 from bench.tuners.report import plot, write_table  # noqa: E402
 
-
 _WORKER: Evaluator | None = None
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
+from test_api_support import TOKENS, TOKENS_ENV, auth, small_goal, wait_until
 
 from api.app import create_app
 from api.service import Service
 from api.settings import Settings
-from test_api_support import TOKENS, TOKENS_ENV, auth, small_goal, wait_until
 
 # every mutating endpoint and the least role it needs (a new one must be added here, see the test below)
 MUTATING = {
@@ -174,7 +174,8 @@ def test_health_metrics_and_openapi_show_no_secret(idle_client):
 
 # -- schemathesis: a bounded run over the spec ---------------------------------------------------------------
 schemathesis = pytest.importorskip("schemathesis")
-from hypothesis import HealthCheck, Phase, settings as hsettings  # noqa: E402
+from hypothesis import HealthCheck, Phase  # noqa: E402
+from hypothesis import settings as hsettings
 
 _FUZZ: dict[str, Service] = {}
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
+from test_api_support import TOKENS_ENV, auth, small_goal, wait_until
 
 from api.app import create_app
 from api.chat import parse
 from api.settings import Settings
-from test_api_support import TOKENS_ENV, auth, small_goal, wait_until
 
 CASES = [
     ("approve 7", {"kind": "approve", "candidate_id": 7}),

@@ -9,12 +9,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from fastapi.testclient import TestClient
+from test_api_support import TOKENS_ENV, auth, small_goal
 
 from api.app import create_app
 from api.service import Service
 from api.settings import Settings
 from state.goal import parse_goal
-from test_api_support import TOKENS_ENV, auth, small_goal
 
 
 class ScriptedModel:

@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 from core.journal import as_record
+from core.trial import PHASES, TrialSpec
 from executor.phases import ExecSettings
 from executor.runner import Executor
 from executor.targets import Host, Target
-from core.trial import PHASES, TrialSpec
 from state.store import Store
 
 SCENARIO = "name: tiny-copy\nversion: 1\ntask: copy\ninput_len: 256\noutput_len: 32\nseed: 7\n"

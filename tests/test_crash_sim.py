@@ -8,9 +8,9 @@ import signal
 import pytest
 
 from core.journal import as_record
+from core.trial import PHASES, TrialSpec
 from executor.phases import ExecSettings
 from executor.runner import Executor
-from core.trial import PHASES, TrialSpec
 from state.store import Store
 
 SCENARIO = "name: tiny-copy\nversion: 1\ntask: copy\ninput_len: 512\noutput_len: 64\nseed: 7\n"

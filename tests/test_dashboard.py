@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from test_api_support import TOKENS, ServerProcess, service_env, small_goal
 
 CHROMIUM = "/usr/bin/chromium"

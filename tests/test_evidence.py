@@ -7,8 +7,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from core import records as rec
-from executor.evidence import WAITING, digest, parse_endpoints, parse_prometheus, role_series, scrape_loop
 from core.records import EngineSample, PrefillBatch
+from executor.evidence import WAITING, digest, parse_endpoints, parse_prometheus, role_series, scrape_loop
 
 VLLM_TEXT = """# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge

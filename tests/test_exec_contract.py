@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from core.summary import Contract
+from core.trial import TrialSpec
 from executor.phases import ExecSettings
 from executor.runner import Executor
-from core.summary import Contract
 from executor.targets import Host, Target
 from executor.templates import ServiceSpec
 from executor.transports.local import LocalTransport
-from core.trial import TrialSpec
 from state.goal import load_goal
 from state.store import Store
 

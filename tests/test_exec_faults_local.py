@@ -11,13 +11,13 @@ import sys
 import httpx
 import pytest
 
-from executor.collect import STATS_FAULT
 from core.journal import as_record
+from core.trial import TrialSpec
+from executor.collect import STATS_FAULT
 from executor.phases import ExecSettings
 from executor.runner import Executor
 from executor.targets import Host, Target
 from executor.transports.local import LocalTransport
-from core.trial import TrialSpec
 from state.store import Store
 
 COPY = "name: tiny-copy\nversion: 1\ntask: copy\ninput_len: 256\noutput_len: 32\nseed: 7\n"

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from core.journal import as_record
+from core.trial import PHASES, TrialSpec
 from executor.phases import ExecSettings
 from executor.runner import Executor
-from core.trial import PHASES, TrialSpec
 from state.store import Store
 
 SCENARIO = """name: tiny-copy

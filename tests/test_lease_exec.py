@@ -7,10 +7,10 @@ import signal
 import time
 
 from core.journal import as_record, is_stale_epoch
+from core.trial import TrialSpec
 from executor.phases import ExecSettings
 from executor.runner import Executor
 from executor.transports.base import StaleLaunch
-from core.trial import TrialSpec
 from state.store import Store
 
 SCENARIO = "name: tiny-copy\nversion: 1\ntask: copy\ninput_len: 256\noutput_len: 32\nseed: 7\n"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from test_llamacpp_loop import _executor, _stop_all, _target, engine  # noqa: F401  (engine: shared fixture)
 
-from core.trial import TrialSpec
 from core import scenarios
+from core.trial import TrialSpec
 
 SCENARIO = "llamacpp-shared-prefix"
 # one request at a time: every request finds both slots idle, and llama-server gives it the slot whose

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from core.journal import as_record
+from core.trial import TrialSpec
 from executor.phases import ExecSettings
 from executor.runner import Executor
 from executor.targets import Host, Target
-from core.trial import TrialSpec
 from state.goal import GoalSpec
 from state.store import Store
 
@@ -81,8 +81,8 @@ def _stop_all(ex: Executor, target: Target) -> None:
 
 
 def test_generated_model_is_reproducible_and_in_the_data_version(engine, tmp_path):
-    from executor.llamamodel import file_sha256, scenario_recipe, write_model
     from core import scenarios
+    from executor.llamamodel import file_sha256, scenario_recipe, write_model
 
     sc = scenarios.load(SCENARIO)
     again = write_model(scenario_recipe(sc), tmp_path / "again.gguf")

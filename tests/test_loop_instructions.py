@@ -1,7 +1,6 @@
 """Instructions and requests the loop carries out besides experiments: "go back to the best" and profile capture."""
 from __future__ import annotations
 
-
 import pytest
 
 from agent.diagnosis import diagnose

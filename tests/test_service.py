@@ -7,9 +7,9 @@ import threading
 
 import httpx
 import pytest
+from test_api_support import TOKENS, ServerProcess, auth, service_env, small_goal, wait_until, worker_process
 
 from state.workqueue import QueueStore
-from test_api_support import TOKENS, ServerProcess, auth, service_env, small_goal, wait_until, worker_process
 
 
 def awaiting(url: str, gid: str) -> list[dict]:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from executor.evidence import digest
-from core.metrics import summarize
 from core import profiles
+from core.metrics import summarize
+from executor.evidence import digest
 from simulator import engine
 
 DSV4 = "dsv4-flash-910c-p8d8"

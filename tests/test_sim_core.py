@@ -6,12 +6,11 @@ import statistics
 import pytest
 from typer.testing import CliRunner
 
+from core import profiles, scenarios
 from core import records as rec
-from executor.collect import CollectionError, summarize_run
 from core.knobs import KnobError
 from core.metrics import summarize
-from core import profiles
-from core import scenarios
+from executor.collect import CollectionError, summarize_run
 from simulator import engine
 from simulator.cli import app as sim_app
 from simulator.cluster import Cluster

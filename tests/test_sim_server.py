@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from core import records as rec
-from executor.collect import STATS_FAULT, CollectionError, collect, summarize_run
-from executor.loadgen import LoadConfig, run
 from core.metrics import inflight_steps, summarize, window
 from core.records import RequestRecord
+from executor.collect import STATS_FAULT, CollectionError, collect, summarize_run
+from executor.loadgen import LoadConfig, run
 from tests.test_loadgen import kill_when_written
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from core.trial import TrialSpec
 from executor.phases import ExecSettings
 from executor.runner import Executor
 from executor.targets import Host, SshOptions, Target
-from core.trial import TrialSpec
 from state.store import Store
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"

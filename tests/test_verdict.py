@@ -4,10 +4,10 @@ import json
 import pytest
 
 from core import records as rec
-from executor.collect import CollectionError, STATS_FAULT, collect, contract_for, summarize_run
-from executor.exports import requests_csv, vllm_result
 from core.records import RequestRecord, RunInfo
 from core.summary import Contract
+from executor.collect import STATS_FAULT, CollectionError, collect, contract_for, summarize_run
+from executor.exports import requests_csv, vllm_result
 from executor.verdict import judge
 
 

@@ -8,11 +8,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from fastapi.testclient import TestClient
+from test_api_support import TOKENS_ENV, auth, small_goal, wait_until
 
 from api.app import create_app
 from api.settings import Settings, Webhook
 from api.webhooks import Notifier, payload
-from test_api_support import TOKENS_ENV, auth, small_goal, wait_until
 
 
 class Receiver:

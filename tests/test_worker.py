@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy.exc
 from fastapi.testclient import TestClient
+from test_api_support import TOKENS_ENV, auth, small_goal
 
 from agent.session import run_session
 from api.app import create_app
@@ -13,7 +14,6 @@ from api.service import Service
 from api.settings import Settings
 from api.worker import Worker
 from state.goal import parse_goal
-from test_api_support import TOKENS_ENV, auth, small_goal
 
 
 @pytest.fixture

@@ -15,14 +15,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from core import profiles, scenarios
 from core import records as rec
-from executor.collect import contract_for
 from core.metrics import summarize
 from core.station import full_knobs
 from core.summary import Summary
+from executor.collect import contract_for
 from executor.verdict import judge
-from core import profiles
-from core import scenarios
 from simulator import engine
 
 CACHE_VERSION = 1

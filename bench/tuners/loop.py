@@ -10,8 +10,8 @@ from typing import Any
 
 from bench.tuners.evaluate import Eval, of_summary
 from bench.tuners.meter import Trial, charge
-from core.station import full_knobs
 from core.profiles import Profile
+from core.station import full_knobs
 
 BEST_KINDS = ("baseline", "new_best", "quality_passed")
 
@@ -40,8 +40,8 @@ def read_trials(store: Any, goal_id: str, goal: Any, profile: Profile,
                 space: dict[str, list[Any]]) -> tuple[list[Trial], dict[str, Any]]:
     """The loop's experiments in judged order, and the bench's re-charge of them (must agree)."""
     from agent.record import card_of
-    from executor.targets import builtin_sim
     from core.trial import CostEntry
+    from executor.targets import builtin_sim
 
     best = goal.start_station()
     trials: list[Trial] = []

@@ -13,9 +13,9 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict
 
 from bench.tuners.evaluate import Eval
+from core.profiles import Costs
 from core.station import LOAD_KNOBS, change_cost
 from core.trial import CostEntry
-from core.profiles import Costs
 
 
 def charge(costs: Costs, running: dict[str, Any] | None, new: dict[str, Any], load_s: float,
