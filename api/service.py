@@ -33,7 +33,9 @@ class Service:
     @classmethod
     def open(cls, settings: Settings) -> "Service":
         from executor.targets import load_targets
+        from simulator.datafiles import use_data_dirs
 
+        use_data_dirs(settings.data_dirs)
         if settings.db_url.startswith("sqlite:///"):
             Path(settings.db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         store = QueueStore(settings.db_url)

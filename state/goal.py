@@ -11,10 +11,11 @@ import json
 import math
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
+                      field_validator)
 
 from executor.knobs import KnobError, catalog
 from executor.summary import Contract, Summary
@@ -35,7 +36,38 @@ REPORTABLE = tuple(f"{m}_{s}_ms" for m in LATENCIES for s in STATS) + (
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _bounded(lo: float, hi: float, *, integer: bool = False, lo_open: bool = False, unit: str = "") -> Any:
+    """A finite number within [lo, hi] ((lo, hi] with lo_open), refused with the field's range otherwise
+    (Infinity, 1e309, 10**20 ...). The bounds also go into the JSON schema."""
+    def num(x: float) -> str:
+        return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+    rng = f"{'(' if lo_open else '['}{num(lo)}, {num(hi)}]{unit}"
+    what = "an integer" if integer else "a finite number"
+
+    def check(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return v  # strings, None ...: pydantic's own parsing names the problem
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"must be {what} in {rng}, not {v}")
+        if (v <= lo if lo_open else v < lo) or v > hi:
+            raise ValueError(f"must be {what} in {rng}")
+        return v
+
+    typ = int if integer else float
+    limits = {"gt" if lo_open else "ge": typ(lo), "le": typ(hi)}
+    return Annotated[typ, BeforeValidator(check), Field(**limits)]
+
+
+# the ranges of every number of a goal (a goal beyond them is a typo, never a plan)
+LatencyMs = _bounded(0, 3_600_000, lo_open=True, unit=" ms")
+Count = _bounded(1, 1_000_000, integer=True)
+Seconds = _bounded(0, 7 * 86400, lo_open=True, unit=" s")
+CardHours = _bounded(0, 1_000_000, lo_open=True, unit=" card-hours")
+Experiments = _bounded(1, 100_000, integer=True)
 
 
 class Objective(_Frozen):
@@ -51,7 +83,7 @@ class Objective(_Frozen):
 
 _LatencyLimits = create_model(  # type: ignore[call-overload]
     "_LatencyLimits", __base__=_Frozen,
-    **{f"{m}_{s}_ms_lt": (float | None, Field(None, gt=0)) for m in LATENCIES for s in STATS},
+    **{f"{m}_{s}_ms_lt": (LatencyMs | None, None) for m in LATENCIES for s in STATS},
 )
 
 
@@ -59,9 +91,9 @@ class Constraints(_LatencyLimits):  # type: ignore[misc, valid-type]
     """The SLO. Latency limits are strict (`_lt`): a mean TPOT of exactly 20 ms breaks `tpot_mean_ms_lt: 20`."""
 
     all_succeed: bool = True
-    output_len: int | None = Field(None, ge=1)
-    cards: int | None = Field(None, ge=1)
-    min_cache_hit: float | None = Field(None, ge=0, le=1)
+    output_len: Count | None = None
+    cards: _bounded(1, 100_000, integer=True) | None = None  # type: ignore[valid-type]
+    min_cache_hit: _bounded(0, 1) | None = None  # type: ignore[valid-type]
 
     def latency_limits(self) -> dict[str, float]:
         return {k: v for k, v in self.model_dump().items() if k.endswith("_ms_lt") and v is not None}
@@ -88,12 +120,12 @@ class Constraints(_LatencyLimits):  # type: ignore[misc, valid-type]
 
 
 class ExperimentProtocol(_Frozen):
-    screen_n: int = Field(320, ge=1)
-    confirm_n: int = Field(640, ge=1)
-    warmup: int = Field(0, ge=0)
-    native_min_requests: int = Field(128, ge=1)
-    native_min_seconds: float = Field(60.0, gt=0)
-    seeds: tuple[int, ...] = (0,)
+    screen_n: Count = 320  # type: ignore[valid-type]
+    confirm_n: Count = 640  # type: ignore[valid-type]
+    warmup: _bounded(0, 100_000, integer=True) = 0  # type: ignore[valid-type]
+    native_min_requests: Count = 128  # type: ignore[valid-type]
+    native_min_seconds: Seconds = 60.0  # type: ignore[valid-type]
+    seeds: tuple[_bounded(0, 2**32 - 1, integer=True), ...] = Field((0,), min_length=1, max_length=16)  # type: ignore[valid-type]
 
     @field_validator("confirm_n")
     @classmethod
@@ -108,14 +140,14 @@ class ExperimentProtocol(_Frozen):
 
 
 class Budget(_Frozen):
-    card_hours: float = Field(gt=0)
-    experiments: int = Field(ge=1)
+    card_hours: CardHours  # type: ignore[valid-type]
+    experiments: Experiments  # type: ignore[valid-type]
     deadline: datetime | None = None
 
 
 class StopRules(_Frozen):
-    max_without_improvement: int = Field(4, ge=1)  # valid experiments in a row that changed nothing
-    min_gain_pct: float = Field(1.0, ge=0)  # a candidate must be expected to gain at least this much
+    max_without_improvement: _bounded(1, 10_000, integer=True) = 4  # type: ignore[valid-type]  # valid experiments in a row that changed nothing
+    min_gain_pct: _bounded(0, 10_000, unit=" %") = 1.0  # type: ignore[valid-type]  # a candidate must be expected to gain at least this much
     stop_on_unknown: Literal[True] = True  # an UNKNOWN run state always stops the loop
 
 
@@ -146,12 +178,25 @@ class GoalSpec(_Frozen):
     @field_validator("scenario")
     @classmethod
     def _scenario_exists(cls, v: str) -> str:
+        """A name in the data directories, never a path (simulator/datafiles.py); the file must be valid."""
+        from simulator import datafiles
         from simulator.scenarios import load
 
-        try:
-            load(v)
-        except FileNotFoundError as e:
-            raise ValueError(str(e)) from None
+        datafiles.resolve_name("scenarios", "scenario", v)
+        load(v)  # DataFileError: names the file's field and reason, never its content
+        return v
+
+    @field_validator("sim_profile")
+    @classmethod
+    def _profile_exists(cls, v: str | None) -> str | None:
+        """Like `scenario`: a profile by name, valid, or null (a real engine)."""
+        if v is None:
+            return None
+        from simulator import datafiles
+        from simulator.profiles import load
+
+        datafiles.resolve_name("profiles", "profile", v)
+        load(v)
         return v
 
     @field_validator("constraints")
@@ -195,6 +240,8 @@ class GoalSpec(_Frozen):
                     raise KnobError(name, f"not a knob of engine {engine!r}")
                 if not values:
                     raise KnobError(name, "needs at least one value")
+                if len(values) > 1000:
+                    raise KnobError(name, "at most 1000 values")
                 out[name] = tuple(knob.coerce(x) for x in values)
             except KnobError as e:
                 raise ValueError(f"{e.knob}: {e.reason}") from None
@@ -270,11 +317,13 @@ def parse_goal(data: Any, source: str = "<goal>") -> GoalSpec:
 
 def load_goal(path: str | Path) -> GoalSpec:
     """Read a goal from YAML or JSON (by suffix; YAML otherwise)."""
+    from simulator.datafiles import DataFileError, read_text
+
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as e:
-        raise GoalError(str(p), [("(file)", e.strerror or str(e))]) from None
+        text = read_text(p, "goal file")
+    except DataFileError as e:
+        raise GoalError(str(p), [("(file)", str(e).removeprefix("goal file: "))]) from None
     try:
         data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
