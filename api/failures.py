@@ -63,8 +63,8 @@ def describe(e: BaseException) -> str:
     if len(msg) > 400:
         msg = msg[:400] + " …"
     full = storage_full(e)
-    if full and type(e).__name__ != "StorageFull":
-        return redact(f"StorageFull ({full}): {msg}")
+    if full:
+        return redact(msg if msg.startswith("StorageFull") else f"StorageFull ({full}): {msg}")
     return redact(f"{type(e).__name__}: {msg}" if msg else type(e).__name__)
 
 

@@ -35,11 +35,11 @@ def create_goal(store: Any, spec: Any, who: str, key: str | None) -> Any:
         pass
     try:
         return store.create_goal(spec, gid, unique_active=True)
-    except (Conflict, IntegrityError):
+    except (Conflict, IntegrityError) as refused:
         try:
             won = store.get_goal(gid)  # a parallel request with this key won the insert
         except NotFound:
-            raise  # an identical goal runs on the target: 409 naming it
+            raise refused from None  # an identical goal runs on the target: 409 naming it
         return _same(won, spec)
 
 

@@ -103,11 +103,14 @@ class PrefillBatch(BaseModel):
 class StorageFull(OSError):
     """The disk (or the quota) is full: a permanent error, never retried; nothing half-written stays behind."""
 
+    def __str__(self) -> str:  # names itself wherever it is shown (a goal's stop reason, a run's status)
+        return f"StorageFull ({errno.errorcode.get(self.errno or 0, self.errno)}): {self.strerror}"
+
 
 def storage_error(e: OSError, path: Path) -> OSError:
     """ENOSPC / EDQUOT as StorageFull naming the file; any other OSError as it is."""
     if e.errno in (errno.ENOSPC, errno.EDQUOT) and not isinstance(e, StorageFull):
-        return StorageFull(e.errno, f"{errno.errorcode[e.errno]}: {os.strerror(e.errno)} writing {path}")
+        return StorageFull(e.errno, f"{os.strerror(e.errno)} writing {path}")
     return e
 
 

@@ -49,7 +49,7 @@ def test_write_atomic_on_a_full_disk_names_it_keeps_the_old_file_and_removes_the
         raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(os, "fsync", full)
-    with pytest.raises(rec.StorageFull, match=rf"{errno.errorcode[code]}: .* writing {target}"):
+    with pytest.raises(rec.StorageFull, match=rf"StorageFull \({errno.errorcode[code]}\): .* writing {target}"):
         rec.write_atomic(target, "new content\n")
     assert target.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]  # no temporary file left
@@ -120,8 +120,8 @@ def test_a_full_disk_is_permanent_and_named():
 
     from api.failures import describe, is_transient
 
-    full = rec.StorageFull(errno.ENOSPC, "ENOSPC: No space left on device writing /r/spec.json")
-    assert not is_transient(full) and describe(full).startswith("StorageFull: ")
+    full = rec.StorageFull(errno.ENOSPC, "No space left on device writing /r/spec.json")
+    assert not is_transient(full) and describe(full) == "StorageFull (ENOSPC): No space left on device writing /r/spec.json"
     raw = OSError(errno.EDQUOT, "Disk quota exceeded")
     assert not is_transient(raw) and describe(raw).startswith("StorageFull (EDQUOT)")
     db_full = sa_exc.OperationalError("INSERT", {}, sqlite3.OperationalError("database or disk is full"))
