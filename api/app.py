@@ -19,6 +19,7 @@ _ERR = {"content": {"application/json": {"schema": {"type": "object", "propertie
 # what every authenticated operation may answer besides its own responses (documented, so a client and a
 # schema checker know every status code the server sends)
 GUARDED: dict[int | str, dict[str, Any]] = {
+    400: {"description": "the request cannot be parsed (a body that is not JSON)", **_ERR},
     401: {"description": "no token, or an unknown one", **_ERR},
     403: {"description": "the token's role is below the action's (api/permissions.py)", **_ERR},
     404: {"description": "no such goal, candidate, experiment or station", **_ERR},
