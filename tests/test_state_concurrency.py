@@ -19,21 +19,26 @@ CTX = mp.get_context("forkserver")
 CTX.set_forkserver_preload(["state.store", "state.goal"])
 
 
-def _approve(url: str, cid: int, h: str, who: str, barrier, out) -> None:
+def _race(s, barrier, out, act) -> None:
+    """Wait for the others, act once, report ok / conflict / error on the queue, close the store."""
     from state.errors import Conflict
-    from state.store import Store
 
-    s = Store(url)
     barrier.wait()
     try:
-        s.approve(cid, h, who)
-        out.put(("ok", who))
+        out.put(("ok", act()))
     except Conflict as e:
         out.put(("conflict", str(e)))
     except Exception as e:  # anything else fails the test
         out.put(("error", repr(e)))
     finally:
         s.close()
+
+
+def _approve(url: str, cid: int, h: str, who: str, barrier, out) -> None:
+    from state.store import Store
+
+    s = Store(url)
+    _race(s, barrier, out, lambda: (s.approve(cid, h, who), who)[1])
 
 
 def _acquire_once(url: str, holder: str, barrier, out) -> None:
@@ -157,21 +162,12 @@ def test_processes_open_a_fresh_database_together(tmp_path: Path):
 
 def _create(url: str, key: str | None, barrier, out) -> None:
     from api.idempotency import create_goal
-    from state.errors import Conflict
     from state.goal import load_goal
     from state.store import Store
 
     s = Store(url)
     spec = load_goal("examples/goal-16k.yaml")
-    barrier.wait()
-    try:
-        out.put(("ok", create_goal(s, spec, "admin1", key).id))
-    except Conflict as e:
-        out.put(("conflict", str(e)))
-    except Exception as e:  # anything else fails the test
-        out.put(("error", repr(e)))
-    finally:
-        s.close()
+    _race(s, barrier, out, lambda: create_goal(s, spec, "admin1", key).id)
 
 
 @pytest.mark.parametrize("key", ["k-1", None])
