@@ -146,14 +146,20 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
         fault: list[str] = typer.Option([], "--fault", help="inject a simulator fault into the Nth run: N:fault"),
         targets: Optional[Path] = typer.Option(None, "--targets", help="targets YAML (local/ssh engines; sim needs none)"),
         new: bool = typer.Option(False, "--new", help="start a fresh goal even if one with this spec exists"),
+        data_dir: list[Path] = typer.Option([], "--data-dir",
+                                            help="a data directory (scenarios/, profiles/) whose files the goal may "
+                                                 "name, repeatable"),
         ) -> None:
     """Run the tuning loop for GOAL to a stop (or until a person must approve a step)."""
+    from core.datafiles import DataFileError, use_data_dirs
     from state.errors import GoalError
     from state.goal import load_goal
 
     try:
+        if isinstance(data_dir, list):  # called from Python (tuneloop demo) the option object stands for []
+            use_data_dirs(data_dir)
         spec = load_goal(goal)
-    except GoalError as e:
+    except (GoalError, DataFileError) as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(2) from None
     url = db or default_store_url()

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from api import permissions
 from api.auth import Principal
 from api.chat import HELP, Intent
 from api.failures import shown_status
 from api.service import Service
-from api.settings import ROLE_RANK
 from state.errors import NotFound
 
 
@@ -96,10 +96,12 @@ def _title(card: dict[str, Any]) -> str:
 
 
 def act(svc: Service, goal_id: str, intent: Intent, who: Principal) -> tuple[str, dict[str, Any] | None]:
-    """Carry out one chat intent; (reply, what was done). Approver actions need the approver role."""
+    """Carry out one chat intent; (reply, what was done). Each intent is the action of the permission table
+    (api/permissions.py) that its REST route takes, with the same role: Forbidden (403) below it."""
 
     st = svc.store
     k = intent.kind
+    permissions.check(who, permissions.CHAT.get(k, "chat.ask"))
     if k == "unknown":
         return HELP, None
     if k == "status":
@@ -108,8 +110,6 @@ def act(svc: Service, goal_id: str, intent: Intent, who: Principal) -> tuple[str
         if intent.candidate_id is None:
             return "which candidate? e.g. 'why was 12 rejected?'", None
         return why_rejected(svc, intent.candidate_id), None
-    if ROLE_RANK[who.role] < ROLE_RANK["approver"]:
-        raise PermissionError(f"{who.name} has role {who.role}; '{k}' needs approver")
     if k in ("approve", "reject"):
         if intent.candidate_id is None:
             return f"which candidate? e.g. '{k} 7'", None
@@ -146,9 +146,25 @@ def act(svc: Service, goal_id: str, intent: Intent, who: Principal) -> tuple[str
 def queue_restore(svc: Service, goal_id: str, station_hash: str, who: Principal, text: str) -> Any:
     """'Go back to a station' has one path: an instruction the goal's loop carries out (agent/restore.py),
     so it runs once, under the target's lease, and lands in the decision log with who asked."""
-    st = svc.store
-    st.get_station(station_hash)  # NotFound (404) for a station nobody froze
+    svc.store.get_station(station_hash)  # NotFound (404) for a station nobody froze
+    check_restore(svc, goal_id, station_hash)
     return instruct(svc, goal_id, "restore", who, restore=station_hash, text=text)
+
+
+def check_restore(svc: Service, goal_id: str, station_hash: str) -> None:
+    """A goal restores only a station it ran itself, on its own target (ValueError naming `restore`: 422)."""
+    st = svc.store
+    goal = st.get_goal(goal_id)
+    try:
+        station = st.get_station(station_hash)
+    except NotFound:
+        raise ValueError(f"restore: no frozen station with hash {station_hash!r}") from None
+    if station.target != goal.spec.target:
+        raise ValueError(f"restore: station {station_hash} is on target {station.target!r}, not on goal {goal_id}'s "
+                         f"target {goal.spec.target!r}")
+    if not any(r.station_hash == station_hash for r in st.runs(goal_id)):
+        raise ValueError(f"restore: station {station_hash} was not run by goal {goal_id}; restore it through the "
+                         f"goal that ran it (POST /stations/{station_hash}/restore)")
 
 
 def goal_of_station(svc: Service, station_hash: str) -> str:

@@ -8,28 +8,27 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from api.routes import (
-    budget,
-    candidates,
-    chat,
-    experiments,
-    goals,
-    health,
-    reports,
-    stations,
-)
+from api.guard import RequestGuard
+from api.routes import budget, candidates, chat, experiments, goals, health, reports, stations
 from api.service import Service
 from api.settings import Settings
-from state.errors import (
-    Conflict,
-    GoalError,
-    InvalidTransition,
-    NotFound,
-    Stale,
-    StaleEpoch,
-)
+from state.errors import Conflict, GoalError, InvalidTransition, NotFound, Stale, StaleEpoch
 
 DASHBOARD = Path(__file__).with_name("dashboard") / "index.html"
+_ERR = {"content": {"application/json": {"schema": {"type": "object", "properties": {"detail": {}}}}}}
+# what every authenticated operation may answer besides its own responses (documented, so a client and a
+# schema checker know every status code the server sends)
+GUARDED: dict[int | str, dict[str, Any]] = {
+    400: {"description": "the request cannot be parsed (a body that is not JSON)", **_ERR},
+    401: {"description": "no token, or an unknown one", **_ERR},
+    403: {"description": "the token's role is below the action's (api/permissions.py)", **_ERR},
+    404: {"description": "no such goal, candidate, experiment or station", **_ERR},
+    409: {"description": "the state does not allow it now (already decided, stale card, identical goal "
+                         "running, invalid transition)", **_ERR},
+    413: {"description": "request body larger than max_body_bytes (refused before it is read)", **_ERR},
+    422: {"description": "invalid input; each error names its field and the reason", **_ERR},
+}
+PUBLIC_RESPONSES: dict[int | str, dict[str, Any]] = {413: GUARDED[413]}
 
 
 def create_app(settings: Settings | None = None, *, start_workers: bool = True,
@@ -55,8 +54,9 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True,
     app = FastAPI(title="tuneloop", version="0.1.0", lifespan=lifespan,
                   description="Closed-loop tuning of LLM inference deployments: goals, approvals, experiments, "
                               "stations, chat. Auth: `Authorization: Bearer <token>` (viewer < approver < admin).")
-    for r in (goals, candidates, experiments, stations, budget, reports, chat, health):
-        app.include_router(r.router)
+    for r in (goals, candidates, experiments, stations, budget, reports, chat):
+        app.include_router(r.router, responses=GUARDED)
+    app.include_router(health.router, responses=PUBLIC_RESPONSES)
     _errors(app)
     if service is not None:
         app.state.service = service
@@ -67,6 +67,8 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True,
         route = request.scope.get("route")
         health.REQUESTS.labels(getattr(route, "path", "other"), request.method, str(resp.status_code)).inc()
         return resp
+
+    app.add_middleware(RequestGuard)  # outermost: size limit and token before any body is read
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def dashboard() -> str:
@@ -97,3 +99,4 @@ def _errors(app: FastAPI) -> None:
     app.add_exception_handler(InvalidTransition, err(409))
     app.add_exception_handler(StaleEpoch, err(409))
     app.add_exception_handler(ValueError, value_error)  # type: ignore[arg-type]
+    app.add_exception_handler(PermissionError, err(403))  # api.permissions.Forbidden

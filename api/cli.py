@@ -19,24 +19,34 @@ def _settings(**overrides: Any) -> Settings:
     except ValidationError as e:
         typer.echo(settings_error(e), err=True)
         raise typer.Exit(2) from None
+    except ValueError as e:  # a tokens file that cannot be read (named, never its content)
+        typer.echo(f"invalid service settings: {e}", err=True)
+        raise typer.Exit(2) from None
 
 
 def serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = typer.Option(8080, "--port"),
           db: Optional[str] = typer.Option(None, "--db", help="store URL (env TUNELOOP_DB; default SQLite)"),
           targets: Optional[Path] = typer.Option(None, "--targets", help="targets YAML (env TUNELOOP_TARGETS)"),
           workers: Optional[int] = typer.Option(None, "--workers", help="in-process workers (env TUNELOOP_WORKERS; 1)"),
+          data_dir: list[Path] = typer.Option([], "--data-dir", help="a data directory (scenarios/, profiles/) whose "
+                                              "files goals may name, repeatable (env TUNELOOP_DATA_DIRS)"),
           ) -> None:
     """Serve the REST API, the dashboard and the worker loop (SQLite + simulator target by default)."""
     import uvicorn
 
     from api.app import create_app
+    from api.logfilter import install, uvicorn_log_config
 
     settings = _settings(db_url=db, targets_file=targets, workers=workers)
+    if data_dir:
+        settings = settings.model_copy(update={"data_dirs": settings.data_dirs + tuple(data_dir)})
     if not settings.tokens:
         typer.echo("warning: no API tokens configured (TUNELOOP_TOKENS / TUNELOOP_ADMIN_TOKEN): every call "
                    "except /health and /metrics will answer 401", err=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    install(settings.secrets)
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info",
+                log_config=uvicorn_log_config(settings.secrets))
 
 
 def worker(db: Optional[str] = typer.Option(None, "--db", help="store URL, normally PostgreSQL (env TUNELOOP_DB)"),
@@ -52,6 +62,9 @@ def worker(db: Optional[str] = typer.Option(None, "--db", help="store URL, norma
     if settings.db_url.startswith("sqlite"):
         typer.echo("note: several worker processes should share PostgreSQL; SQLite works on one host only", err=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from api.logfilter import install
+
+    install(settings.secrets)
     svc = Service.open(settings)
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -2,10 +2,11 @@
 
 Re-running the loop is safe: it is store-backed and resumes at the recorded phase (the same property
 that lets a killed service continue). Transient = the database or a network peer was briefly
-unreachable; anything else (a bug, a refused spec, a missing station) is permanent: retrying cannot help.
+unreachable; anything else (a bug, a refused spec, a missing station, a full disk) is permanent: retrying cannot help.
 """
 from __future__ import annotations
 
+import errno
 import sqlite3
 from typing import Any
 
@@ -30,9 +31,27 @@ def _transient_types() -> tuple[type[BaseException], ...]:
     return tuple(types)
 
 
-def is_transient(e: BaseException) -> bool:
-    """True for errors a second attempt may not meet (lost connections, locked database, timeouts)."""
+def storage_full(e: BaseException) -> str | None:
+    """'ENOSPC' / 'EDQUOT' / 'SQLITE_FULL' / 'DiskFull' when the error (or its cause) is a full disk or quota."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return errno.errorcode[e.errno]
+        if isinstance(e, sqlite3.OperationalError) and "database or disk is full" in str(e):
+            return "SQLITE_FULL"
+        if type(e).__name__ == "DiskFull" or getattr(e, "sqlstate", None) == "53100":  # psycopg, PostgreSQL
+            return "DiskFull"
+        e = getattr(e, "orig", None) or e.__cause__ or e.__context__  # type: ignore[assignment]
+    return None
 
+
+def is_transient(e: BaseException) -> bool:
+    """True for errors a second attempt may not meet (lost connections, locked database, timeouts).
+    A full disk or quota is permanent: retrying cannot help and may leave more half-written state."""
+
+    if storage_full(e):
+        return False
     if isinstance(e, sa_exc.DBAPIError) and e.connection_invalidated:
         return True
     return isinstance(e, _transient_types())
@@ -43,6 +62,9 @@ def describe(e: BaseException) -> str:
     msg = " ".join(str(e).split())
     if len(msg) > 400:
         msg = msg[:400] + " …"
+    full = storage_full(e)
+    if full:
+        return redact(msg if msg.startswith("StorageFull") else f"StorageFull ({full}): {msg}")
     return redact(f"{type(e).__name__}: {msg}" if msg else type(e).__name__)
 
 

@@ -16,6 +16,7 @@ from api.auth import TokenTable
 from api.settings import Settings
 from api.webhooks import Notifier
 from api.worker import Worker
+from core.datafiles import use_data_dirs
 from executor.targets import load_targets
 from state.workqueue import QueueStore
 
@@ -37,6 +38,7 @@ class Service:
     @classmethod
     def open(cls, settings: Settings) -> "Service":
 
+        use_data_dirs(settings.data_dirs)
         if settings.db_url.startswith("sqlite:///"):
             Path(settings.db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         store = QueueStore(settings.db_url)

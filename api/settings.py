@@ -10,15 +10,9 @@ import os
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretStr,
-    ValidationError,
-    field_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from core.datafiles import read_yaml
 
 Role = Literal["viewer", "approver", "admin"]
 ROLE_RANK: dict[str, int] = {"viewer": 0, "approver": 1, "admin": 2}
@@ -43,6 +37,7 @@ class Webhook(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     url: SecretStr  # Slack / Feishu incoming-webhook URLs are secrets themselves
     format: WebhookFormat = "json"
+    secret: SecretStr | None = None  # signs every delivery (api/webhooks.py: X-Tuneloop-Signature)
 
 
 class Settings(BaseModel):
@@ -63,6 +58,8 @@ class Settings(BaseModel):
     llm_base_url: str | None = None
     llm_model: str = "tuneloop-planner"
     llm_api_key: SecretStr | None = None
+    data_dirs: tuple[Path, ...] = ()  # more data directories (scenarios/, profiles/) a goal may name files in
+    max_body_bytes: int = Field(1 << 20, ge=1024, le=1 << 30)  # request bodies beyond this get 413 unread
 
     @field_validator("tokens")
     @classmethod
@@ -71,6 +68,15 @@ class Settings(BaseModel):
         if len(set(secrets)) != len(secrets):
             raise ValueError("two principals share one token")
         return v
+
+    @property
+    def secrets(self) -> list[str]:
+        """Every secret value of these settings (the log filter masks each one, api/logfilter.py)."""
+        out = [t.token.get_secret_value() for t in self.tokens] + [w.url.get_secret_value() for w in self.webhooks]
+        out += [w.secret.get_secret_value() for w in self.webhooks if w.secret is not None]
+        if self.llm_api_key is not None:
+            out.append(self.llm_api_key.get_secret_value())
+        return [x for x in out if x]
 
     @property
     def reports_dir(self) -> Path:
@@ -83,7 +89,8 @@ class Settings(BaseModel):
         TUNELOOP_TOKENS_FILE (YAML list of {name, role, token}), TUNELOOP_ADMIN_TOKEN,
         TUNELOOP_WEBHOOK_URL + TUNELOOP_WEBHOOK_FORMAT, TUNELOOP_WORKERS, TUNELOOP_WORKER_TARGETS,
         TUNELOOP_WORKER_NAME, TUNELOOP_CLAIM_TTL_S, TUNELOOP_POLL_S, TUNELOOP_LOOP_ATTEMPTS,
-        TUNELOOP_RETRY_WAIT_S, TUNELOOP_REPORTS_ROOT, TUNELOOP_LLM_BASE_URL/MODEL/API_KEY."""
+        TUNELOOP_RETRY_WAIT_S, TUNELOOP_REPORTS_ROOT, TUNELOOP_LLM_BASE_URL/MODEL/API_KEY,
+        TUNELOOP_DATA_DIRS (separated by ':'), TUNELOOP_MAX_BODY_BYTES, TUNELOOP_WEBHOOK_SECRET."""
         e = os.environ if env is None else env
         data: dict[str, object] = {}
         simple = {"TUNELOOP_DB": "db_url", "TUNELOOP_RUNS_ROOT": "runs_root", "TUNELOOP_TARGETS": "targets_file",
@@ -92,15 +99,17 @@ class Settings(BaseModel):
                   "TUNELOOP_LOOP_ATTEMPTS": "loop_attempts", "TUNELOOP_RETRY_WAIT_S": "retry_wait_s",
                   "TUNELOOP_REPORTS_ROOT": "reports_root",
                   "TUNELOOP_LLM_BASE_URL": "llm_base_url", "TUNELOOP_LLM_MODEL": "llm_model",
-                  "TUNELOOP_LLM_API_KEY": "llm_api_key"}
+                  "TUNELOOP_LLM_API_KEY": "llm_api_key", "TUNELOOP_MAX_BODY_BYTES": "max_body_bytes"}
         for var, key in simple.items():
             if e.get(var):
                 data[key] = e[var]
+        if e.get("TUNELOOP_DATA_DIRS"):
+            data["data_dirs"] = tuple(d for d in e["TUNELOOP_DATA_DIRS"].split(os.pathsep) if d.strip())
         if e.get("TUNELOOP_WORKER_TARGETS"):
             data["worker_targets"] = tuple(t.strip() for t in e["TUNELOOP_WORKER_TARGETS"].split(",") if t.strip())
         tokens: list[dict[str, str]] = []
         if e.get("TUNELOOP_TOKENS_FILE"):
-            tokens += yaml.safe_load(Path(e["TUNELOOP_TOKENS_FILE"]).read_text()) or []
+            tokens += read_yaml(Path(e["TUNELOOP_TOKENS_FILE"]), "TUNELOOP_TOKENS_FILE") or []
         for item in filter(None, (x.strip() for x in e.get("TUNELOOP_TOKENS", "").split(","))):
             name, _, rest = item.partition(":")
             role, _, token = rest.partition(":")
@@ -110,7 +119,8 @@ class Settings(BaseModel):
         if tokens:
             data["tokens"] = tokens
         if e.get("TUNELOOP_WEBHOOK_URL"):
-            data["webhooks"] = [{"url": u.strip(), "format": e.get("TUNELOOP_WEBHOOK_FORMAT", "json")}
+            data["webhooks"] = [{"url": u.strip(), "format": e.get("TUNELOOP_WEBHOOK_FORMAT", "json"),
+                                 "secret": e.get("TUNELOOP_WEBHOOK_SECRET") or None}
                                 for u in e["TUNELOOP_WEBHOOK_URL"].split(",") if u.strip()]
         return cls.model_validate(data | overrides)
 

@@ -3,12 +3,27 @@
 Payload shapes: generic JSON, Slack-compatible (`text` + mrkdwn `blocks`), Feishu-compatible
 (`msg_type: text`). Delivery runs on one background thread so the loop never waits on a chat
 server; a failed POST is retried a bounded number of times (transport errors and 5xx only).
+
+Signing (TUNELOOP_WEBHOOK_SECRET): every POST carries
+
+    X-Tuneloop-Timestamp: <unix seconds>
+    X-Tuneloop-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>." + body)>
+
+over the exact body bytes sent; a receiver recomputes it (`verify`) and refuses a stale timestamp (replay).
+Feishu custom bots check their own convention as well: `timestamp` and `sign` (base64 HMAC-SHA256 keyed
+with "<timestamp>\n<secret>" over an empty message) in the body. Slack incoming webhooks have no signature
+of their own (the URL is the secret); they get the headers, which Slack ignores.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
 import logging
 import queue
 import threading
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -39,6 +54,46 @@ def payload(fmt: str, event: str, goal_id: str, text: str, data: dict[str, Any] 
         return {"msg_type": "text", "content": {"text": line}}
     return {"event": event, "goal_id": goal_id, "text": text, "data": data or {},
             "at": datetime.now(timezone.utc).isoformat()}
+
+
+SIGNATURE_HEADER = "X-Tuneloop-Signature"
+TIMESTAMP_HEADER = "X-Tuneloop-Timestamp"
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    mac = hmac.new(secret.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256)
+    return f"v1={mac.hexdigest()}"
+
+
+def verify(secret: str, headers: Any, body: bytes, tolerance_s: float = 300.0, now: float | None = None) -> bool:
+    """True when the delivery's signature matches its body and its timestamp is recent (what a receiver does)."""
+    low = {str(k).lower(): v for k, v in dict(headers).items()}
+    ts, got = low.get(TIMESTAMP_HEADER.lower()), low.get(SIGNATURE_HEADER.lower())
+    if not ts or not got or not ts.isdigit():
+        return False
+    if abs((time.time() if now is None else now) - int(ts)) > tolerance_s:
+        return False
+    return hmac.compare_digest(sign(secret, int(ts), body), got)
+
+
+def feishu_sign(secret: str, timestamp: int) -> str:
+    """Feishu's custom-bot signature: base64(HMAC-SHA256(key="<timestamp>\n<secret>", msg=b""))."""
+    mac = hmac.new(f"{timestamp}\n{secret}".encode(), b"", hashlib.sha256)
+    return base64.b64encode(mac.digest()).decode()
+
+
+def signed(hook: Webhook, body: dict[str, Any], timestamp: int | None = None) -> tuple[bytes, dict[str, str]]:
+    """The bytes to POST and their headers (signed when the hook has a secret)."""
+    ts = int(time.time()) if timestamp is None else timestamp
+    headers = {"Content-Type": "application/json"}
+    if hook.secret is not None:
+        secret = hook.secret.get_secret_value()
+        if hook.format == "feishu":
+            body = {"timestamp": str(ts), "sign": feishu_sign(secret, ts), **body}
+        data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        headers |= {TIMESTAMP_HEADER: str(ts), SIGNATURE_HEADER: sign(secret, ts, data)}
+        return data, headers
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), headers
 
 
 class Notifier:
@@ -76,7 +131,8 @@ class Notifier:
             for attempt in Retrying(stop=stop_after_attempt(self.attempts), wait=wait_exponential(0.1, max=2),
                                     retry=retry_if_exception_type((_Retryable, httpx.TransportError)), reraise=True):
                 with attempt:
-                    r = client.post(hook.url.get_secret_value(), json=body)
+                    data, headers = signed(hook, body)  # signed per attempt: a fresh timestamp
+                    r = client.post(hook.url.get_secret_value(), content=data, headers=headers)
                     if r.status_code >= 500:
                         raise _Retryable(f"HTTP {r.status_code}")
                     r.raise_for_status()

@@ -10,8 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from core import datafiles
 from core.knobs import catalog
@@ -135,4 +134,11 @@ def names() -> list[str]:
 def load(name_or_path: str) -> Profile:
     """A built-in profile by name, or a YAML file by path."""
     p = datafiles.resolve("profiles", "profile", name_or_path)
-    return Profile.model_validate(yaml.safe_load(p.read_text()))
+    data = datafiles.read_yaml(p, f"profile {name_or_path!r}")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as e:
+        raise datafiles.DataFileError(f"profile {name_or_path!r}: not a valid profile ({datafiles.validation_summary(e)})") from None
+
+
+datafiles.on_change(load.cache_clear)  # a new data directory may resolve a name differently

@@ -1,7 +1,7 @@
 """The run-directory contract shared by the load generator, the simulator and the executor.
 
-A run directory holds what one load run produced. Every writer appends and flushes as it goes,
-so a crash loses no finished request; summarising is a separate step over these files.
+A run directory holds what one load run produced. Every writer appends as it goes (unbuffered) and
+fsyncs before the done marker, so a crash loses no finished request; summarising is a separate step over these files.
 
     run.json              RunInfo: what was asked (scenario, N, C, r, cards, endpoint, seed)
     requests.jsonl        one RequestRecord per line, appended as each request finishes
@@ -16,6 +16,7 @@ seconds in the simulator.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import uuid
@@ -99,18 +100,61 @@ class PrefillBatch(BaseModel):
     chunks: list[int]  # tokens per request in this batch
 
 
+class StorageFull(OSError):
+    """The disk (or the quota) is full: a permanent error, never retried; nothing half-written stays behind."""
+
+    def __str__(self) -> str:  # names itself wherever it is shown (a goal's stop reason, a run's status)
+        return f"StorageFull ({errno.errorcode.get(self.errno or 0, self.errno)}): {self.strerror}"
+
+
+def storage_error(e: OSError, path: Path) -> OSError:
+    """ENOSPC / EDQUOT as StorageFull naming the file; any other OSError as it is."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT) and not isinstance(e, StorageFull):
+        return StorageFull(e.errno, f"{os.strerror(e.errno)} writing {path}")
+    return e
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in `path` durable (the directory entry itself)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class JsonlWriter:
-    """Append-only JSONL writer that flushes every line, so a crash loses no finished record."""
+    """Append-only JSONL writer: every line goes to the file at once (unbuffered), so a crash loses no finished
+    record; a line the disk cannot take is cut back off (no torn line), and close() fsyncs."""
 
     def __init__(self, path: Path):
-        self._f = open(path, "a", encoding="utf-8")
+        self.path = Path(path)
+        try:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise storage_error(e, self.path) from e
 
     def write(self, model: BaseModel) -> None:
-        self._f.write(model.model_dump_json() + "\n")
-        self._f.flush()
+        data = (model.model_dump_json() + "\n").encode("utf-8")
+        start = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError as e:
+            os.ftruncate(self._fd, start)
+            raise storage_error(e, self.path) from e
 
     def close(self) -> None:
-        self._f.close()
+        if self._fd < 0:
+            return
+        try:
+            os.fsync(self._fd)
+        except OSError as e:
+            raise storage_error(e, self.path) from e
+        finally:
+            os.close(self._fd)
+            self._fd = -1
 
     def __enter__(self) -> "JsonlWriter":
         return self
@@ -133,19 +177,35 @@ def read_jsonl(path: Path, model: type[BaseModel]) -> Iterator[BaseModel]:
 
 
 def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
-    """Write a file by rename so readers see the old or the new content, never a mix.
+    """Write a file by rename so readers see the old or the new content, never a mix: the data is fsynced
+    before the rename and the directory after it; on any failure the temporary file is removed (ENOSPC /
+    EDQUOT raise StorageFull).
 
     The temporary name is unique per process and call, so concurrent writers (threads included) never
     share one.
     """
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    if mode is not None:
-        os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise storage_error(e, path) from e
+        raise
+    try:
+        fsync_dir(path.parent)
+    except OSError as e:
+        raise storage_error(e, path) from e
 
 
 def write_records(path: Path, models: Iterable[BaseModel]) -> None:
@@ -154,7 +214,19 @@ def write_records(path: Path, models: Iterable[BaseModel]) -> None:
             w.write(m)
 
 
+def fsync_records(run_dir: Path) -> None:
+    """Every JSONL record file of the run on disk (whoever wrote it)."""
+    for p in sorted(Path(run_dir).glob("*.jsonl")):
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def mark_done(run_dir: Path, rc: int) -> None:
-    """rc first (atomic), then the done marker: a reader that sees done always sees rc."""
+    """The records on disk first, then rc (atomic), then the done marker: a reader that sees done always sees
+    rc and every record."""
+    fsync_records(run_dir)
     write_atomic(run_dir / RC, f"{rc}\n")
     write_atomic(run_dir / DONE, json.dumps({"rc": rc}) + "\n")

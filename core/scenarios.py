@@ -1,6 +1,6 @@
 """Scenarios: versioned, seeded workload generators shared by the simulator and the load generator.
 
-A scenario is data (YAML in core/scenarios/ or any file path); the loop never changes it.
+A scenario is data (YAML in core/scenarios/, a configured data directory, or a path the local user gives); the loop never changes it.
 Prompts are whitespace-separated words; the simulator counts one token per word, a real engine
 tokenises the same text its own way (the load generator records the engine's usage counts).
 """
@@ -12,8 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core import datafiles
 
@@ -93,4 +92,11 @@ def builtin_dir() -> Path:
 def load(name_or_path: str) -> Scenario:
     """A built-in scenario by name, or a YAML file by path."""
     p = datafiles.resolve("scenarios", "scenario", name_or_path)
-    return Scenario.model_validate(yaml.safe_load(p.read_text()))
+    data = datafiles.read_yaml(p, f"scenario {name_or_path!r}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as e:
+        raise datafiles.DataFileError(f"scenario {name_or_path!r}: not a valid scenario ({datafiles.validation_summary(e)})") from None
+
+
+datafiles.on_change(load.cache_clear)  # a new data directory may resolve a name differently

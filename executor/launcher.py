@@ -2,7 +2,8 @@
 
 It is the only thing that starts processes on a target. Under `flock` it checks the caller's
 lease epoch against the target's epoch file and refuses a stale one, so a paused or partitioned
-executor can launch nothing. Detached runs live in a run directory: `mkdir` is the atomic claim,
+executor can launch nothing. It fails closed: an epoch argument or an epoch file that is empty or not a number
+is refused (rc 65), and so is any locked action where `flock` is absent (rc 69). Detached runs live in a run directory: `mkdir` is the atomic claim,
 `setsid nohup ... </dev/null >log 2>&1 &`, then pid, rc by atomic rename, then done. Every start,
 end and refusal is appended to `launch.log` (the target-side history the overlap tests read).
 
@@ -15,17 +16,35 @@ import hashlib
 
 STALE_EPOCH_RC = 75
 ALREADY_CLAIMED_RC = 73
+BAD_EPOCH_RC = 65  # the caller's epoch or the target's epoch file is missing, empty or not a number
+NO_FLOCK_RC = 69  # `flock` is absent: no fence, so no launch
 
 SCRIPT = r'''#!/bin/sh
 # tuneloop launcher (installed by the executor). usage: launcher.sh ROOT EPOCH ACTION ARGS...
 set -u
+[ $# -ge 3 ] || { echo "usage: launcher.sh ROOT EPOCH ACTION ARGS..." >&2; exit 64; }
 ROOT=$1; EPOCH=$2; ACTION=$3; shift 3
+numeric() { case "$1" in ''|*[!0-9]*) return 1 ;; *) return 0 ;; esac; }
+numeric "$EPOCH" || { echo "bad epoch: the caller's epoch '$EPOCH' is not a number; refused $ACTION" >&2; exit 65; }
 mkdir -p "$ROOT/runs" "$ROOT/svc"
 now() { date +%s.%N; }
 log() { printf '%s %s\n' "$(now)" "$*" >> "$ROOT/launch.log"; }
-lock() { exec 9>"$ROOT/.lock"; flock -x 9; }
+lock() {  # without flock there is no fence: refuse rather than run unfenced
+  command -v flock >/dev/null 2>&1 || { log "refused $ACTION no-flock"; echo "no flock on this target (util-linux): refused $ACTION" >&2; exit 69; }
+  exec 9>"$ROOT/.lock"
+  flock -x 9 || { echo "flock failed on $ROOT/.lock: refused $ACTION" >&2; exit 69; }
+}
 fence() {
-  cur=$(cat "$ROOT/epoch" 2>/dev/null || echo 0)
+  if [ -e "$ROOT/epoch" ]; then
+    cur=$(cat "$ROOT/epoch" 2>/dev/null | tr -d ' \n')
+    if ! numeric "$cur"; then  # empty or garbage: the fence cannot be judged, so it holds (fails closed)
+      log "refused $ACTION $1 epoch=$EPOCH bad-epoch-file"
+      echo "bad epoch file: $ROOT/epoch is empty or not a number; refused $ACTION $1 (restore it from the store's lease epoch)" >&2
+      exit 65
+    fi
+  else
+    cur=0
+  fi
   if [ "$EPOCH" -lt "$cur" ]; then
     log "refused $ACTION $1 epoch=$EPOCH current=$cur"
     echo "stale epoch: $EPOCH < $cur on this target (a newer lease holder exists); refused $ACTION $1" >&2

@@ -10,15 +10,9 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from core.datafiles import read_yaml
 
 Role = Literal["prefill", "decode", "router", "load", "mixed"]
 Engine = Literal["sim", "vllm", "vllm-ascend", "sglang", "mindie", "llamacpp"]
@@ -177,5 +171,6 @@ def load_targets(path: str | Path | None = None) -> dict[str, Target]:
     """Targets from a YAML file, plus the built-in `sim` target (which a file may override)."""
     if path is None:
         return {"sim": builtin_sim()}
+
     p = Path(path)
-    return parse_targets(yaml.safe_load(p.read_text()), str(p))
+    return parse_targets(read_yaml(p, f"targets file {str(p)!r}"), str(p))

@@ -125,10 +125,7 @@ def write_run_dir(run: SimRun, run_dir: Path) -> None:
     rec.write_atomic(run_dir / rec.RUN_INFO, run.info.model_dump_json(indent=1))
     for name, rows in ((rec.REQUESTS, run.records), (rec.METRICS, run.samples),
                        (rec.PREFILL_BATCHES, run.batches)):
-        path = run_dir / name
-        path.unlink(missing_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("".join(r.model_dump_json() + "\n" for r in rows))
+        rec.write_atomic(run_dir / name, "".join(r.model_dump_json() + "\n" for r in rows))
     rec.write_atomic(run_dir / rec.BREAKDOWN, json.dumps(run.breakdown, indent=1))
     rec.write_atomic(run_dir / "truth.json", json.dumps(run.truth, indent=1, default=str))
     if run.faults.stats_failure:

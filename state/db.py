@@ -1,6 +1,7 @@
 """Engine and transactions of the store: SQLite (one file, several processes) or PostgreSQL.
 
-SQLite: WAL, a busy timeout, foreign keys, and write transactions opened with BEGIN IMMEDIATE so
+SQLite: WAL with synchronous=FULL (every commit is on disk before it returns), a busy timeout, foreign keys,
+and write transactions opened with BEGIN IMMEDIATE so
 that a read-check-write (a lease, an approval) holds the write lock from its first read.
 PostgreSQL: READ COMMITTED plus row locks (SELECT ... FOR UPDATE) where a check must hold.
 """
@@ -21,6 +22,7 @@ from sqlalchemy.pool import StaticPool
 from state.errors import NotFound
 
 BUSY_TIMEOUT_MS = 30_000
+MAX_ID = 2**63 - 1  # the largest integer key either backend stores
 
 
 def canon(obj: Any) -> Any:
@@ -69,7 +71,7 @@ def _sqlite_events(engine: Engine, wal: bool) -> None:
             cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA synchronous=FULL")  # WAL + FULL: a committed approval or ledger row survives power loss
         cur.close()
 
     @event.listens_for(engine, "begin")
@@ -111,6 +113,8 @@ def snap(model: type, row: Any) -> Any:
 def get_row(s: Session, table: type, key: Any, what: str, lock: bool = False) -> Any:
     """The row with this primary key (locked FOR UPDATE when asked), or NotFound naming it."""
 
+    if isinstance(key, int) and not isinstance(key, bool) and not -MAX_ID <= key <= MAX_ID:
+        raise NotFound(f"no such {what}: {key!r}")  # beyond any stored id (SQLite and PostgreSQL keys are 64-bit)
     if lock:
         pk = table.__mapper__.primary_key[0]
         row = s.execute(select(table).where(pk == key).with_for_update()).scalar_one_or_none()

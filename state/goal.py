@@ -11,11 +11,12 @@ import json
 import math
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -24,9 +25,9 @@ from pydantic import (
     field_validator,
 )
 
+from core import datafiles, profiles, scenarios
+from core.datafiles import DataFileError, read_text
 from core.knobs import KnobError, catalog
-from core.profiles import load as load_profile
-from core.scenarios import load
 from core.summary import Contract, Summary
 from state.errors import GoalError
 from state.space import default_space
@@ -45,7 +46,38 @@ REPORTABLE = tuple(f"{m}_{s}_ms" for m in LATENCIES for s in STATS) + (
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _bounded(lo: float, hi: float, *, integer: bool = False, lo_open: bool = False, unit: str = "") -> Any:
+    """A finite number within [lo, hi] ((lo, hi] with lo_open), refused with the field's range otherwise
+    (Infinity, 1e309, 10**20 ...). The bounds also go into the JSON schema."""
+    def num(x: float) -> str:
+        return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+    rng = f"{'(' if lo_open else '['}{num(lo)}, {num(hi)}]{unit}"
+    what = "an integer" if integer else "a finite number"
+
+    def check(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return v  # strings, None ...: pydantic's own parsing names the problem
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"must be {what} in {rng}, not {v}")
+        if (v <= lo if lo_open else v < lo) or v > hi:
+            raise ValueError(f"must be {what} in {rng}")
+        return v
+
+    typ = int if integer else float
+    limits = {"gt" if lo_open else "ge": typ(lo), "le": typ(hi)}
+    return Annotated[typ, BeforeValidator(check), Field(**limits)]
+
+
+# the ranges of every number of a goal (a goal beyond them is a typo, never a plan)
+LatencyMs = _bounded(0, 3_600_000, lo_open=True, unit=" ms")
+Count = _bounded(1, 1_000_000, integer=True)
+Seconds = _bounded(0, 7 * 86400, lo_open=True, unit=" s")
+CardHours = _bounded(0, 1_000_000, lo_open=True, unit=" card-hours")
+Experiments = _bounded(1, 100_000, integer=True)
 
 
 class Objective(_Frozen):
@@ -61,7 +93,7 @@ class Objective(_Frozen):
 
 _LatencyLimits = create_model(  # type: ignore[call-overload]
     "_LatencyLimits", __base__=_Frozen,
-    **{f"{m}_{s}_ms_lt": (float | None, Field(None, gt=0)) for m in LATENCIES for s in STATS},
+    **{f"{m}_{s}_ms_lt": (LatencyMs | None, None) for m in LATENCIES for s in STATS},
 )
 
 
@@ -69,9 +101,9 @@ class Constraints(_LatencyLimits):  # type: ignore[misc, valid-type]
     """The SLO. Latency limits are strict (`_lt`): a mean TPOT of exactly 20 ms breaks `tpot_mean_ms_lt: 20`."""
 
     all_succeed: bool = True
-    output_len: int | None = Field(None, ge=1)
-    cards: int | None = Field(None, ge=1)
-    min_cache_hit: float | None = Field(None, ge=0, le=1)
+    output_len: Count | None = None
+    cards: _bounded(1, 100_000, integer=True) | None = None  # type: ignore[valid-type]
+    min_cache_hit: _bounded(0, 1) | None = None  # type: ignore[valid-type]
 
     def latency_limits(self) -> dict[str, float]:
         return {k: v for k, v in self.model_dump().items() if k.endswith("_ms_lt") and v is not None}
@@ -98,12 +130,12 @@ class Constraints(_LatencyLimits):  # type: ignore[misc, valid-type]
 
 
 class ExperimentProtocol(_Frozen):
-    screen_n: int = Field(320, ge=1)
-    confirm_n: int = Field(640, ge=1)
-    warmup: int = Field(0, ge=0)
-    native_min_requests: int = Field(128, ge=1)
-    native_min_seconds: float = Field(60.0, gt=0)
-    seeds: tuple[int, ...] = (0,)
+    screen_n: Count = 320  # type: ignore[valid-type]
+    confirm_n: Count = 640  # type: ignore[valid-type]
+    warmup: _bounded(0, 100_000, integer=True) = 0  # type: ignore[valid-type]
+    native_min_requests: Count = 128  # type: ignore[valid-type]
+    native_min_seconds: Seconds = 60.0  # type: ignore[valid-type]
+    seeds: tuple[_bounded(0, 2**32 - 1, integer=True), ...] = Field((0,), min_length=1, max_length=16)  # type: ignore[valid-type]
 
     @field_validator("confirm_n")
     @classmethod
@@ -118,14 +150,14 @@ class ExperimentProtocol(_Frozen):
 
 
 class Budget(_Frozen):
-    card_hours: float = Field(gt=0)
-    experiments: int = Field(ge=1)
+    card_hours: CardHours  # type: ignore[valid-type]
+    experiments: Experiments  # type: ignore[valid-type]
     deadline: datetime | None = None
 
 
 class StopRules(_Frozen):
-    max_without_improvement: int = Field(4, ge=1)  # valid experiments in a row that changed nothing
-    min_gain_pct: float = Field(1.0, ge=0)  # a candidate must be expected to gain at least this much
+    max_without_improvement: _bounded(1, 10_000, integer=True) = 4  # type: ignore[valid-type]  # valid experiments in a row that changed nothing
+    min_gain_pct: _bounded(0, 10_000, unit=" %") = 1.0  # type: ignore[valid-type]  # a candidate must be expected to gain at least this much
     stop_on_unknown: Literal[True] = True  # an UNKNOWN run state always stops the loop
 
 
@@ -156,19 +188,26 @@ class GoalSpec(_Frozen):
     @field_validator("scenario")
     @classmethod
     def _scenario_exists(cls, v: str) -> str:
+        """A name in the data directories, never a path (core/datafiles.py); the file must be valid."""
+        datafiles.resolve_name("scenarios", "scenario", v)
+        scenarios.load(v)  # DataFileError: names the file's field and reason, never its content
+        return v
 
-        try:
-            load(v)
-        except FileNotFoundError as e:
-            raise ValueError(str(e)) from None
+    @field_validator("sim_profile")
+    @classmethod
+    def _profile_exists(cls, v: str | None) -> str | None:
+        """Like `scenario`: a profile by name, valid, or null (a real engine)."""
+        if v is None:
+            return None
+        datafiles.resolve_name("profiles", "profile", v)
+        profiles.load(v)
         return v
 
     @field_validator("constraints")
     @classmethod
     def _output_len_matches(cls, v: Constraints, info: ValidationInfo) -> Constraints:
         if v.output_len is not None and "scenario" in info.data:
-
-            want = load(info.data["scenario"]).output_len
+            want = scenarios.load(info.data["scenario"]).output_len
             if v.output_len != want:
                 raise ValueError(f"output_len {v.output_len} differs from scenario {info.data['scenario']!r} ({want})")
         return v
@@ -203,6 +242,8 @@ class GoalSpec(_Frozen):
                     raise KnobError(name, f"not a knob of engine {engine!r}")
                 if not values:
                     raise KnobError(name, "needs at least one value")
+                if len(values) > 1000:
+                    raise KnobError(name, "at most 1000 values")
                 out[name] = tuple(knob.coerce(x) for x in values)
             except KnobError as e:
                 raise ValueError(f"{e.knob}: {e.reason}") from None
@@ -224,14 +265,12 @@ class GoalSpec(_Frozen):
         """The full starting station. On the simulator: catalog defaults < the profile's layout, defaults
         and own start < the goal's start_knobs; elsewhere: catalog defaults < start_knobs."""
         if self.engine == "sim" and self.sim_profile:
-
-            return load_profile(self.sim_profile).knobs(dict(self.start_knobs), start=True)
+            return profiles.load(self.sim_profile).knobs(dict(self.start_knobs), start=True)
         return catalog().defaults(self.engine) | dict(self.start_knobs)
 
     def contract(self) -> Contract:
         """The scenario contract a valid run of this goal must keep (executor.verdict judges it)."""
-
-        sc = load(self.scenario)
+        sc = scenarios.load(self.scenario)
         return Contract(
             output_len=self.constraints.output_len or sc.output_len,
             all_succeed=self.constraints.all_succeed,
@@ -278,9 +317,9 @@ def load_goal(path: str | Path) -> GoalSpec:
     """Read a goal from YAML or JSON (by suffix; YAML otherwise)."""
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as e:
-        raise GoalError(str(p), [("(file)", e.strerror or str(e))]) from None
+        text = read_text(p, "goal file")
+    except DataFileError as e:
+        raise GoalError(str(p), [("(file)", str(e).removeprefix("goal file: "))]) from None
     try:
         data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:

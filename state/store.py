@@ -10,7 +10,7 @@ import os
 import uuid
 from typing import Any, Callable
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -39,6 +39,7 @@ from state.tables import DecisionRow, GoalRow, LedgerRow, ResultRow, RunRow, Sta
 DECISION_KINDS: tuple[str, ...] = DecisionKind.__args__  # type: ignore[attr-defined]
 BEST_KINDS = ("baseline", "new_best", "quality_passed")
 FRONTIER_KINDS = BEST_KINDS + ("tradeoff",)
+ACTIVE_GOAL = ("running", "waiting", "paused")  # a goal whose loop still holds (or will take) its target
 
 
 def default_url() -> str:
@@ -62,12 +63,24 @@ class Store(Fencing, Candidates, Instructions, Negatives):
         self._db.dispose()
 
     # -- goals ---------------------------------------------------------------------------------------
-    def create_goal(self, spec: GoalSpec, goal_id: str | None = None) -> Goal:
+    def create_goal(self, spec: GoalSpec, goal_id: str | None = None, *, unique_active: bool = False) -> Goal:
+        """A new goal. With `unique_active` it is refused (Conflict) while a goal with the identical spec (so
+        on the same target) is still running, waiting or paused; the check and the insert are one transaction
+        (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock on the spec hash)."""
         gid = goal_id or f"{spec.name[:40]}-{uuid.uuid4().hex[:8]}"
         now = utcnow()
         with self._db.write() as s:
             if s.get(GoalRow, gid) is not None:
                 raise Conflict(f"goal {gid!r} exists")
+            if unique_active:
+                h = spec.spec_hash()
+                if self._db.dialect == "postgresql":
+                    s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": int(h[:15], 16)})
+                dup = s.execute(select(GoalRow).where(GoalRow.spec_hash == h, GoalRow.status.in_(ACTIVE_GOAL))
+                                .limit(1)).scalar_one_or_none()
+                if dup is not None:
+                    raise Conflict(f"an identical goal {dup.id} (spec hash {h}) is already {dup.status} on target "
+                                   f"{spec.target!r}; stop it first, or change the spec")
             row = GoalRow(id=gid, name=spec.name, spec=canon(spec.model_dump()), spec_hash=spec.spec_hash(),
                           status="running", created_at=now, updated_at=now)
             s.add(row)

@@ -192,15 +192,19 @@ def _fuzz_app():
 
 APP = _fuzz_app()
 SCHEMA = schemathesis.openapi.from_asgi("/openapi.json", APP)
-FUZZ = hsettings(max_examples=6, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
+FUZZ = hsettings(max_examples=15, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
                  suppress_health_check=list(HealthCheck))
 
 
 @SCHEMA.parametrize()
 @FUZZ
-def test_schemathesis_no_5xx_with_an_admin_token(case):
+def test_schemathesis_no_5xx_with_an_admin_token_and_every_status_code_documented(case):
+    from schemathesis.checks import not_a_server_error, status_code_conformance
+
     r = case.call(headers=auth("admin"))
     assert r.status_code < 500, f"{case.method} {case.formatted_path} -> {r.status_code}: {r.text[:300]}"
+    if case.method.upper() == case.operation.method.upper():
+        case.validate_response(r, checks=[not_a_server_error, status_code_conformance])
 
 
 @SCHEMA.parametrize()

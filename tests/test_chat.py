@@ -77,7 +77,9 @@ def test_chat_drives_the_loop_and_cites_ids_and_figures(client):
     assert say(c, gid, "暂停")["action"]["instruction"] > ins["id"]
     assert c.get(f"/goals/{gid}/instructions", headers=auth("viewer")).json()[-1]["kind"] == "pause"
     assert "approve N" in say(c, gid, "hello there", role="viewer")["reply"]
-    back = say(c, gid, "go back to the best")["reply"]
+    r = c.post(f"/goals/{gid}/chat", json={"text": "go back to the best"}, headers=auth("approver"))
+    assert r.status_code == 403 and "station.restore needs admin" in r.json()["detail"]  # as on every restore path
+    back = say(c, gid, "go back to the best", role="admin")["reply"]
     best = c.get(f"/goals/{gid}/best", headers=auth("viewer")).json()
     assert best["hash"] in back and run["id"] in back
 
@@ -87,7 +89,7 @@ def test_go_back_to_the_best_is_queued_once_run_by_the_loop_and_logged_with_who_
     gid = c.post("/goals", json=small_goal("back-goal", ask=False, experiments=2), headers=auth("admin")).json()["id"]
     wait_until(lambda: c.get(f"/goals/{gid}", headers=auth("viewer")).json()["status"] == "done", what="the goal to finish")
     best = c.get(f"/goals/{gid}/best", headers=auth("viewer")).json()
-    out = say(c, gid, "go back to the best")
+    out = say(c, gid, "go back to the best", role="admin")
     assert out["reply"].startswith(f"queued: go back to the best station {best['hash']}") and "decision log" in out["reply"]
     assert out["action"]["station"] == best["hash"]
 
@@ -96,11 +98,11 @@ def test_go_back_to_the_best_is_queued_once_run_by_the_loop_and_logged_with_who_
         return ds if ds and c.get(f"/goals/{gid}", headers=auth("viewer")).json()["worker_state"] == "idle" else None
 
     [rec] = wait_until(restored, what="the loop to carry the restore out")
-    assert rec["station_hash"] == best["hash"] and rec["data"]["asked_by"] == "approver1"
+    assert rec["station_hash"] == best["hash"] and rec["data"]["asked_by"] == "admin1"
     assert rec["data"]["result"]["healthy"] and rec["data"]["result"]["identical"]
-    assert "as asked by approver1" in rec["text"]
+    assert "as asked by admin1" in rec["text"]
     ins = c.get(f"/goals/{gid}/instructions", headers=auth("viewer")).json()[-1]
-    assert (ins["kind"], ins["restore"], ins["who"], ins["active"]) == ("restore", best["hash"], "approver1", False)
+    assert (ins["kind"], ins["restore"], ins["who"], ins["active"]) == ("restore", best["hash"], "admin1", False)
     # a later wake (e.g. a restart of the service) does not restore again: the instruction was carried out
     svc = c.app.state.service
     svc.store.wake(gid, "test")
@@ -114,5 +116,5 @@ def test_go_back_to_the_best_is_queued_once_run_by_the_loop_and_logged_with_who_
     wait_until(lambda: len([d for d in c.get(f"/goals/{gid}/decisions", headers=auth("viewer")).json()
                             if d["kind"] == "restore"]) == 2, what="the second, separately asked restore")
     assert len(list((tmp_path / "runs").glob(f"restore-{best['hash']}-*"))) == 2
-    bad = c.post(f"/goals/{gid}/instructions", json={"kind": "restore", "restore": "f" * 16}, headers=auth("approver"))
+    bad = c.post(f"/goals/{gid}/instructions", json={"kind": "restore", "restore": "f" * 16}, headers=auth("admin"))
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "restore"]

@@ -46,8 +46,8 @@ def stale_paths(md: Path) -> list[str]:
     """Backticked repository paths in a document that name no file or folder of the repository."""
     out = []
     for p in PATH.findall(md.read_text(encoding="utf-8")):
-        if p.startswith(("/", "~", ".tuneloop", "http")) or "<" in p:
-            continue
+        if p.startswith(("/", "~", ".tuneloop", "http")) or "<" in p or not (ROOT / p.split("/")[0]).exists():
+            continue  # not a path inside the repository (a folder of a data directory, a user's file)
         if not any(ROOT.glob(p.rstrip("/"))):
             out.append(p)
     return out

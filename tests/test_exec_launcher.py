@@ -80,3 +80,66 @@ async def test_service_restart_replaces_process_and_records_station(tmp_path):
     await t.stop_service(svc, 2)
     s3 = await t.service_state(svc)
     assert not s3.alive and s3.station is None
+
+
+# -- the fence fails closed -------------------------------------------------------------------------------
+def _launch(root: Path, epoch: str, *args: str, path: str | None = None):
+    import os
+    import subprocess
+
+    from executor.launcher import SCRIPT
+
+    script = root / "launcher.sh"
+    script.write_text(SCRIPT)
+    env = dict(os.environ) if path is None else {"PATH": path}
+    return subprocess.run(["/bin/sh", str(script), str(root / "tgt"), epoch, *args], capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+@pytest.mark.parametrize("content", ["", "\n", "garbage\n", "12abc\n", "-3\n"])
+def test_an_empty_or_garbage_epoch_file_is_refused_named(tmp_path, content):
+    from executor.launcher import BAD_EPOCH_RC
+
+    (tmp_path / "tgt").mkdir()
+    (tmp_path / "tgt" / "epoch").write_text(content)
+    r = _launch(tmp_path, "7", "run", "k1", "--", "touch", str(tmp_path / "ran"))
+    assert r.returncode == BAD_EPOCH_RC and "bad epoch file" in r.stderr and "epoch is empty or not a number" in r.stderr
+    assert not (tmp_path / "tgt" / "runs" / "k1").exists() and not (tmp_path / "ran").exists()
+    assert (tmp_path / "tgt" / "epoch").read_text() == content  # left as it was for a person to look at
+    assert "refused run k1 epoch=7 bad-epoch-file" in (tmp_path / "tgt" / "launch.log").read_text()
+    r = _launch(tmp_path, "7", "fence")
+    assert r.returncode == BAD_EPOCH_RC
+
+
+@pytest.mark.parametrize("epoch", ["", "x", "1.5", "-1"])
+def test_a_missing_or_non_numeric_caller_epoch_is_refused(tmp_path, epoch):
+    from executor.launcher import BAD_EPOCH_RC
+
+    r = _launch(tmp_path, epoch, "run", "k1", "--", "touch", str(tmp_path / "ran"))
+    assert r.returncode == BAD_EPOCH_RC and "bad epoch" in r.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_fresh_target_starts_at_epoch_zero_and_a_good_file_still_fences(tmp_path):
+    r = _launch(tmp_path, "3", "fence")
+    assert r.returncode == 0 and (tmp_path / "tgt" / "epoch").read_text() == "3\n"
+    r = _launch(tmp_path, "2", "fence")
+    assert r.returncode == 75 and "stale epoch: 2 < 3" in r.stderr
+
+
+def test_without_flock_every_locked_action_is_refused(tmp_path):
+    import shutil
+
+    from executor.launcher import NO_FLOCK_RC
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("mkdir", "date", "cat", "tr", "setsid", "nohup", "sh", "kill", "ps", "mv", "rm", "sleep", "touch"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    assert shutil.which("flock", path=str(bin_dir)) is None
+    r = _launch(tmp_path, "1", "run", "k1", "--", "touch", str(tmp_path / "ran"), path=str(bin_dir))
+    assert r.returncode == NO_FLOCK_RC and "no flock on this target" in r.stderr
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "tgt" / "runs" / "k1").exists()
+    for action in (["fence"], ["stop", "svc0"], ["service", "svc0", "h", "--", "true"]):
+        assert _launch(tmp_path, "1", *action, path=str(bin_dir)).returncode == NO_FLOCK_RC
+    assert _launch(tmp_path, "1", "poll", "k1", path=str(bin_dir)).stdout.strip() == "claimed=0"  # reads need no lock

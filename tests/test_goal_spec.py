@@ -50,10 +50,14 @@ def test_json_and_yaml_give_the_same_goal(tmp_path: Path):
     (lambda d: d["search_space"].update(parallel=[1, 2]), "search_space.parallel", "not a knob of engine 'sim'"),
     (lambda d: d["start_knobs"].update(speculative_method="none", num_speculative_tokens=2), "start_knobs.num_speculative_tokens",
      "needs speculative_method != 'none' first"),
-    (lambda d: d["constraints"].update(tpot_mean_ms_lt=-1), "constraints.tpot_mean_ms_lt", "greater than 0"),
+    (lambda d: d["constraints"].update(tpot_mean_ms_lt=-1), "constraints.tpot_mean_ms_lt", "must be a finite number in (0, 3600000] ms"),
     (lambda d: d["constraints"].update(tpot_avg_ms_lt=20), "constraints.tpot_avg_ms_lt", "Extra inputs are not permitted"),
     (lambda d: d["constraints"].update(output_len=512), "constraints", "output_len 512 differs from scenario"),
-    (lambda d: d.update(scenario="no-such-scenario"), "scenario", "no such file"),
+    (lambda d: d.update(scenario="no-such-scenario"), "scenario", "no scenario named 'no-such-scenario'"),
+    (lambda d: d.update(scenario="/etc/passwd"), "scenario", "no path, no suffix"),
+    (lambda d: d.update(scenario="../simulator/scenarios/chat2k"), "scenario", "no path, no suffix"),
+    (lambda d: d.update(sim_profile="examples/targets.yaml"), "sim_profile", "no path, no suffix"),
+    (lambda d: d.update(sim_profile="no-such-profile"), "sim_profile", "no profile named 'no-such-profile'"),
     (lambda d: d["authorisation"].update(teleport="auto"), "authorisation.teleport.[key]", "Input should be"),
     (lambda d: d["authorisation"].update(restart="maybe"), "authorisation.restart", "'auto', 'ask' or 'deny'"),
     (lambda d: d["budget"].pop("card_hours"), "budget.card_hours", "Field required"),
@@ -110,3 +114,26 @@ def test_slo_is_strict_and_frozen(make_result):
     with pytest.raises(Exception):
         g.constraints.tpot_mean_ms_lt = 30  # type: ignore[misc]
     assert isinstance(GoalSpec.model_validate(g.model_dump()), GoalSpec)
+
+
+NUMERIC = ["constraints.tpot_mean_ms_lt", "constraints.ttft_p90_ms_lt", "constraints.output_len", "constraints.cards",
+           "constraints.min_cache_hit", "protocol.screen_n", "protocol.confirm_n", "protocol.warmup",
+           "protocol.native_min_requests", "protocol.native_min_seconds", "budget.card_hours", "budget.experiments",
+           "stop.max_without_improvement", "stop.min_gain_pct"]
+
+
+@pytest.mark.parametrize("field", NUMERIC + ["protocol.seeds.0"])
+@pytest.mark.parametrize("value", ["Infinity", "1e309", "-Infinity", "NaN", str(10**20), str(10**30)])
+def test_every_number_is_finite_and_bounded_naming_the_field_and_the_range(field, value):
+    data = _base()
+    node = data
+    *parents, leaf = field.split(".")
+    for p in parents:
+        node = node.setdefault(p, {})
+    if leaf.isdigit():
+        data["protocol"]["seeds"] = [json.loads(value)]
+    else:
+        node[leaf] = json.loads(value)  # what a JSON body carries: Infinity, 1e309 (= inf), 10^20
+    errors = _fields(data)
+    assert field in errors, errors
+    assert " in [" in errors[field] or " in (" in errors[field], errors[field]  # the message states the range

@@ -19,21 +19,26 @@ CTX = mp.get_context("forkserver")
 CTX.set_forkserver_preload(["state.store", "state.goal"])
 
 
-def _approve(url: str, cid: int, h: str, who: str, barrier, out) -> None:
+def _race(s, barrier, out, act) -> None:
+    """Wait for the others, act once, report ok / conflict / error on the queue, close the store."""
     from state.errors import Conflict
-    from state.store import Store
 
-    s = Store(url)
     barrier.wait()
     try:
-        s.approve(cid, h, who)
-        out.put(("ok", who))
+        out.put(("ok", act()))
     except Conflict as e:
         out.put(("conflict", str(e)))
     except Exception as e:  # anything else fails the test
         out.put(("error", repr(e)))
     finally:
         s.close()
+
+
+def _approve(url: str, cid: int, h: str, who: str, barrier, out) -> None:
+    from state.store import Store
+
+    s = Store(url)
+    _race(s, barrier, out, lambda: (s.approve(cid, h, who), who)[1])
 
 
 def _acquire_once(url: str, holder: str, barrier, out) -> None:
@@ -153,3 +158,38 @@ def test_processes_open_a_fresh_database_together(tmp_path: Path):
     _join(procs)
     assert sum(e is not None for _, e in got) == 1
     assert os.path.exists(tmp_path / "fresh.db")
+
+
+def _create(url: str, key: str | None, barrier, out) -> None:
+    from api.idempotency import create_goal
+    from state.goal import load_goal
+    from state.store import Store
+
+    s = Store(url)
+    spec = load_goal("examples/goal-16k.yaml")
+    _race(s, barrier, out, lambda: create_goal(s, spec, "admin1", key).id)
+
+
+@pytest.mark.parametrize("key", ["k-1", None])
+def test_parallel_identical_goals_make_one_goal_with_or_without_an_idempotency_key(store_url, key):
+    Store(store_url).close()  # migrate once, before the race
+    n = 8
+    barrier, out = CTX.Barrier(n), CTX.Queue()
+    procs = [CTX.Process(target=_create, args=(store_url, key, barrier, out)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    got = [out.get(timeout=10) for _ in procs]
+    assert not [g for g in got if g[0] == "error"], got
+    s = Store(store_url)
+    try:
+        goals = s.goals()
+    finally:
+        s.close()
+    assert len(goals) == 1
+    if key is None:  # one is created, every twin is told which goal already runs
+        assert sorted(k for k, _ in got) == ["conflict"] * (n - 1) + ["ok"]
+        assert all(goals[0].id in v for k, v in got if k == "conflict")
+    else:  # every request gets the same goal
+        assert {v for _, v in got} == {goals[0].id}

@@ -12,7 +12,7 @@ from test_api_support import TOKENS_ENV, auth, small_goal, wait_until
 
 from api.app import create_app
 from api.settings import Settings, Webhook
-from api.webhooks import Notifier, payload
+from api.webhooks import Notifier, feishu_sign, payload, verify
 
 
 class Receiver:
@@ -20,14 +20,17 @@ class Receiver:
 
     def __init__(self, fail_first: int = 0):
         self.bodies: list[dict] = []
+        self.raw: list[tuple[str, dict, bytes]] = []  # (path, headers, body bytes) of every POST
         self.fail_first = fail_first
         self.cond = threading.Condition()
         outer = self
 
         class H(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                body = json.loads(raw)
                 with outer.cond:
+                    outer.raw.append((self.path, dict(self.headers), raw))
                     if outer.fail_first > 0:
                         outer.fail_first -= 1
                         self.send_response(503)
@@ -89,10 +92,10 @@ def test_service_notifies_approval_needed_decision_and_stop_in_three_formats(tmp
     monkeypatch.chdir(tmp_path)
     s = Settings.from_env({"TUNELOOP_TOKENS": TOKENS_ENV, "TUNELOOP_DB": f"sqlite:///{tmp_path / 't.db'}",
                            "TUNELOOP_RUNS_ROOT": str(tmp_path / "runs"), "TUNELOOP_POLL_S": "0.05",
-                           "TUNELOOP_WEBHOOK_URL": f"{receiver.url}/json"})
-    s = s.model_copy(update={"webhooks": (Webhook(url=f"{receiver.url}/json", format="json"),
-                                          Webhook(url=f"{receiver.url}/slack", format="slack"),
-                                          Webhook(url=f"{receiver.url}/feishu", format="feishu"))})
+                           "TUNELOOP_WEBHOOK_URL": f"{receiver.url}/json", "TUNELOOP_WEBHOOK_SECRET": SECRET})
+    assert s.webhooks[0].secret.get_secret_value() == SECRET
+    s = s.model_copy(update={"webhooks": tuple(Webhook(url=f"{receiver.url}/{f}", format=f, secret=SECRET)
+                                               for f in ("json", "slack", "feishu"))})
     with TestClient(create_app(s)) as c:
         gid = c.post("/goals", json=small_goal(experiments=1), headers=auth("admin")).json()["id"]
         got = receiver.wait(lambda b: any(x.get("event") == "approval_needed" for x in b))
@@ -113,3 +116,36 @@ def test_service_notifies_approval_needed_decision_and_stop_in_three_formats(tmp
     assert len(slack) == len(feishu) == len(events)
     assert all(x["blocks"][0]["text"]["text"] == x["text"] for x in slack)
     assert all(x["msg_type"] == "text" and gid in x["content"]["text"] for x in feishu)
+    assert receiver.raw and all(verify(SECRET, h, raw) for _, h, raw in receiver.raw)  # every delivery is signed
+    assert all(x["sign"] == feishu_sign(SECRET, int(x["timestamp"])) for x in feishu)  # Feishu's own convention
+
+
+SECRET = "whsec-0123456789abcdef"
+
+
+def test_a_receiver_verifies_the_signature_and_a_tampered_body_fails(receiver):
+    n = Notifier([Webhook(url=receiver.url + "/hook", format="json", secret=SECRET)])
+    try:
+        n.notify("decision", "g1", "candidate 3 approved by alice", {"candidate_id": 3})
+        receiver.wait(lambda b: len(b) == 1)
+    finally:
+        n.close()
+    _, headers, raw = receiver.raw[0]
+    assert headers["X-Tuneloop-Signature"].startswith("v1=") and headers["X-Tuneloop-Timestamp"].isdigit()
+    assert verify(SECRET, headers, raw)
+    assert not verify(SECRET, headers, raw.replace(b"approved", b"rejected"))  # tampered body
+    assert not verify("another-secret-000", headers, raw)  # wrong secret
+    assert not verify(SECRET, {**headers, "X-Tuneloop-Timestamp": str(int(headers["X-Tuneloop-Timestamp"]) + 1)}, raw)
+    assert not verify(SECRET, headers, raw, now=int(headers["X-Tuneloop-Timestamp"]) + 3600)  # a replay, much later
+    assert SECRET.encode() not in raw and json.loads(raw)["text"] == "candidate 3 approved by alice"
+
+
+def test_without_a_secret_nothing_is_signed(receiver):
+    n = Notifier([Webhook(url=receiver.url + "/hook", format="feishu")])
+    try:
+        n.notify("stopped", "g1", "done")
+        receiver.wait(lambda b: len(b) == 1)
+    finally:
+        n.close()
+    _, headers, raw = receiver.raw[0]
+    assert "X-Tuneloop-Signature" not in headers and json.loads(raw) == payload("feishu", "stopped", "g1", "done")

@@ -5,12 +5,11 @@ from typing import Any
 
 from fastapi import APIRouter, Body, status
 
-from api import actions
+from api import actions, idempotency, permissions
 from api.auth import Admin, Approver, Viewer
 from api.deps import ServiceDep, StoreDep
 from api.failures import shown_status
 from api.schemas import DecisionOut, GoalOut, InstructionIn, InstructionOut
-from state.errors import NotFound
 from state.goal import parse_goal
 
 router = APIRouter(prefix="/goals", tags=["goals"])
@@ -27,12 +26,15 @@ def goal_out(g: Any, store: Any) -> GoalOut:
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=GoalOut,
              responses={422: {"description": "the goal spec was refused; each error names its field"}})
 def create_goal(svc: ServiceDep, who: Admin,
-                spec: dict[str, Any] = Body(..., description="a goal spec (the same fields as a goal YAML)")) -> GoalOut:
-    """Post a goal; a worker picks it up and runs the loop."""
+                spec: dict[str, Any] = Body(..., description="a goal spec (the same fields as a goal YAML)"),
+                idempotency_key: idempotency.KeyHeader = None) -> GoalOut:
+    """Post a goal; a worker picks it up and runs the loop. With an `Idempotency-Key` a repeated POST (a
+    retry, a double click) answers with the goal the first one created; an identical spec already running on
+    the same target gets 409."""
     parsed = parse_goal(spec, "request body")
     if parsed.target not in svc.targets:
         raise ValueError(f"target: {parsed.target!r} is not a target of this service (known: {sorted(svc.targets)})")
-    goal = svc.store.create_goal(parsed)
+    goal = idempotency.create_goal(svc.store, parsed, who.name, idempotency_key)
     svc.store.wake(goal.id, who.name, target=parsed.target)
     return goal_out(goal, svc.store)
 
@@ -72,11 +74,9 @@ def add_instruction(goal_id: str, body: InstructionIn, svc: ServiceDep, who: App
     """Any instruction, e.g. `{"kind": "one_more_round", "count": 1, "knobs": {"concurrency": 90}}`;
     `{"kind": "restore"}` goes back to the best station (or to `restore`, a station hash)."""
     svc.store.get_goal(goal_id)
+    permissions.check(who, permissions.INSTRUCTIONS[body.kind])  # a restore is admin's, on every path
     if body.kind == "restore" and body.restore is not None:
-        try:
-            svc.store.get_station(body.restore)
-        except NotFound:
-            raise ValueError(f"restore: no frozen station with hash {body.restore!r}") from None
+        actions.check_restore(svc, goal_id, body.restore)
     ins = actions.instruct(svc, goal_id, body.kind, who, count=body.count, knobs=body.knobs, restore=body.restore,
                            text=body.text)
     return InstructionOut.model_validate(ins, from_attributes=True)
