@@ -52,11 +52,33 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True,
         health.REQUESTS.labels(getattr(route, "path", "other"), request.method, str(resp.status_code)).inc()
         return resp
 
+    _goal_schema(app)
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def dashboard() -> str:
         return DASHBOARD.read_text(encoding="utf-8")
 
     return app
+
+
+def _goal_schema(app: FastAPI) -> None:
+    """`POST /goals` reads JSON or YAML itself; its body schema is state.goal.GoalSpec, put in the components."""
+    from state.goal import GoalSpec
+
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = plain()
+            spec = GoalSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+            comps = doc.setdefault("components", {}).setdefault("schemas", {})
+            for name, sub in spec.pop("$defs", {}).items():
+                comps.setdefault(name, sub)
+            comps["GoalSpec"] = spec
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _errors(app: FastAPI) -> None:

@@ -35,6 +35,7 @@ from executor.trial import CostEntry, TrialResult, TrialSpec
 
 log = logging.getLogger("tuneloop.executor")
 RESULT, SPEC = "result.json", "spec.json"
+PROGRESS = "progress.json"  # requests done / N of the running load (the API and `tuneloop run` show it)
 
 
 class LostLease(RuntimeError):
@@ -394,17 +395,30 @@ class _Run:
             raise PhaseFailure("relayout_failed", f"relayout {name} exited rc={m.rc}: {text[-3000:]}")
         return {"name": name, "rc": m.rc, "seconds": (time.perf_counter_ns() - t0) / 1e9}
 
-    async def wait_done(self, key: str, what: str):
-        """Poll a detached run's markers until done (renewing the lease); a run gone without rc/done is UNKNOWN."""
+    async def wait_done(self, key: str, what: str, progress: bool = False):
+        """Poll a detached run's markers until done (renewing the lease); a run gone without rc/done is UNKNOWN.
+        progress: also note the requests the load has recorded so far (`progress.json`, read by the API and CLI)."""
         while True:
             m = await self.retry(lambda: self.transport.poll(key))
             a = load_resume_action(m.claimed, m.alive, m.done)
+            if progress:
+                await self.note_progress(key)
             if a == "collect":
                 return m
             if a == "unknown":
                 raise UnknownState(f"{what}: process ended without rc/done markers")
             await self.renew()
             await asyncio.sleep(self.s.poll_interval_s)  # polling a detached process's markers
+
+    async def note_progress(self, key: str) -> None:
+        """Requests done / N of the running load, rewritten atomically; a failed count is only not shown."""
+        try:
+            done = await self.transport.requests_done(key)
+        except Exception as e:  # a progress figure must never fault the load it describes
+            log.debug("progress of %s not counted: %s", key, e)
+            return
+        rec.write_atomic(self.work / PROGRESS, json.dumps(
+            {"requests_done": done, "requests_total": self.spec.n + self.spec.warmup, "at": time.time()}))
 
     def service_key(self, svc: ServiceSpec) -> str:
         """What a running service is: the station's server hash and its exact rendered launch (argv, env,
@@ -505,7 +519,7 @@ class _Run:
         elif action == "unknown":
             raise UnknownState(f"load {key}: run directory claimed but its process is gone without rc/done markers")
         t_wait = time.monotonic()
-        m = await self.wait_done(key, f"load {key}")
+        m = await self.wait_done(key, f"load {key}", progress=True)
         dest = self.work / "load"
         await self.retry(lambda: self.transport.fetch(key, dest))
         if "stats_failure" in self.spec.faults and self.target.kind != "sim" and started:
