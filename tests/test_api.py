@@ -166,6 +166,72 @@ def test_report_html_markdown_and_images_under_the_services_reports_folder(tmp_p
     assert not any((tmp_path / "cwd").iterdir()) and not (tmp_path / "db" / "reports").exists()
 
 
+def test_post_goal_as_yaml_or_json_with_goalspec_as_the_openapi_body(idle_client):
+    import yaml
+
+    body = yaml.safe_dump(small_goal("yaml-goal"), allow_unicode=True)
+    r = idle_client.post("/goals", content=body, headers=auth("admin") | {"Content-Type": "application/yaml"})
+    assert r.status_code == 201 and r.json()["name"] == "yaml-goal" and r.json()["budget"]["experiments_limit"] == 2
+    bad = yaml.safe_dump({**small_goal("yaml-bad"), "budget": {"card_hours": -1, "experiments": 2}})
+    r = idle_client.post("/goals", content=bad, headers=auth("admin") | {"Content-Type": "application/yaml"})
+    assert r.status_code == 422 and ["body", "budget", "card_hours"] in [e["loc"] for e in r.json()["detail"]]
+    r = idle_client.post("/goals", content="name: [unclosed", headers=auth("admin") | {"Content-Type": "application/yaml"})
+    assert r.status_code == 422 and "not valid YAML" in r.json()["detail"][0]["msg"]
+    r = idle_client.post("/goals", content="{", headers=auth("admin") | {"Content-Type": "application/json"})
+    assert r.status_code == 422 and "not valid JSON" in r.json()["detail"][0]["msg"]
+    r = idle_client.post("/goals", content=body, headers=auth("admin") | {"Content-Type": "text/plain"})
+    assert r.status_code == 415
+    assert [g["name"] for g in idle_client.get("/goals", headers=auth("viewer")).json()] == ["yaml-goal"]
+    doc = idle_client.get("/openapi.json").json()
+    content = doc["paths"]["/goals"]["post"]["requestBody"]["content"]
+    assert set(content) == {"application/json", "application/yaml"}
+    assert content["application/yaml"]["schema"] == {"$ref": "#/components/schemas/GoalSpec"}
+    goal = doc["components"]["schemas"]["GoalSpec"]
+    assert {"name", "scenario", "constraints", "budget"} <= set(goal["required"])
+    assert goal["properties"]["budget"] == {"$ref": "#/components/schemas/Budget"}
+    assert "card_hours" in doc["components"]["schemas"]["Budget"]["properties"]
+
+
+def test_goal_shows_the_running_experiment_its_phase_and_requests_done(idle_client, tmp_path):
+    """What the runner leaves while a load runs (its phase records, progress.json) is what GET /goals/G shows."""
+    import json
+
+    from agent.candidates import build_card
+    from agent.record import card_record
+    from executor.trial import TrialSpec
+
+    gid = idle_client.post("/goals", json=small_goal("progress-goal"), headers=auth("admin")).json()["id"]
+    store = idle_client.app.state.service.store
+    g = idle_client.get(f"/goals/{gid}", headers=auth("viewer")).json()
+    assert g["progress"] is None and g["budget"]["card_hours_used"] == 0
+    spec = store.get_goal(gid).spec
+    card = build_card(gid, spec.scenario, spec.start_station(), "concurrency", 90, stage="screen", n=40)
+    cand = store.add_candidate(gid, card_record(card))
+    run = TrialSpec(run_id=card.run_id(), goal_id=gid, target="sim", scenario=spec.scenario, knobs=card.knobs,
+                    stage="screen", n=40, warmup=8)
+    store.create_run(run, candidate_id=cand.id)
+    store.set_run_status(run.run_id, "running")
+    epoch = store.acquire_lease("sim", "test", 60)
+    for phase in ("lock", "prepare"):
+        store.record_phase(run.run_id, phase, "intent", "started", epoch=epoch, target="sim")
+        store.record_phase(run.run_id, phase, "outcome", "ok", epoch=epoch, target="sim")
+    p = idle_client.get(f"/goals/{gid}", headers=auth("viewer")).json()["progress"]
+    assert p["run_id"] == run.run_id and p["candidate_id"] == cand.id and "concurrency 128 -> 90" in p["title"]
+    assert (p["phase"], p["phase_state"], p["requests_done"]) == ("prepare", "ok", None)
+    assert p["elapsed_s"] >= 0 and p["expected_s"] > 0 and p["est_card_hours"] > 0
+    store.record_phase(run.run_id, "load", "intent", "started", epoch=epoch, target="sim")
+    (tmp_path / "runs" / run.run_id).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "runs" / run.run_id / "progress.json").write_text(json.dumps({"requests_done": 17, "requests_total": 48}))
+    p = idle_client.get(f"/goals/{gid}", headers=auth("viewer")).json()["progress"]
+    assert (p["phase"], p["phase_state"], p["requests_done"], p["requests_total"]) == ("load", "started", 17, 48)
+    assert p["experiments_limit"] == 2 and p["card_hours_limit"] == 24
+    store.record_phase(run.run_id, "load", "outcome", "ok", epoch=epoch, target="sim")
+    p = idle_client.get(f"/goals/{gid}", headers=auth("viewer")).json()["progress"]
+    assert (p["requests_done"], p["requests_total"]) == (48, 48)  # the load ended: the count is final
+    store.set_run_status(run.run_id, "done")
+    assert idle_client.get(f"/goals/{gid}", headers=auth("viewer")).json()["progress"] is None
+
+
 def test_health_metrics_and_openapi_show_no_secret(idle_client):
     body = idle_client.get("/health").text + idle_client.get("/metrics").text + idle_client.get("/openapi.json").text
     assert all(t not in body for t in TOKENS.values())
