@@ -221,6 +221,9 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
         fault: list[str] = typer.Option([], "--fault", help="inject a simulator fault into the Nth run: N:fault"),
         targets: Optional[Path] = typer.Option(None, "--targets", help="targets YAML (local/ssh engines; sim needs none)"),
         new: bool = typer.Option(False, "--new", help="start a fresh goal even if one with this spec exists"),
+        require_valid: bool = typer.Option(False, "--require-valid",
+                                           help="exit 3 when the goal ends without one valid run (a broken engine, "
+                                                "an unreachable target): what `make demo-real` checks"),
         ) -> None:
     """Run the tuning loop for GOAL to a stop (or until a person must approve a step)."""
     from state.errors import GoalError
@@ -258,12 +261,32 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
         display.close()
     if res.already_finished:
         typer.echo(res.reason)
+        _require_valid(require_valid is True, url, res)
         return
     typer.echo(summary_text(res, url))
+    _require_valid(require_valid is True, url, res)
     if res.waiting_for:
         typer.echo(f"waiting: approve candidate {res.waiting_for.get('candidate_id')} "
                    f"(card hash {res.waiting_for.get('card_hash')}): `tuneloop approve {res.waiting_for.get('candidate_id')}"
                    f"{' --db ' + url if db else ''}` (or the API), then run again")
+
+
+def valid_runs(store_url: str, goal_id: str) -> int:
+    """How many runs of the goal ended with a valid verdict."""
+    from state.store import Store
+
+    st = Store(store_url)
+    try:
+        return sum(1 for r in st.runs(goal_id) if (res := st.get_result(r.id)) is not None and res.valid)
+    finally:
+        st.close()
+
+
+def _require_valid(on: bool, url: str, res: SessionResult) -> None:
+    if on and not res.waiting_for and valid_runs(url, res.goal_id) == 0:
+        typer.echo(f"goal {res.goal_id}: no run was valid ({res.status}: {res.reason}); the decisions above say "
+                   "why each run was not", err=True)
+        raise typer.Exit(3)
 
 
 def approve(candidate: int = typer.Argument(..., help="candidate id (shown when the loop waits)"),

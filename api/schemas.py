@@ -114,6 +114,8 @@ class ExperimentOut(BaseModel):
     verdict_reasons: list[str] = []
     figures: str = ""
     summary: dict[str, Any] | None = None
+    run_dir: str | None = Field(None, description="the experiment's directory under the service's runs root, once "
+                                                  "it ran (`tuneloop load export` and `load summarize` take it)")
 
 
 class PhaseOut(BaseModel):

@@ -160,6 +160,23 @@ def test_report_html_markdown_and_images_under_the_services_reports_folder(tmp_p
         assert c.get("/goals/nope/report", headers=auth("viewer")).status_code == 404
         summary = c.get(f"/goals/{gid}/summary", headers=auth("viewer")).text
         assert f"goal {gid}: done" in summary and best["hash"] in summary
+    # the directory the API names for the experiment is what `tuneloop load export` / `load summarize` take
+    import json
+    import subprocess
+    import sys
+
+    assert run["run_dir"] == str((tmp_path / "svc" / "runs" / run["id"]).resolve())
+    cli = [sys.executable, "-m", "tuneloop_cli", "load"]
+    exp = subprocess.run(cli + ["export", run["run_dir"]], capture_output=True, text=True, timeout=120)
+    assert exp.returncode == 0, exp.stderr[-2000:]
+    assert json.loads(exp.stdout)["completed"] == run["n"]
+    csv_out = subprocess.run(cli + ["export", run["run_dir"], "--format", "csv"], capture_output=True, text=True,
+                             timeout=120)
+    assert csv_out.returncode == 0 and len(csv_out.stdout.strip().splitlines()) == run["n"] + 1  # header + rows
+    summ = subprocess.run(cli + ["summarize", run["run_dir"]], capture_output=True, text=True, timeout=120)
+    assert summ.returncode == 0 and "verdict: valid" in summ.stdout, summ.stderr[-2000:]
+    bad = subprocess.run(cli + ["export", str(tmp_path / "svc")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "run.json" in bad.stderr and "Traceback" not in bad.stderr
     out = tmp_path / "svc" / "reports" / gid
     assert best["hash"] in (out / "report.html").read_text(encoding="utf-8") and (out / "report.md").is_file()
     assert (out / links[0]).is_file()
