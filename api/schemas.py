@@ -45,6 +45,10 @@ class CandidateOut(BaseModel):
                                                            "model's for this card")
     ranking: Ranking = Field(default_factory=Ranking, description="its place among the alternatives the planner "
                                                                   "weighed, and why it was chosen")
+    station_hash: str | None = Field(None, description="the frozen station its run measured (resolves at "
+                                                       "/stations/<hash>); null until its run prepared it")
+    parent_station_hash: str | None = Field(None, description="the frozen station of its parent (resolves at "
+                                                              "/stations/<hash>); null while the parent was never run")
 
 
 class DecisionIn(_In):

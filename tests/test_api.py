@@ -123,6 +123,17 @@ def test_loop_waits_approval_is_bound_to_the_card_hash_stale_refused_second_409(
     exp = wait_until(lambda: client.get(f"/experiments/{run[0]['id']}", headers=auth("viewer")).json()["verdict"] and
                      client.get(f"/experiments/{run[0]['id']}", headers=auth("viewer")).json(), what="a verdict")
     assert exp["verdict"] == "valid" and "tok/s/card at N=40" in exp["figures"]
+    # one meaning of "station hash": a card names its station and its parent's by the frozen hash /stations knows
+    nxt = wait_until(lambda: [c for c in client.get(f"/goals/{gid}/candidates?awaiting=true", headers=auth("viewer")).json()
+                              if c["id"] != card["id"]], what="the next card")[0]
+    first = client.get(f"/candidates/{card['id']}", headers=auth("viewer")).json()
+    assert first["station_hash"] == exp["station_hash"] and nxt["parent_station_hash"] == exp["station_hash"]
+    # a reference at another N measures the same station; a change is frozen only when its run prepares it
+    assert nxt["station_hash"] == (exp["station_hash"] if nxt["card"]["change"] is None else None)
+    st = client.get(f"/stations/{exp['station_hash']}", headers=auth("viewer"))
+    assert st.status_code == 200 and st.json()["hash"] == exp["station_hash"]
+    assert not {"station", "parent_station"} & set(first["card"])  # the knobs digests are named as such
+    assert first["card"]["knobs_hash"] != exp["station_hash"]
     phases = client.get(f"/experiments/{run[0]['id']}/phases", headers=auth("viewer")).json()
     assert [p["phase"] for p in phases][:2] == ["lock", "lock"] and phases[-1]["phase"] == "release"
     raw = client.get(f"/experiments/{run[0]['id']}/raw", headers=auth("viewer"))
