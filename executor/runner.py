@@ -165,6 +165,7 @@ class _Run:
             self.transport = make_transport(target)
         self.epoch = 0
         self.costs: list[CostEntry] = []
+        self._progress_at = 0.0  # when the load's requests were last counted (note_progress)
         self.station: Station | None = None
         self.rendered: Rendered | None = None
         self.restarted = False
@@ -402,7 +403,7 @@ class _Run:
             m = await self.retry(lambda: self.transport.poll(key))
             a = load_resume_action(m.claimed, m.alive, m.done)
             if progress:
-                await self.note_progress(key)
+                await self.note_progress(key, final=a == "collect")
             if a == "collect":
                 return m
             if a == "unknown":
@@ -410,8 +411,12 @@ class _Run:
             await self.renew()
             await asyncio.sleep(self.s.poll_interval_s)  # polling a detached process's markers
 
-    async def note_progress(self, key: str) -> None:
-        """Requests done / N of the running load, rewritten atomically; a failed count is only not shown."""
+    async def note_progress(self, key: str, final: bool = False) -> None:
+        """Requests done / N of the running load, rewritten atomically, at most once a second (each count is
+        a command on the target) and once more when it ended; a failed count is only not shown."""
+        if not final and time.monotonic() - self._progress_at < 1.0:
+            return
+        self._progress_at = time.monotonic()
         try:
             done = await self.transport.requests_done(key)
         except Exception as e:  # a progress figure must never fault the load it describes

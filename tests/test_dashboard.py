@@ -166,3 +166,28 @@ def test_post_goal_approve_in_browser_and_see_the_decision(tmp_path):
         assert ap["decision"] == "approve" and ap["who"] == "admin1 (api)"
         assert external == []  # no CDN, nothing outside the service (dashboard and report pages)
         assert TOKENS["admin"] not in page.content()
+
+
+def test_reject_in_place_needs_a_reason_and_records_it(tmp_path):
+    import httpx
+    from playwright.sync_api import expect
+
+    with _browser(tmp_path) as (srv, ctx, page):
+        page.goto(srv.url + "/")
+        page.fill("#token", TOKENS["admin"])
+        page.click("#save-token")
+        page.fill("#goal-spec", json.dumps(small_goal("reject-goal", experiments=2)))
+        page.click("#post-goal")
+        card = page.locator("#pending .card").first
+        expect(card).to_contain_text("candidate", timeout=180_000)
+        cid = card.get_attribute("data-candidate")
+        card.locator("button.reject").click()
+        expect(card.locator(".card-error")).to_contain_text("say why")  # nothing sent without a reason
+        ap = httpx.get(f"{srv.url}/candidates/{cid}/approval", headers={"Authorization": f"Bearer {TOKENS['viewer']}"})
+        assert ap.json() is None
+        card.locator("input.reason").fill("not today: the cluster is shared")
+        card.locator("button.reject").click()
+        expect(page.locator(f'#pending .card[data-candidate="{cid}"]')).to_have_count(0, timeout=60_000)
+        ap = httpx.get(f"{srv.url}/candidates/{cid}/approval", headers={"Authorization": f"Bearer {TOKENS['viewer']}"}).json()
+        assert ap["decision"] == "reject" and ap["reason"] == "not today: the cluster is shared"
+        assert ap["who"] == "admin1 (api)"
