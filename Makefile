@@ -26,11 +26,16 @@ demo: setup
 
 # The loop tunes a real llama.cpp server on this machine (generated model, local target) to a stop,
 # then stops the server it left running (the best station; `tuneloop restore` brings it back).
+# It fails (exit 3) when no run was valid. DEMO_REAL_DIR, DEMO_REAL_PORT and LLAMA_SERVER (a llama-server
+# binary other than the bundled one) can be set on the command line.
+DEMO_REAL_DIR ?= .tuneloop/demo-real
+DEMO_REAL_PORT ?= 8390
+LLAMA_SERVER ?=
 demo-real: setup
-	$(BIN)/tuneloop llamacpp stop --out .tuneloop/demo-real
-	rm -rf .tuneloop/demo-real && $(BIN)/tuneloop llamacpp prepare --out .tuneloop/demo-real
-	TUNELOOP_RUNS_ROOT=.tuneloop/demo-real/runs $(BIN)/tuneloop run examples/goal-llamacpp.yaml --targets .tuneloop/demo-real/targets.yaml --db sqlite:///.tuneloop/demo-real/tuneloop.db --auto-approve; \
-	  rc=$$?; $(BIN)/tuneloop llamacpp stop --out .tuneloop/demo-real; exit $$rc
+	$(BIN)/tuneloop llamacpp stop --out $(DEMO_REAL_DIR)
+	rm -rf $(DEMO_REAL_DIR) && $(BIN)/tuneloop llamacpp prepare --out $(DEMO_REAL_DIR) --port $(DEMO_REAL_PORT) $(if $(LLAMA_SERVER),--server $(LLAMA_SERVER))
+	TUNELOOP_RUNS_ROOT=$(DEMO_REAL_DIR)/runs $(BIN)/tuneloop run examples/goal-llamacpp.yaml --targets $(DEMO_REAL_DIR)/targets.yaml --db sqlite:///$(DEMO_REAL_DIR)/tuneloop.db --auto-approve --require-valid; \
+	  rc=$$?; $(BIN)/tuneloop llamacpp stop --out $(DEMO_REAL_DIR); exit $$rc
 
 test: setup services
 	. ./.tuneloop-test-env && CI=$${CI:-} $(BIN)/python -m pytest -q -p no:cacheprovider

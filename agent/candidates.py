@@ -34,8 +34,14 @@ def digest(obj: Any, length: int = 16) -> str:
 
 
 def station_hash(knobs: dict[str, Any]) -> str:
-    """Content hash of a full station (server knobs + load knobs)."""
+    """The planner's digest of a set of knobs (server + load), its key for "the same knobs" within a goal.
+    Not a station hash: that is the executor's hash of the frozen station (engine, every knob with the
+    catalog's defaults, data version, source identity), known once a run prepared it, and the one
+    `/stations/<hash>` and `tuneloop restore` take (api, agent.record.frozen_stations)."""
     return digest(knobs)
+
+
+knobs_hash = station_hash  # the name the card fields use
 
 
 class Change(BaseModel):
@@ -75,23 +81,29 @@ class CandidateCard(BaseModel):
 
     @computed_field  # type: ignore[prop-decorator]
     @property
-    def parent_station(self) -> str:
-        return station_hash(self.parent_knobs)
+    def parent_knobs_hash(self) -> str:
+        """The digest of the parent's knobs (agent.candidates.station_hash), not a frozen station's hash."""
+        return knobs_hash(self.parent_knobs)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
-    def station(self) -> str:
-        return station_hash(self.knobs)
+    def knobs_hash(self) -> str:
+        """The digest of this card's knobs; its frozen station hash exists once its run prepared it."""
+        return knobs_hash(self.knobs)
+
+    # the former names of the two digests, kept for callers written before the rename (not serialised)
+    parent_station = property(lambda self: self.parent_knobs_hash)
+    station = property(lambda self: self.knobs_hash)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
-    def experiment_key(self) -> str:
-        return digest({"scenario": self.scenario, "station": self.station, "stage": self.stage, "n": self.n})
+    def experiment_key(self) -> str:  # the digest's field name stays, so run ids stay what they were
+        return digest({"scenario": self.scenario, "station": self.knobs_hash, "stage": self.stage, "n": self.n})
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def content_hash(self) -> str:
-        skip = {"parent_station", "station", "experiment_key", "content_hash", "score", "est_card_hours"}
+        skip = {"parent_knobs_hash", "knobs_hash", "experiment_key", "content_hash", "score", "est_card_hours"}
         if not self.profile_capture:
             skip.add("profile_capture")  # cards without a profile keep the hashes they always had
         if self.attempt == 1:

@@ -73,11 +73,11 @@ def check(card: CandidateCard, history: History) -> list[str]:
             elif not any(x.startswith("in_range") for x in out):
                 out.append(f"in_range: {e}")
         for neg in history.negatives:
-            if neg.applies(c.knob, c.new, card.scenario, history.data_version, card.parent_station,
+            if neg.applies(c.knob, c.new, card.scenario, history.data_version, card.parent_knobs_hash,
                            history.source_identity) and card.stage == "screen":
                 out.append(f"known_negative: {c.knob}={c.new!r} was negative under the same conditions "
                            f"({neg.experiment_key}: {neg.reason})")
-        if card.stage == "screen" and card.parent_station != history.best_station:
+        if card.stage == "screen" and card.parent_knobs_hash != history.best_knobs_hash:
             out.append("parent: a screen starts from the current best station")
         if card.quality_risk != knob.quality_risk:
             out.append(f"quality_risk: {c.knob} quality risk is {knob.quality_risk}")
@@ -108,7 +108,7 @@ def retry_note(card: CandidateCard, history: History) -> str | None:
     for neg in history.negatives:
         if neg.knob == card.change.knob and _eq(neg.value, card.change.new):
             changed = [name for name, a, b in (
-                ("parent station", neg.parent_station, card.parent_station),
+                ("parent station", neg.parent_station, card.parent_knobs_hash),
                 ("data version", neg.data_version, history.data_version),
                 ("source identity", neg.source_identity, history.source_identity),
                 ("scenario", neg.scenario, card.scenario)) if a != b]

@@ -102,8 +102,11 @@ class History(BaseModel):
     planner_notes: list[str] = Field(default_factory=list)
 
     @property
-    def best_station(self) -> str:
+    def best_knobs_hash(self) -> str:
+        """The digest of the best station's knobs (as cards' knobs_hash); the frozen hash is the store's."""
         return station_hash(self.best_knobs)
+
+    best_station = property(lambda self: self.best_knobs_hash)  # its former name, kept for callers that use it
 
     @property
     def finished_keys(self) -> set[str]:
@@ -118,7 +121,7 @@ class History(BaseModel):
         """The latest valid measurement of exactly this station at exactly this N."""
         h = station_hash(knobs)
         for o in reversed(self.outcomes):
-            if o.verdict == "valid" and o.figures is not None and o.card.station == h and o.card.n == n:
+            if o.verdict == "valid" and o.figures is not None and o.card.knobs_hash == h and o.card.n == n:
                 return o
         return None
 
@@ -126,7 +129,7 @@ class History(BaseModel):
         h = station_hash(knobs)
         best = None
         for o in self.outcomes:
-            if o.verdict == "valid" and o.card.station == h and o.summary is not None:
+            if o.verdict == "valid" and o.card.knobs_hash == h and o.summary is not None:
                 if best is None or o.card.n >= best.card.n:
                     best = o
         return best

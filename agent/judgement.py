@@ -65,8 +65,8 @@ def decide(card: CandidateCard, verdict: str, figures: Figures | None, history: 
     if figures.slo_violations:
         return "negative", "breaks the SLO: " + "; ".join(figures.slo_violations)
     ref = history.reference(card.parent_knobs, card.n)
-    broke = card.parent_station != history.best_station and any(
-        o.verdict == "valid" and o.figures is not None and o.card.station == card.parent_station
+    broke = card.parent_knobs_hash != history.best_knobs_hash and any(
+        o.verdict == "valid" and o.figures is not None and o.card.knobs_hash == card.parent_knobs_hash
         and o.figures.slo_violations for o in history.outcomes)
     if broke:
         # the parent broke the SLO (a load move that crossed the TPOT limit): it is no reference; judge against
@@ -118,7 +118,7 @@ def frontier(outcomes: list[Outcome], n: int) -> list[dict[str, Any]]:
     for o in outcomes:
         if o.verdict == "valid" and o.figures and o.card.n == n and not o.figures.slo_violations:
             if o.decision in ("reference", "new_best", "tradeoff", "quality_pending"):
-                rows[o.card.station] = o
+                rows[o.card.knobs_hash] = o
     def dominated(a: Figures, b: Figures) -> bool:
         keys = ("ttft_mean", "tpot_mean", "e2e_mean")
         if a.whole is None or b.whole is None or any(getattr(x, k) is None for x in (a, b) for k in keys):
@@ -131,7 +131,7 @@ def frontier(outcomes: list[Outcome], n: int) -> list[dict[str, Any]]:
             continue
         f = o.figures
         assert f is not None
-        out.append({"station": h, "knobs": o.card.knobs, "n": n, "whole": f.whole, "whole_s": f.whole_s,
+        out.append({"knobs_hash": h, "knobs": o.card.knobs, "n": n, "whole": f.whole, "whole_s": f.whole_s,
                     "native": f.native, "native_s": f.native_s, "native_n": f.native_n,
                     "ttft_mean_ms": f.ttft_mean, "tpot_mean_ms": f.tpot_mean, "e2e_mean_ms": f.e2e_mean,
                     "status": "quality pending" if o.decision == "quality_pending" else o.decision,

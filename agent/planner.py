@@ -54,7 +54,7 @@ def ruled_out(history: History) -> set[str]:
     """Hypotheses a valid negative from the best station has tested (the rule its move named)."""
     out: set[str] = set()
     for o in history.outcomes:
-        if o.decision != "negative" or o.card.change is None or o.card.parent_station != history.best_station:
+        if o.decision != "negative" or o.card.change is None or o.card.parent_knobs_hash != history.best_knobs_hash:
             continue
         c = o.card.change
         rule = rule_for(c.knob, direction_of(c))
@@ -177,7 +177,7 @@ class DeterministicPlanner:
         diag = diagnosis_for(history)
         if goal.protocol.confirm_n != goal.protocol.screen_n and not any(o.card.stage != "baseline" for o in history.outcomes) \
                 and history.reference(history.best_knobs, goal.protocol.confirm_n) is None \
-                and history.warm_knobs is not None and station_hash(history.warm_knobs) == history.best_station:
+                and history.warm_knobs is not None and station_hash(history.warm_knobs) == history.best_knobs_hash:
             # the start is warm now: its confirm-N reference costs a hot run, after the first move a restart
             card = build_card(history.goal_id, goal.scenario, history.best_knobs, None, None, stage="baseline",
                               n=goal.protocol.confirm_n)
@@ -234,7 +234,7 @@ def hot_while_warm(passing: list[tuple[CandidateCard, Value]],
                    history: History) -> tuple[CandidateCard, Value] | None:
     """The best hot move worth its cost, testing a hypothesis the evidence leaves open, while the service runs
     the best station: done now it costs a load, after a restart move (the service moves away) a restart too."""
-    if history.warm_knobs is None or station_hash(history.warm_knobs) != history.best_station:
+    if history.warm_knobs is None or station_hash(history.warm_knobs) != history.best_knobs_hash:
         return None
     # a trade-off move (lower C) aims at the objective only when it may give the missing native window
     window = _native_missing(history)

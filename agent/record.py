@@ -26,7 +26,7 @@ def card_record(card: CandidateCard) -> dict[str, Any]:
     """The card as stored (and shown): its fields plus the store's index keys."""
     d = _canon(card.model_dump())  # an infinite request_rate stays "inf" (JSON mode would write null)
     d.update({"knob": card.change.knob if card.change else None,
-              "value": card.change.new if card.change else None, "parent_hash": card.parent_station})
+              "value": card.change.new if card.change else None, "parent_hash": card.parent_knobs_hash})
     return d
 
 
@@ -88,8 +88,25 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
                    cost=cost, planner_notes=list(extra_notes or []))
 
 
+def frozen_stations(store: Any, goal_id: str) -> dict[str, str]:
+    """Each card's knobs digest -> the frozen station hash its run recorded (the executor's hash that
+    `/stations/<hash>` and `tuneloop restore` resolve); the first run of those knobs names it."""
+    cards = {c.id: c.card for c in store.candidates(goal_id)}
+    out: dict[str, str] = {}
+    results = None
+    for r in store.runs(goal_id):
+        h = r.station_hash
+        if h is None:
+            if results is None:
+                results = {x.run_id: x.station_hash for x in store.results(goal_id)}
+            h = results.get(r.id)
+        if h and r.candidate_id in cards:
+            out.setdefault(card_of(cards[r.candidate_id]).knobs_hash, h)
+    return out
+
+
 def conditions(card: CandidateCard, history: History) -> Conditions:
-    return Conditions(scenario=card.scenario, parent_hash=card.parent_station,
+    return Conditions(scenario=card.scenario, parent_hash=card.parent_knobs_hash,
                       source_identity=history.source_identity, data_version=history.data_version)
 
 

@@ -101,7 +101,7 @@ def latency_recovery(history: History) -> CandidateCard | None:
         c = o.card.change
         if o.card.stage == "baseline" or o.verdict != "valid" or c is None:
             continue
-        if o.decision != "negative" or not tpot_only(o.figures) or o.card.parent_station != history.best_station:
+        if o.decision != "negative" or not tpot_only(o.figures) or o.card.parent_knobs_hash != history.best_knobs_hash:
             return None  # only the latest judged experiment, and only a load move that broke TPOT alone
         if c.knob not in LOAD_UP or c.old is None or not (c.new is None or c.new > c.old):
             return None

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -12,22 +14,81 @@ from rich.table import Table
 
 from agent.session import SessionResult, default_store_url, make_planner, run_session
 
+PROGRESS_EVERY_S = 10.0  # piped output: one [progress] line this often while an experiment runs
+
 
 class Display:
-    """Live table fed by the loop's events; also usable without a terminal (then it prints one line each)."""
+    """Live table fed by the loop's events and, between them, by the store: the progress row (running
+    experiment, phase, elapsed against the estimate, requests done / N, budget) is re-read about once a
+    second while the table is on a terminal. Without a terminal it prints one line per event, and a
+    `[progress]` line every PROGRESS_EVERY_S seconds (`TUNELOOP_PROGRESS_S`) while an experiment runs."""
 
-    def __init__(self, store_url: str, console: Console):
+    def __init__(self, store_url: str, console: Console, runs_root: str | Path | None = None):
+        from executor.phases import ExecSettings
+
         self.console, self.store_url = console, store_url
-        self.rows: dict[str, str] = {"phase": "-", "card": "-", "last": "-", "best": "-", "budget": "-"}
+        self.runs_root = Path(runs_root) if runs_root is not None else Path(ExecSettings.from_env().runs_root)
+        self.rows: dict[str, str] = {"phase": "-", "card": "-", "last": "-", "best": "-", "budget": "-",
+                                     "progress": "-"}
         self.live: Live | None = None
+        self.goal_id: str | None = None
+        self.every = float(os.environ.get("TUNELOOP_PROGRESS_S") or PROGRESS_EVERY_S)
+        self._store: Any = None
+        self._lock = threading.Lock()
+        self._read_at = 0.0
+        self._ticker: threading.Event | None = None
 
     def table(self) -> Table:
+        if time.monotonic() - self._read_at >= 1.0:
+            self._read_at = time.monotonic()
+            self.rows["progress"] = self.progress_line() or "no experiment running"
         t = Table(show_header=False, title="tuneloop run", expand=False)
         for k, v in self.rows.items():
             t.add_row(k, v)
         return t
 
+    def progress_line(self) -> str | None:
+        """The goal's progress now (agent.progress, as GET /goals/G shows it), or None when nothing runs."""
+        from agent.progress import goal_progress
+        from state.store import Store
+
+        with self._lock:  # the live table's refresh thread and the loop's thread share one store
+            try:
+                if self._store is None:
+                    self._store = Store(self.store_url)
+                gid = self.goal_id or next((g.id for g in reversed(self._store.goals())), None)
+                p = goal_progress(self._store, gid, self.runs_root) if gid else None
+            except Exception as e:  # a progress line must never stop the loop it describes
+                return f"(progress not read: {type(e).__name__}: {e})"
+        return p.line() if p else None
+
+    def close(self) -> None:
+        self._stop_ticker()
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+    def _stop_ticker(self) -> None:
+        if self._ticker is not None:
+            self._ticker.set()
+            self._ticker = None
+
+    def _start_ticker(self) -> None:
+        stop = self._ticker = threading.Event()
+
+        def tick() -> None:
+            while not stop.wait(self.every):
+                line = self.progress_line()
+                if line and not stop.is_set():
+                    typer.echo(f"[progress] {line}")
+
+        threading.Thread(target=tick, name="tuneloop-progress", daemon=True).start()
+
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        self._stop_ticker()
+        if info.get("run_id") and self.goal_id is None:
+            self._goal_of(str(info["run_id"]))
         self.rows["phase"] = phase + (f" (retry {info['retry']} after {info['fault']})" if info.get("retry") else "")
         card = info.get("card")
         if card:
@@ -39,9 +100,22 @@ class Display:
         if phase in ("judge", "stop", "observe"):
             self._refresh_store_rows()
         if self.live is not None:
-            self.live.update(self.table())
+            self._read_at = 0.0
+            self.live.refresh()
         else:  # no terminal (a pipe, a log file): one plain line per event, never a redrawn table
             typer.echo(event_line(phase, info, self.rows))
+            if phase == "execute":
+                self._start_ticker()
+
+    def _goal_of(self, run_id: str) -> None:
+        with self._lock:
+            from state.store import Store
+
+            st = self._store = self._store or Store(self.store_url)
+            try:
+                self.goal_id = st.get_run(run_id).goal_id
+            except Exception:  # the run is registered just after this event: the latest goal stands in
+                pass
 
     def _refresh_store_rows(self) -> None:
         from state.store import Store
@@ -149,6 +223,9 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
         data_dir: list[Path] = typer.Option([], "--data-dir",
                                             help="a data directory (scenarios/, profiles/) whose files the goal may "
                                                  "name, repeatable"),
+        require_valid: bool = typer.Option(False, "--require-valid",
+                                           help="exit 3 when the goal ends without one valid run (a broken engine, "
+                                                "an unreachable target): what `make demo-real` checks"),
         ) -> None:
     """Run the tuning loop for GOAL to a stop (or until a person must approve a step)."""
     from core.datafiles import DataFileError, use_data_dirs
@@ -178,20 +255,43 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
     planner = make_planner(llm_base_url, llm_model, os.environ.get("TUNELOOP_LLM_API_KEY"))
     kw = dict(auto_approve=auto_approve, planner=planner, faults=faults, on_event=display, targets=tg,
               new_goal=new is True)  # called from Python (tuneloop demo) the option object stands for False
-    if console.is_terminal:
-        with Live(display.table(), console=console, refresh_per_second=4) as live:
-            display.live = live
+    try:
+        if console.is_terminal:  # the table is re-rendered 4 times a second, so progress moves between events
+            with Live(get_renderable=display.table, console=console, refresh_per_second=4) as live:
+                display.live = live
+                res = run_session(spec, url, **kw)
+        else:
             res = run_session(spec, url, **kw)
-    else:
-        res = run_session(spec, url, **kw)
+    finally:
+        display.close()
     if res.already_finished:
         typer.echo(res.reason)
+        _require_valid(require_valid is True, url, res)
         return
     typer.echo(summary_text(res, url))
+    _require_valid(require_valid is True, url, res)
     if res.waiting_for:
         typer.echo(f"waiting: approve candidate {res.waiting_for.get('candidate_id')} "
                    f"(card hash {res.waiting_for.get('card_hash')}): `tuneloop approve {res.waiting_for.get('candidate_id')}"
                    f"{' --db ' + url if db else ''}` (or the API), then run again")
+
+
+def valid_runs(store_url: str, goal_id: str) -> int:
+    """How many runs of the goal ended with a valid verdict."""
+    from state.store import Store
+
+    st = Store(store_url)
+    try:
+        return sum(1 for r in st.runs(goal_id) if (res := st.get_result(r.id)) is not None and res.valid)
+    finally:
+        st.close()
+
+
+def _require_valid(on: bool, url: str, res: SessionResult) -> None:
+    if on and not res.waiting_for and valid_runs(url, res.goal_id) == 0:
+        typer.echo(f"goal {res.goal_id}: no run was valid ({res.status}: {res.reason}); the decisions above say "
+                   "why each run was not", err=True)
+        raise typer.Exit(3)
 
 
 def approve(candidate: int = typer.Argument(..., help="candidate id (shown when the loop waits)"),

@@ -13,6 +13,7 @@ from api.routes import budget, candidates, chat, experiments, goals, health, rep
 from api.service import Service
 from api.settings import Settings
 from state.errors import Conflict, GoalError, InvalidTransition, NotFound, Stale, StaleEpoch
+from state.goal import GoalSpec
 
 DASHBOARD = Path(__file__).with_name("dashboard") / "index.html"
 _ERR = {"content": {"application/json": {"schema": {"type": "object", "properties": {"detail": {}}}}}}
@@ -69,12 +70,32 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True,
         return resp
 
     app.add_middleware(RequestGuard)  # outermost: size limit and token before any body is read
+    _goal_schema(app)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def dashboard() -> str:
         return DASHBOARD.read_text(encoding="utf-8")
 
     return app
+
+
+def _goal_schema(app: FastAPI) -> None:
+    """`POST /goals` reads JSON or YAML itself; its body schema is state.goal.GoalSpec, put in the components."""
+
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = plain()
+            spec = GoalSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+            comps = doc.setdefault("components", {}).setdefault("schemas", {})
+            for name, sub in spec.pop("$defs", {}).items():
+                comps.setdefault(name, sub)
+            comps["GoalSpec"] = spec
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _errors(app: FastAPI) -> None:

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.progress import Progress, Ranking
+
 
 class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -24,6 +26,9 @@ class GoalOut(BaseModel):
     spec: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    budget: "BudgetOut" = Field(description="card-hours and experiments used so far, and the limits")
+    progress: Progress | None = Field(None, description="the experiment running now: phase, elapsed and expected "
+                                                        "time, requests done / N during the load; null when none runs")
 
 
 class CandidateOut(BaseModel):
@@ -36,6 +41,14 @@ class CandidateOut(BaseModel):
     stage: str
     cost_class: str | None = None
     awaiting_approval: bool = False
+    est_card_hours: float | None = Field(None, description="estimated card-hours: the planner's, else the cost "
+                                                           "model's for this card")
+    ranking: Ranking = Field(default_factory=Ranking, description="its place among the alternatives the planner "
+                                                                  "weighed, and why it was chosen")
+    station_hash: str | None = Field(None, description="the frozen station its run measured (resolves at "
+                                                       "/stations/<hash>); null until its run prepared it")
+    parent_station_hash: str | None = Field(None, description="the frozen station of its parent (resolves at "
+                                                              "/stations/<hash>); null while the parent was never run")
 
 
 class DecisionIn(_In):
@@ -105,6 +118,8 @@ class ExperimentOut(BaseModel):
     verdict_reasons: list[str] = []
     figures: str = ""
     summary: dict[str, Any] | None = None
+    run_dir: str | None = Field(None, description="the experiment's directory under the service's runs root, once "
+                                                  "it ran (`tuneloop load export` and `load summarize` take it)")
 
 
 class PhaseOut(BaseModel):
@@ -126,6 +141,22 @@ class StationOut(BaseModel):
     data_version: str
     source_identity: str
     knobs: dict[str, Any]
+
+
+class BestOut(StationOut):
+    """The deployable best station with the figures that made it best (the run that measured it)."""
+
+    decision: str = Field(description="the decision that made it best: baseline | new_best | quality_passed")
+    run_id: str | None = None
+    n: int | None = Field(None, description="the measured N (results of different N are never compared)")
+    objective_metric: str
+    objective_window: Literal["native", "whole"]
+    objective: float | None = Field(None, description="the objective figure in its window; null when that window "
+                                                      "had no valid figure (never 0)")
+    whole: float | None = Field(None, description="output tok/s per card, whole window")
+    native: float | None = Field(None, description="output tok/s per card, native window")
+    tpot_mean_ms: float | None = None
+    ttft_p90_ms: float | None = None
 
 
 class FrontierPoint(BaseModel):
@@ -160,3 +191,6 @@ class ChatOut(BaseModel):
     action: dict[str, Any] | None = None
     who: str
     via: Literal["parser", "llm"] = Field("parser", description="who mapped the text onto the intent")
+
+
+GoalOut.model_rebuild()

@@ -60,9 +60,24 @@ def run_cmd(
     raise typer.Exit(rc)
 
 
+def resolve_run_dir(path: Path) -> Path:
+    """The load's run directory from what a person has: the load's own directory (run.json, requests.jsonl)
+    or the experiment's directory the API and the runs root name (`<runs>/<run id>`, the load under `load/`)."""
+    from core import records as rec
+
+    if (path / rec.RUN_INFO).is_file():
+        return path
+    if (path / "load" / rec.RUN_INFO).is_file():
+        return path / "load"
+    what = "no such directory" if not path.is_dir() else f"neither it nor {path / 'load'} has {rec.RUN_INFO}"
+    raise typer.BadParameter(f"{path}: {what} (a load's run directory, or an experiment's under the runs root)",
+                             param_hint="RUN_DIR")
+
+
 @app.command("summarize")
 def summarize_cmd(
-    run_dir: Path = typer.Argument(..., help="run directory with run.json and requests.jsonl"),
+    run_dir: Path = typer.Argument(..., help="run directory with run.json and requests.jsonl, or an experiment's "
+                                             "directory under the runs root (its load/ is used)"),
     json_out: bool = typer.Option(False, "--json", help="print Summary + Verdict as JSON"),
     slo: List[str] = typer.Option([], help="SLO for goodput, e.g. tpot_ms=20"),
 ) -> None:
@@ -78,7 +93,7 @@ def summarize_cmd(
         except ValueError:
             raise typer.BadParameter(f"--slo {s!r}: expected name=milliseconds") from None
     try:
-        summary, verdict = summarize_run(run_dir, slos=slos or None)
+        summary, verdict = summarize_run(resolve_run_dir(run_dir), slos=slos or None)
     except (CollectionError, ValueError) as e:
         typer.echo(f"collection_fault: {e}", err=True)
         raise typer.Exit(3)
@@ -93,15 +108,22 @@ def summarize_cmd(
 
 @app.command("export")
 def export_cmd(
-    run_dir: Path = typer.Argument(...),
+    run_dir: Path = typer.Argument(..., help="a load's run directory, or an experiment's directory under the runs "
+                                             "root as the API names it (runs/<run id>; its load/ is used)"),
     fmt: str = typer.Option("vllm", "--format", help="vllm (bench serve result JSON) | csv (per request)"),
     out: Optional[Path] = typer.Option(None, help="file to write; default stdout"),
 ) -> None:
     """Export a run as a `vllm bench serve` result JSON or a per-request CSV."""
-    from executor.collect import load_run
+    from executor.collect import CollectionError, load_run
     from executor.exports import requests_csv, vllm_result
 
-    info, records = load_run(run_dir)
+    if fmt not in ("vllm", "csv"):
+        raise typer.BadParameter(f"--format {fmt!r}: vllm or csv")
+    try:
+        info, records = load_run(resolve_run_dir(run_dir))
+    except CollectionError as e:
+        typer.echo(f"collection_fault: {e}", err=True)
+        raise typer.Exit(3) from None
     if fmt == "vllm":
         text = json.dumps(vllm_result(records, info), indent=1, default=lambda x: None if math.isinf(x) else x)
     elif fmt == "csv":

@@ -6,11 +6,16 @@ launcher's mkdir claim makes a second launch impossible, so a resumed run reads 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import time
 
 from core import records as rec
 from executor.phases import PhaseFailure, UnknownState, crashpoint, load_resume_action
 from executor.transports.base import AlreadyClaimed, LoadPlan
+
+log = logging.getLogger("tuneloop.executor")
+PROGRESS = "progress.json"  # requests done / N of the running load (the API and `tuneloop run` show it)
 
 
 class LoadPhases:
@@ -26,17 +31,34 @@ class LoadPhases:
                         seed=self.spec.seed, knobs=k, faults=tuple(self.spec.faults), metrics=self.rendered.metrics,
                         cards=self.transport.cards_in_use(self.rendered, k))
 
-    async def wait_done(self, key: str, what: str):
-        """Poll a detached run's markers until done (renewing the lease); a run gone without rc/done is UNKNOWN."""
+    async def wait_done(self, key: str, what: str, progress: bool = False):
+        """Poll a detached run's markers until done (renewing the lease); a run gone without rc/done is UNKNOWN.
+        progress: also note the requests the load has recorded so far (`progress.json`, read by the API and CLI)."""
         while True:
             m = await self.retry(lambda: self.transport.poll(key))
             a = load_resume_action(m.claimed, m.alive, m.done)
+            if progress:
+                await self.note_progress(key, final=a == "collect")
             if a == "collect":
                 return m
             if a == "unknown":
                 raise UnknownState(f"{what}: process ended without rc/done markers")
             await self.renew()
             await asyncio.sleep(self.s.poll_interval_s)  # polling a detached process's markers
+
+    async def note_progress(self, key: str, final: bool = False) -> None:
+        """Requests done / N of the running load, rewritten atomically, at most once a second (each count is
+        a command on the target) and once more when it ended; a failed count is only not shown."""
+        if not final and time.monotonic() - self._progress_at < 1.0:
+            return
+        self._progress_at = time.monotonic()
+        try:
+            done = await self.transport.requests_done(key)
+        except Exception as e:  # a progress figure must never fault the load it describes
+            log.debug("progress of %s not counted: %s", key, e)
+            return
+        rec.write_atomic(self.work / PROGRESS, json.dumps(
+            {"requests_done": done, "requests_total": self.spec.n + self.spec.warmup, "at": time.time()}))
 
     async def load(self) -> dict:
         key = self.load_key
@@ -53,7 +75,7 @@ class LoadPhases:
         elif action == "unknown":
             raise UnknownState(f"load {key}: run directory claimed but its process is gone without rc/done markers")
         t_wait = time.monotonic()
-        m = await self.wait_done(key, f"load {key}")
+        m = await self.wait_done(key, f"load {key}", progress=True)
         dest = self.work / "load"
         await self.retry(lambda: self.transport.fetch(key, dest))
         if m.rc not in (0, None) and not (dest / rec.REQUESTS).exists():

@@ -63,6 +63,7 @@ class TrialRun(DeployPhases, LoadPhases, CollectPhases):
         self.state_root = state_root  # the executor's own files: warm stations, UNKNOWN markers
         self.ok_before = journal.ok_before()
         self.costs: list[CostEntry] = []
+        self._progress_at = 0.0  # when the load's requests were last counted (note_progress)
         self.station: Station | None = None
         self.rendered: Rendered | None = None
         self.zero_cache = False

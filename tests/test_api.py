@@ -123,6 +123,17 @@ def test_loop_waits_approval_is_bound_to_the_card_hash_stale_refused_second_409(
     exp = wait_until(lambda: client.get(f"/experiments/{run[0]['id']}", headers=auth("viewer")).json()["verdict"] and
                      client.get(f"/experiments/{run[0]['id']}", headers=auth("viewer")).json(), what="a verdict")
     assert exp["verdict"] == "valid" and "tok/s/card at N=40" in exp["figures"]
+    # one meaning of "station hash": a card names its station and its parent's by the frozen hash /stations knows
+    nxt = wait_until(lambda: [c for c in client.get(f"/goals/{gid}/candidates?awaiting=true", headers=auth("viewer")).json()
+                              if c["id"] != card["id"]], what="the next card")[0]
+    first = client.get(f"/candidates/{card['id']}", headers=auth("viewer")).json()
+    assert first["station_hash"] == exp["station_hash"] and nxt["parent_station_hash"] == exp["station_hash"]
+    # a reference at another N measures the same station; a change is frozen only when its run prepares it
+    assert nxt["station_hash"] == (exp["station_hash"] if nxt["card"]["change"] is None else None)
+    st = client.get(f"/stations/{exp['station_hash']}", headers=auth("viewer"))
+    assert st.status_code == 200 and st.json()["hash"] == exp["station_hash"]
+    assert not {"station", "parent_station"} & set(first["card"])  # the knobs digests are named as such
+    assert first["card"]["knobs_hash"] != exp["station_hash"]
     phases = client.get(f"/experiments/{run[0]['id']}/phases", headers=auth("viewer")).json()
     assert [p["phase"] for p in phases][:2] == ["lock", "lock"] and phases[-1]["phase"] == "release"
     raw = client.get(f"/experiments/{run[0]['id']}/raw", headers=auth("viewer"))
@@ -155,15 +166,101 @@ def test_report_html_markdown_and_images_under_the_services_reports_folder(tmp_p
         assert links, "the Markdown twin links its plots"
         png = c.get(f"/goals/{gid}/{links[0]}", headers=auth("viewer"))  # relative to /goals/{id}/report.md
         assert png.status_code == 200 and png.content[:4] == b"\x89PNG"
+        # the dashboard's frontier is the report's plot, byte for byte (one function draws both)
+        report_plot = c.get(f"/goals/{gid}/images/tput_tpot.png", headers=auth("viewer")).content
+        assert c.get(f"/goals/{gid}/frontier.png", headers=auth("viewer")).content == report_plot
         assert c.get(f"/goals/{gid}/images/..%2Ft.db", headers=auth("viewer")).status_code == 404
         assert c.get(f"/goals/{gid}/report", headers={}).status_code == 401
         assert c.get("/goals/nope/report", headers=auth("viewer")).status_code == 404
         summary = c.get(f"/goals/{gid}/summary", headers=auth("viewer")).text
         assert f"goal {gid}: done" in summary and best["hash"] in summary
+    # the directory the API names for the experiment is what `tuneloop load export` / `load summarize` take
+    import json
+    import subprocess
+    import sys
+
+    assert run["run_dir"] == str((tmp_path / "svc" / "runs" / run["id"]).resolve())
+    cli = [sys.executable, "-m", "tuneloop_cli", "load"]
+    exp = subprocess.run(cli + ["export", run["run_dir"]], capture_output=True, text=True, timeout=120)
+    assert exp.returncode == 0, exp.stderr[-2000:]
+    assert json.loads(exp.stdout)["completed"] == run["n"]
+    csv_out = subprocess.run(cli + ["export", run["run_dir"], "--format", "csv"], capture_output=True, text=True,
+                             timeout=120)
+    assert csv_out.returncode == 0 and len(csv_out.stdout.strip().splitlines()) == run["n"] + 1  # header + rows
+    summ = subprocess.run(cli + ["summarize", run["run_dir"]], capture_output=True, text=True, timeout=120)
+    assert summ.returncode == 0 and "verdict: valid" in summ.stdout, summ.stderr[-2000:]
+    bad = subprocess.run(cli + ["export", str(tmp_path / "svc")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "run.json" in bad.stderr and "Traceback" not in bad.stderr
     out = tmp_path / "svc" / "reports" / gid
     assert best["hash"] in (out / "report.html").read_text(encoding="utf-8") and (out / "report.md").is_file()
     assert (out / links[0]).is_file()
     assert not any((tmp_path / "cwd").iterdir()) and not (tmp_path / "db" / "reports").exists()
+
+
+def test_post_goal_as_yaml_or_json_with_goalspec_as_the_openapi_body(idle_client):
+    import yaml
+
+    body = yaml.safe_dump(small_goal("yaml-goal"), allow_unicode=True)
+    r = idle_client.post("/goals", content=body, headers=auth("admin") | {"Content-Type": "application/yaml"})
+    assert r.status_code == 201 and r.json()["name"] == "yaml-goal" and r.json()["budget"]["experiments_limit"] == 2
+    bad = yaml.safe_dump({**small_goal("yaml-bad"), "budget": {"card_hours": -1, "experiments": 2}})
+    r = idle_client.post("/goals", content=bad, headers=auth("admin") | {"Content-Type": "application/yaml"})
+    assert r.status_code == 422 and ["body", "budget", "card_hours"] in [e["loc"] for e in r.json()["detail"]]
+    r = idle_client.post("/goals", content="name: [unclosed", headers=auth("admin") | {"Content-Type": "application/yaml"})
+    assert r.status_code == 422 and "not valid YAML" in r.json()["detail"][0]["msg"]
+    r = idle_client.post("/goals", content="{", headers=auth("admin") | {"Content-Type": "application/json"})
+    assert r.status_code == 422 and "not valid JSON" in r.json()["detail"][0]["msg"]
+    r = idle_client.post("/goals", content=body, headers=auth("admin") | {"Content-Type": "text/plain"})
+    assert r.status_code == 415
+    assert [g["name"] for g in idle_client.get("/goals", headers=auth("viewer")).json()] == ["yaml-goal"]
+    doc = idle_client.get("/openapi.json").json()
+    content = doc["paths"]["/goals"]["post"]["requestBody"]["content"]
+    assert set(content) == {"application/json", "application/yaml"}
+    assert content["application/yaml"]["schema"] == {"$ref": "#/components/schemas/GoalSpec"}
+    goal = doc["components"]["schemas"]["GoalSpec"]
+    assert {"name", "scenario", "constraints", "budget"} <= set(goal["required"])
+    assert goal["properties"]["budget"] == {"$ref": "#/components/schemas/Budget"}
+    assert "card_hours" in doc["components"]["schemas"]["Budget"]["properties"]
+
+
+def test_goal_shows_the_running_experiment_its_phase_and_requests_done(idle_client, tmp_path):
+    """What the runner leaves while a load runs (its phase records, progress.json) is what GET /goals/G shows."""
+    import json
+
+    from agent.candidates import build_card
+    from agent.record import card_record
+    from core.trial import TrialSpec
+
+    gid = idle_client.post("/goals", json=small_goal("progress-goal"), headers=auth("admin")).json()["id"]
+    store = idle_client.app.state.service.store
+    g = idle_client.get(f"/goals/{gid}", headers=auth("viewer")).json()
+    assert g["progress"] is None and g["budget"]["card_hours_used"] == 0
+    spec = store.get_goal(gid).spec
+    card = build_card(gid, spec.scenario, spec.start_station(), "concurrency", 90, stage="screen", n=40)
+    cand = store.add_candidate(gid, card_record(card))
+    run = TrialSpec(run_id=card.run_id(), goal_id=gid, target="sim", scenario=spec.scenario, knobs=card.knobs,
+                    stage="screen", n=40, warmup=8)
+    store.create_run(run, candidate_id=cand.id)
+    store.set_run_status(run.run_id, "running")
+    epoch = store.acquire_lease("sim", "test", 60)
+    for phase in ("lock", "prepare"):
+        store.record_phase(run.run_id, phase, "intent", "started", epoch=epoch, target="sim")
+        store.record_phase(run.run_id, phase, "outcome", "ok", epoch=epoch, target="sim")
+    p = idle_client.get(f"/goals/{gid}", headers=auth("viewer")).json()["progress"]
+    assert p["run_id"] == run.run_id and p["candidate_id"] == cand.id and "concurrency 128 -> 90" in p["title"]
+    assert (p["phase"], p["phase_state"], p["requests_done"]) == ("prepare", "ok", None)
+    assert p["elapsed_s"] >= 0 and p["expected_s"] > 0 and p["est_card_hours"] > 0
+    store.record_phase(run.run_id, "load", "intent", "started", epoch=epoch, target="sim")
+    (tmp_path / "runs" / run.run_id).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "runs" / run.run_id / "progress.json").write_text(json.dumps({"requests_done": 17, "requests_total": 48}))
+    p = idle_client.get(f"/goals/{gid}", headers=auth("viewer")).json()["progress"]
+    assert (p["phase"], p["phase_state"], p["requests_done"], p["requests_total"]) == ("load", "started", 17, 48)
+    assert p["experiments_limit"] == 2 and p["card_hours_limit"] == 24
+    store.record_phase(run.run_id, "load", "outcome", "ok", epoch=epoch, target="sim")
+    p = idle_client.get(f"/goals/{gid}", headers=auth("viewer")).json()["progress"]
+    assert (p["requests_done"], p["requests_total"]) == (48, 48)  # the load ended: the count is final
+    store.set_run_status(run.run_id, "done")
+    assert idle_client.get(f"/goals/{gid}", headers=auth("viewer")).json()["progress"] is None
 
 
 def test_health_metrics_and_openapi_show_no_secret(idle_client):

@@ -1,10 +1,16 @@
 """The dashboard end to end in headless Chromium (Debian's /usr/bin/chromium via Playwright):
-post a goal, approve a card in the browser, see the decision appear."""
+post a goal, read the card, approve it in the browser, see progress and the decision appear without a
+reload; the login prompt; Chinese text rendered with a real CJK font (not boxes). Screenshots are checked
+as pictures: not blank, and the glyphs of two different characters differ."""
 from __future__ import annotations
 
+import io
 import json
 import os
+import subprocess
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 from test_api_support import TOKENS, ServerProcess, service_env, small_goal
@@ -21,55 +27,165 @@ def _need_chromium() -> None:
         pytest.skip(f"{CHROMIUM} not installed (run tests/sysdeps.sh)")
 
 
-def test_post_goal_approve_in_browser_and_see_the_decision(tmp_path):
-    _need_chromium()
-    from playwright.sync_api import expect, sync_playwright
+def _ink(png: bytes) -> tuple[int, bytes]:
+    """Dark pixels in a screenshot (how much is drawn) and its grey bytes (to compare two pictures)."""
+    from PIL import Image
 
-    srv = ServerProcess(tmp_path, service_env(tmp_path, f"sqlite:///{tmp_path / 't.db'}"))
+    img = Image.open(io.BytesIO(png)).convert("L")
+    data = img.tobytes()
+    return sum(1 for b in data if b < 128), data
+
+
+@contextmanager
+def _browser(tmp_path, **env: str) -> Iterator[tuple[ServerProcess, Any, Any]]:
+    """`tuneloop serve` as a process and a headless Chromium with one page: (server, context, page)."""
+    _need_chromium()
+    from playwright.sync_api import sync_playwright
+
+    srv = ServerProcess(tmp_path, service_env(tmp_path, f"sqlite:///{tmp_path / 't.db'}", **env))
     try:
         with sync_playwright() as p:
             ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
-                                                       headless=True, args=FLAGS)
+                                                       headless=True, args=FLAGS, viewport={"width": 1280, "height": 900})
             try:
-                page = ctx.new_page()
-                external = []
-                ctx.on("request", lambda r: external.append(r.url) if not r.url.startswith((srv.url, "blob:", "data:")) else None)
-                page.goto(srv.url + "/")
-                page.fill("#token", TOKENS["admin"])
-                page.click("#save-token")
-                page.fill("#goal-spec", json.dumps(small_goal("browser-goal", experiments=1)))
-                page.click("#post-goal")
-                expect(page.locator("#post-result")).to_contain_text("posted browser-goal", timeout=120_000)
-                card = page.locator("#pending .card").first
-                expect(card).to_contain_text("candidate", timeout=180_000)
-                cid = card.get_attribute("data-candidate")
-                card.locator("button.approve").click()
-                row = page.locator("#decisions tr.decision", has_text="reference at N=40")
-                expect(row.first).to_be_visible(timeout=180_000)
-                expect(page.locator("#status")).to_contain_text("browser-goal", timeout=10_000)
-                expect(page.locator("#best")).not_to_have_text("—", timeout=120_000)
-                page.click("#render-report")  # fetched with the token, opened from a blob: URL
-                expect(page.locator("#report-link")).to_be_visible(timeout=180_000)
-                with ctx.expect_page(timeout=120_000) as popup:
-                    page.click("#report-link")
-                report = popup.value
-                report.wait_for_load_state()
-                gid = page.locator("#goal-select").input_value()
-                expect(report.locator("body")).to_contain_text(gid, timeout=120_000)
-                expect(report.locator("body")).to_contain_text("tuneloop restore", timeout=10_000)
-                assert report.locator("img").count() >= 1  # plots embedded in the page itself
-                report.close()
-                page.fill("#chat-text", f"why was {cid} rejected?")
-                page.click("#chat-send")
-                expect(page.locator("#chat-log")).to_contain_text(f"candidate {cid}", timeout=10_000)
-                import httpx
-
-                ap = httpx.get(f"{srv.url}/candidates/{cid}/approval",
-                               headers={"Authorization": f"Bearer {TOKENS['viewer']}"}).json()
-                assert ap["decision"] == "approve" and ap["who"] == "admin1 (api)"
-                assert external == []  # no CDN, nothing outside the service (dashboard and report pages)
-                assert TOKENS["admin"] not in page.content()
+                yield srv, ctx, ctx.new_page()
             finally:
                 ctx.close()
     finally:
         srv.stop()
+
+
+def test_without_a_token_the_page_asks_for_one(tmp_path):
+    from playwright.sync_api import expect
+
+    with _browser(tmp_path) as (srv, ctx, page):
+        page.goto(srv.url + "/")
+        expect(page.locator("#login")).to_be_visible(timeout=30_000)
+        expect(page.locator("#login")).to_contain_text("Sign in")
+        expect(page.locator("#main")).to_be_hidden()
+        assert page.locator("img:visible").count() == 0  # no broken image before a token
+        shot = page.screenshot(path=str(tmp_path / "login.png"))
+        assert _ink(shot)[0] > 500  # text drawn, not a blank page
+        page.fill("#token", "not-a-token")
+        page.click("#save-token")
+        expect(page.locator("#login-error")).to_contain_text("401", timeout=30_000)
+        page.fill("#token", TOKENS["viewer"])
+        page.click("#save-token")
+        expect(page.locator("#main")).to_be_visible(timeout=30_000)
+        expect(page.locator("#login")).to_be_hidden()
+        expect(page.locator("#frontier-empty")).to_contain_text("no goal yet", timeout=30_000)
+
+
+def test_chinese_renders_with_a_cjk_font_not_boxes(tmp_path):
+    fonts = subprocess.run(["fc-list", ":lang=zh", "family"], capture_output=True, text=True).stdout
+    assert "CJK" in fonts, f"no CJK font installed (tests/sysdeps.sh installs fonts-noto-cjk): {fonts!r}"
+    import httpx
+    from playwright.sync_api import expect
+
+    with _browser(tmp_path, TUNELOOP_WORKERS="0") as (srv, ctx, page):
+        httpx.post(srv.url + "/goals", json=small_goal("zh-goal"), headers={"Authorization": f"Bearer {TOKENS['admin']}"},
+                   timeout=60).raise_for_status()
+        page.goto(srv.url + "/")
+        page.fill("#token", TOKENS["approver"])
+        page.click("#save-token")
+        expect(page.locator("#status")).to_contain_text("zh-goal", timeout=60_000)
+        page.fill("#chat-text", "状态")
+        page.click("#chat-send")
+        expect(page.locator("#chat-log")).to_contain_text("> 状态", timeout=30_000)
+        expect(page.locator("#frontier")).to_be_visible(timeout=60_000)  # the plot's own empty state
+        page.screenshot(path=str(tmp_path / "chat-zh.png"), full_page=True)
+        # the same two characters of the chat line, each in its own box with the page's font:
+        # a missing font draws both as the same empty box (tofu); a real one draws two glyphs
+        page.evaluate("""() => { for (const [id, ch] of [["g1", "状"], ["g2", "态"]]) {
+            const s = document.createElement("span"); s.id = id; s.textContent = ch;
+            s.style.cssText = "font-size:48px;display:inline-block;background:#fff;color:#000";
+            document.getElementById("chat-log").append(s); } }""")
+        ink1, px1 = _ink(page.locator("#g1").screenshot())
+        ink2, px2 = _ink(page.locator("#g2").screenshot())
+        assert ink1 > 50 and ink2 > 50  # drawn at all
+        assert px1 != px2, "two different characters rendered as the same box: no CJK font"
+
+
+def test_post_goal_approve_in_browser_and_see_the_decision(tmp_path):
+    from playwright.sync_api import expect
+
+    with _browser(tmp_path) as (srv, ctx, page):
+        external = []
+        ctx.on("request", lambda r: external.append(r.url) if not r.url.startswith((srv.url, "blob:", "data:")) else None)
+        page.goto(srv.url + "/")
+        page.fill("#token", TOKENS["admin"])
+        page.click("#save-token")
+        page.fill("#goal-spec", json.dumps(small_goal("browser-goal", experiments=1)))
+        page.click("#post-goal")
+        expect(page.locator("#post-result")).to_contain_text("posted browser-goal", timeout=120_000)
+        card = page.locator("#pending .card").first
+        expect(card).to_contain_text("candidate", timeout=180_000)
+        cid = card.get_attribute("data-candidate")
+        # what a person decides on: the mechanism, the expected effect, the cost, the rank
+        for cls in ("parent", "change", "mechanism", "expected", "rules-out", "cost", "rank"):
+            expect(card.locator(f"tr.{cls} td")).not_to_be_empty()
+        expect(card.locator("tr.cost td")).to_contain_text("card-hours")
+        expect(card.locator("tr.change td")).to_contain_text("reference")
+        shot = card.screenshot(path=str(tmp_path / "pending-card.png"))
+        assert _ink(shot)[0] > 500
+        expect(page.locator("#progress .budget")).to_contain_text("0.00 of 24.00 card-hours")
+        page.evaluate("() => { window.__same_page = true; }")  # gone if anything reloads the page
+        card.locator("button.approve").click()
+        row = page.locator("#decisions tr.decision", has_text="reference at N=40")
+        expect(row.first).to_be_visible(timeout=180_000)
+        # the progress box followed the loop by itself: budget spent, one experiment used
+        expect(page.locator("#progress .budget")).not_to_contain_text("0.00 of 24.00", timeout=60_000)
+        expect(page.locator("#progress .budget")).to_contain_text("1 of 1 experiments", timeout=60_000)
+        assert page.evaluate("() => window.__same_page === true")
+        expect(page.locator("#best tr.objective")).to_be_visible(timeout=120_000)
+        expect(page.locator("#best tr.n td")).to_have_text("40")
+        assert page.locator("#best").bounding_box()["width"] <= 1280  # a table, not one 3000 px line
+        expect(page.locator("#frontier")).to_be_visible(timeout=60_000)
+        page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
+        expect(page.locator("#status")).to_contain_text("browser-goal", timeout=10_000)
+        page.click("#render-report")  # fetched with the token, opened from a blob: URL
+        expect(page.locator("#report-link")).to_be_visible(timeout=180_000)
+        with ctx.expect_page(timeout=120_000) as popup:
+            page.click("#report-link")
+        report = popup.value
+        report.wait_for_load_state()
+        gid = page.locator("#goal-select").input_value()
+        expect(report.locator("body")).to_contain_text(gid, timeout=120_000)
+        expect(report.locator("body")).to_contain_text("tuneloop restore", timeout=10_000)
+        assert report.locator("img").count() >= 1  # plots embedded in the page itself
+        report.close()
+        page.fill("#chat-text", f"why was {cid} rejected?")
+        page.click("#chat-send")
+        expect(page.locator("#chat-log")).to_contain_text(f"candidate {cid}", timeout=10_000)
+        import httpx
+
+        ap = httpx.get(f"{srv.url}/candidates/{cid}/approval",
+                       headers={"Authorization": f"Bearer {TOKENS['viewer']}"}).json()
+        assert ap["decision"] == "approve" and ap["who"] == "admin1 (api)"
+        assert external == []  # no CDN, nothing outside the service (dashboard and report pages)
+        assert TOKENS["admin"] not in page.content()
+
+
+def test_reject_in_place_needs_a_reason_and_records_it(tmp_path):
+    import httpx
+    from playwright.sync_api import expect
+
+    with _browser(tmp_path) as (srv, ctx, page):
+        page.goto(srv.url + "/")
+        page.fill("#token", TOKENS["admin"])
+        page.click("#save-token")
+        page.fill("#goal-spec", json.dumps(small_goal("reject-goal", experiments=2)))
+        page.click("#post-goal")
+        card = page.locator("#pending .card").first
+        expect(card).to_contain_text("candidate", timeout=180_000)
+        cid = card.get_attribute("data-candidate")
+        card.locator("button.reject").click()
+        expect(card.locator(".card-error")).to_contain_text("say why")  # nothing sent without a reason
+        ap = httpx.get(f"{srv.url}/candidates/{cid}/approval", headers={"Authorization": f"Bearer {TOKENS['viewer']}"})
+        assert ap.json() is None
+        card.locator("input.reason").fill("not today: the cluster is shared")
+        card.locator("button.reject").click()
+        expect(page.locator(f'#pending .card[data-candidate="{cid}"]')).to_have_count(0, timeout=60_000)
+        ap = httpx.get(f"{srv.url}/candidates/{cid}/approval", headers={"Authorization": f"Bearer {TOKENS['viewer']}"}).json()
+        assert ap["decision"] == "reject" and ap["reason"] == "not today: the cluster is shared"
+        assert ap["who"] == "admin1 (api)"

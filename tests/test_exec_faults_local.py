@@ -5,6 +5,7 @@ raw data without a second load)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import sys
 
@@ -125,6 +126,9 @@ def test_crash_mid_run_is_not_valid_and_the_next_run_restarts(world):
     dep = next(x for x in _journal(ex, "after-crash") if x.phase == "deploy" and x.event == "outcome")
     assert dep.detail["restarted"] is True and ok.verdict.kind == "valid" and ok.healthy_after
     assert _served(port) == N  # the fresh service saw exactly one load
+    # requests done / N as the runner counted them on the target while waiting (what GET /goals/G shows)
+    prog = json.loads((tmp / "runs" / "after-crash" / "progress.json").read_text())
+    assert (prog["requests_done"], prog["requests_total"]) == (N, N)
 
 
 def test_truncated_outputs_are_a_contract_violation(world):

@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TUNELOOP = [sys.executable, "-c", "from tuneloop_cli import main; main()"]
 
 
-def tuneloop(tmp_path: Path, *args: str, crash_at: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNELOOP_CRASH")}
+def tuneloop(tmp_path: Path, *args: str, crash_at: str | None = None,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNELOOP_CRASH")} | (env or {})
     env.update({"TUNELOOP_RUNS_ROOT": str(tmp_path / "runs"), "PYTHONPATH": str(ROOT), "COLUMNS": "300"})
     if crash_at:
         env["TUNELOOP_CRASH_AT"] = crash_at
@@ -114,3 +115,76 @@ def test_piped_output_one_line_per_event_then_summary_kpis_report_and_a_finished
         assert len(goals) == 2 and len(st.runs(goals[1].id)) == 2 and len(st.runs(g.id)) == 2
     finally:
         st.close()
+
+
+def test_piped_run_prints_progress_lines_with_requests_done_during_a_real_load(tmp_path):
+    """A local target (a real `tuneloop sim serve` process, real load generator): while the load runs, the
+    piped output has [progress] lines naming the run, the phase, requests done / N and the budget."""
+    import re
+    import socket
+
+    import yaml
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    targets = tmp_path / "targets.yaml"
+    targets.write_text(yaml.safe_dump({"targets": [{
+        "name": "loc", "kind": "local", "engine": "sim", "profile": "dsv4-flash-910c-p8d8", "time_scale": 20,
+        "run_root": str(tmp_path / "tgt"), "tuneloop": [sys.executable, "-m", "tuneloop_cli"],
+        "hosts": [{"host": "127.0.0.1", "roles": ["mixed", "load"], "cards": 16, "port": port}]}]}))
+    goal = goal_file(tmp_path, target="loc", budget={"experiments": 1},
+                     protocol={"screen_n": 40, "confirm_n": 60, "native_min_requests": 16, "native_min_seconds": 5})
+    env_extra = {"TUNELOOP_PROGRESS_S": "0.1"}
+    try:
+        p = tuneloop(tmp_path, "run", str(goal), "--db", f"sqlite:///{tmp_path / 't.db'}", "--auto-approve",
+                     "--targets", str(targets), env=env_extra)
+    finally:  # the loop leaves its best station serving: stop it
+        import asyncio
+
+        from executor.targets import load_targets
+        from executor.templates import ServiceSpec
+        from executor.transports.local import LocalTransport
+
+        svc = ServiceSpec(name="sim-0", role="mixed", host="127.0.0.1", port=port, argv=("true",))
+        asyncio.run(LocalTransport(load_targets(targets)["loc"]).stop_service(svc, 10**9))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    progress = [ln for ln in p.stdout.splitlines() if ln.startswith("[progress] ")]
+    assert progress, p.stdout[-3000:]
+    assert all("budget " in ln and " card-h, " in ln and "phase " in ln and "baseline N=40" in ln for ln in progress)
+    counts = [tuple(map(int, m.groups())) for ln in progress if (m := re.search(r"requests (\d+)/(\d+)", ln))]
+    assert counts and all(total == 40 and 0 <= done <= 40 for done, total in counts), progress
+    assert [d for d, _ in counts] == sorted(d for d, _ in counts)  # requests done only grow
+    assert any(0 < d < 40 for d, _ in counts), progress  # counted while the load ran, not only at its end
+
+
+def test_on_a_terminal_the_live_table_has_a_progress_row(tmp_path):
+    """Under a pseudo-terminal `tuneloop run` redraws a rich table whose progress row names the running
+    experiment (re-read from the store between events, not only when the loop reports one)."""
+    import pty
+    import re
+
+    goal = goal_file(tmp_path, budget={"experiments": 2})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNELOOP_")}
+    env.update({"TUNELOOP_RUNS_ROOT": str(tmp_path / "runs"), "PYTHONPATH": str(ROOT), "COLUMNS": "200",
+                "TERM": "xterm"})
+    main, sub = pty.openpty()
+    proc = subprocess.Popen(TUNELOOP + ["run", str(goal), "--db", f"sqlite:///{tmp_path / 't.db'}", "--auto-approve"],
+                            cwd=tmp_path, env=env, stdin=sub, stdout=sub, stderr=sub)
+    os.close(sub)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert proc.wait(300) == 0
+    os.close(main)
+    out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))
+    rows = [ln for ln in out.splitlines() if re.search(r"│ progress\s+│", ln)]
+    assert rows and "\x1b[" in b"".join(chunks).decode(errors="replace")
+    assert any("run dsv4-16k-copy-" in ln for ln in rows), rows[-5:]
+    assert "(progress not read" not in out and "experiment budget spent" in out

@@ -78,6 +78,6 @@ def test_profile_capture_is_requested_when_queues_cannot_separate_and_authorised
         assert any(e.what == "profile" for e in st.ledger(res.goal_id) if e.run_id == prof.id)  # charged
         assert not any(p.phase == "profile" for p in st.phases(runs[0].id))  # the reference asked for none
         later = [st.get_candidate(r.candidate_id).card for r in runs[2:]]
-        assert not any(c["profile_capture"] and c["parent_station"] == card["parent_station"] for c in later)
+        assert not any(c["profile_capture"] and c["parent_knobs_hash"] == card["parent_knobs_hash"] for c in later)
     finally:
         st.close()

@@ -29,13 +29,9 @@ def build_report(store: Any, goal_id: str, base: str | Path | None = None) -> Re
     c = gather(store, goal_id, base)
     rep = Report(content=c)
     spec = c.goal.spec
-    rows = [r for by_n in c.tradeoffs.values() for rs in by_n.values() for r in rs]
-    limits = spec.constraints.latency_limits()
     metric = f"{spec.objective.metric} ({spec.objective.window} objective)"
-    rep.plots["tput_tpot"] = plots.throughput_vs_latency(
-        "tput_tpot", rows, "tpot_mean", "mean TPOT", limits.get("tpot_mean_ms_lt"), spec.objective.metric)
-    rep.plots["tput_ttft"] = plots.throughput_vs_latency(
-        "tput_ttft", rows, "ttft_p90", "TTFT P90", limits.get("ttft_p90_ms_lt"), spec.objective.metric)
+    rep.plots["tput_tpot"] = frontier_plot(c)
+    rep.plots["tput_ttft"] = frontier_plot(c, "ttft")
     cand, parent = pair(c.experiments, c.best)
     if cand is None or parent is None:
         why = "no valid candidate with a valid run of its parent at the same N"
@@ -57,6 +53,20 @@ def build_report(store: Any, goal_id: str, base: str | Path | None = None) -> Re
             if e.verdict == "valid" else None) for e in c.experiments]
     rep.plots["progress"] = plots.progress(best_objectives(c), own, metric)
     return rep
+
+
+LATENCY_AXES = {"tpot": ("tput_tpot", "tpot_mean", "mean TPOT", "tpot_mean_ms_lt"),
+                "ttft": ("tput_ttft", "ttft_p90", "TTFT P90", "ttft_p90_ms_lt")}
+
+
+def frontier_plot(c: Content, latency: str = "tpot") -> plots.Plot:
+    """Throughput against one latency with the SLO line: the report's plot, and the dashboard's frontier
+    (`GET /goals/G/frontier.png` draws exactly this one)."""
+    name, attr, label, limit = LATENCY_AXES[latency]
+    spec = c.goal.spec
+    rows = [r for by_n in c.tradeoffs.values() for rs in by_n.values() for r in rs]
+    return plots.throughput_vs_latency(name, rows, attr, label, spec.constraints.latency_limits().get(limit),
+                                       spec.objective.metric, spec.objective.window)
 
 
 def pair(experiments: list[Experiment], best: Experiment | None) -> tuple[Experiment | None, Experiment | None]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from agent.record import card_of, frozen_stations
 from agent.report.experiment import Experiment
 from agent.report.tradeoffs import TradeRow, tradeoffs
 from core.metrics import DEFINITIONS
@@ -74,13 +75,8 @@ def gather(store: Any, goal_id: str, base: str | Path | None = None) -> Content:
     for d in decisions:
         if d.run_id:
             by_run.setdefault(d.run_id, []).append(d)
-    # the card's station digest -> the executor's station hash, so a parent is named as `tuneloop restore` knows it
-    frozen: dict[str, str] = {}
-    for r in runs:
-        card = cands[r.candidate_id].card if r.candidate_id in cands else {}
-        h = r.station_hash or (results[r.id].station_hash if r.id in results else None)
-        if card.get("station") and h:
-            frozen.setdefault(card["station"], h)
+    # the card's knobs digest -> the executor's station hash, so a parent is named as `tuneloop restore` knows it
+    frozen = frozen_stations(store, goal_id)
     hours: dict[str, float] = {}
     for e in ledger:
         hours[e.run_id] = hours.get(e.run_id, 0.0) + e.card_hours
@@ -92,7 +88,7 @@ def gather(store: Any, goal_id: str, base: str | Path | None = None) -> Content:
         res = results.get(r.id)
         experiments.append(Experiment(
             index=i, run=r, card=card, station=r.station_hash or (res.station_hash if res else None),
-            parent=frozen.get(card.get("parent_station", ""), card.get("parent_station")), result=res,
+            parent=frozen.get(card_of(card).parent_knobs_hash) if card else None, result=res,
             outcome=outcome, decisions=ds, ruled_out=_ruled_out(outcome, card), card_hours=hours.get(r.id, 0.0),
             run_dir=(base / res.run_dir).resolve() if res and res.run_dir else None))
     by_id = {e.run.id: e for e in experiments}

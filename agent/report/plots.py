@@ -42,10 +42,11 @@ def frontier_2d(points: Sequence[tuple[float, float]]) -> list[tuple[float, floa
 
 
 def throughput_vs_latency(name: str, rows: list[TradeRow], latency: str, label: str, slo: float | None,
-                          metric: str) -> Plot:
+                          metric: str, window: str = "whole") -> Plot:
     """Whole-window figure (filled) and native figure where valid (hollow) against one latency, one colour
     per N; the valid frontier per N (whole figure, over the stations the loop kept that meet the SLO) and
-    the SLO limit as a line."""
+    the SLO limit as a line. `window`: the objective's, named in the legend; before any valid run the
+    plot says so instead of drawing empty axes."""
     fig = Figure(figsize=(7.5, 4.6))
     ax = fig.add_subplot()
     points, frontiers = [], {}
@@ -55,11 +56,13 @@ def throughput_vs_latency(name: str, rows: list[TradeRow], latency: str, label: 
         for r in at_n:
             points.append({"run_id": r.run_id, "n": n, "x": getattr(r, latency), "whole": r.whole, "native": r.native,
                            "slo_ok": r.slo_ok, "kept": r.kept})
-        ax.scatter([getattr(r, latency) for r in at_n], [r.whole for r in at_n], color=c, label=f"whole, N={n}")
+        own = lambda w: " (objective)" if w == window else ""  # noqa: E731
+        ax.scatter([getattr(r, latency) for r in at_n], [r.whole for r in at_n], color=c,
+                   label=f"whole window{own('whole')}, N={n}")
         nat = [r for r in at_n if r.native is not None]
         if nat:
             ax.scatter([getattr(r, latency) for r in nat], [r.native for r in nat], facecolors="none", edgecolors=c,
-                       label=f"native, N={n}")
+                       label=f"native window{own('native')}, N={n}")
         front = frontier_2d([(getattr(r, latency), r.whole) for r in at_n if r.kept])
         frontiers[n] = front
         if front:
@@ -72,6 +75,12 @@ def throughput_vs_latency(name: str, rows: list[TradeRow], latency: str, label: 
     ax.grid(True, alpha=0.3)
     if points or slo is not None:
         ax.legend(fontsize=7, loc="best")
+    if not points:
+        ax.text(0.5, 0.5, "no valid result yet: each valid run appears here", transform=ax.transAxes,
+                ha="center", va="center", fontsize=11, color="#555")
+        ax.set_yticks([])
+        if slo is None:
+            ax.set_xticks([])
     title = f"Throughput vs {label}"
     caption = ("Each valid run: whole-window figure (filled) and native figure where its window was valid (hollow); "
                "dashed: valid frontier per N over the stations kept (reference, best, trade-off) that meet the SLO; "

@@ -5,6 +5,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from agent.progress import card_estimate, ranking
+from agent.record import card_of, frozen_stations
 from api import actions
 from api.auth import Approver, Viewer
 from api.deps import ServiceDep, StoreDep
@@ -14,10 +16,16 @@ router = APIRouter(tags=["candidates"])
 CONFLICT = {409: {"description": "already decided (one decision per card), or the card changed since it was shown"}}
 
 
-def candidate_out(c: Any, waiting: set[int] | None = None) -> CandidateOut:
+def candidate_out(c: Any, frozen: dict[str, str], waiting: set[int] | None = None, store: Any = None) -> CandidateOut:
+    """A card as shown, its own and its parent's station named by the frozen hash `/stations` resolves
+    (`frozen`: agent.record.frozen_stations); with `store`, an estimate is computed where the planner gave
+    none (for cards a person is asked about)."""
+    est = card_estimate(store, c.goal_id, c.card) if store is not None else c.card.get("est_card_hours")
+    card = card_of(c.card)
     return CandidateOut(id=c.id, goal_id=c.goal_id, card=c.card, card_hash=c.card_hash, status=c.status,
                         status_reason=c.status_reason, stage=c.stage, cost_class=c.cost_class,
-                        awaiting_approval=c.id in (waiting or set()))
+                        awaiting_approval=c.id in (waiting or set()), est_card_hours=est, ranking=ranking(c.card),
+                        station_hash=frozen.get(card.knobs_hash), parent_station_hash=frozen.get(card.parent_knobs_hash))
 
 
 @router.get("/goals/{goal_id}/candidates", response_model=list[CandidateOut])
@@ -25,13 +33,16 @@ def list_candidates(goal_id: str, svc: ServiceDep, _: Viewer, awaiting: bool = F
     """Every card of the goal, or (awaiting=true) only those the loop waits on."""
     waiting = {c.id for c in actions.pending(svc, goal_id)}
     cands = svc.store.candidates(goal_id)
-    return [candidate_out(c, waiting) for c in cands if not awaiting or c.id in waiting]
+    frozen = frozen_stations(svc.store, goal_id)
+    return [candidate_out(c, frozen, waiting, svc.store if c.id in waiting else None)
+            for c in cands if not awaiting or c.id in waiting]
 
 
 @router.get("/candidates/{candidate_id}", response_model=CandidateOut)
 def get_candidate(candidate_id: int, svc: ServiceDep, _: Viewer) -> CandidateOut:
     c = svc.store.get_candidate(candidate_id)
-    return candidate_out(c, {p.id for p in actions.pending(svc, c.goal_id)})
+    waiting = {p.id for p in actions.pending(svc, c.goal_id)}
+    return candidate_out(c, frozen_stations(svc.store, c.goal_id), waiting, svc.store if c.id in waiting else None)
 
 
 @router.get("/candidates/{candidate_id}/approval", response_model=ApprovalOut | None)

@@ -25,7 +25,12 @@ def experiment_out(svc: Any, r: Any) -> ExperimentOut:
                          status=r.status, status_reason=r.status_reason, station_hash=r.station_hash, card=card,
                          verdict=res.verdict if res else None,
                          verdict_reasons=[x.message for x in res.result.verdict.reasons] if res else [],
-                         figures=actions.figures(svc, r.id), summary=summary)
+                         figures=actions.figures(svc, r.id), summary=summary, run_dir=_run_dir(svc, r.id))
+
+
+def _run_dir(svc: Any, run_id: str) -> str | None:
+    d = (svc.base / svc.settings.runs_root / run_id).resolve()
+    return str(d) if d.is_dir() else None
 
 
 @router.get("/goals/{goal_id}/experiments", response_model=list[ExperimentOut])

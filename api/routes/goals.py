@@ -1,52 +1,81 @@
 """Goals: create, list, get, pause / resume / stop, instructions, decisions."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from fastapi import APIRouter, Body, status
+import yaml
+from fastapi import APIRouter, HTTPException, Request, status
 
+from agent.progress import goal_progress
 from api import actions, idempotency, permissions
 from api.auth import Admin, Approver, Viewer
 from api.deps import ServiceDep, StoreDep
 from api.failures import shown_status
+from api.routes.budget import budget_out
 from api.schemas import DecisionOut, GoalOut, InstructionIn, InstructionOut
+from state.errors import GoalError, NotFound
 from state.goal import parse_goal
 
 router = APIRouter(prefix="/goals", tags=["goals"])
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+GOAL_BODY = {"$ref": "#/components/schemas/GoalSpec"}  # api.app puts state.goal.GoalSpec's schema there
 
 
-def goal_out(g: Any, store: Any) -> GoalOut:
+def goal_out(g: Any, svc: Any) -> GoalOut:
+    store = svc.store
     w = store.work_item(g.id)
     return GoalOut(id=g.id, name=g.name, status=shown_status(g, w is not None and w.state == "failed"),
                    status_reason=g.status_reason, target=g.spec.target, worker_state=w.state if w else None,
                    scenario=g.spec.scenario, spec_hash=g.spec_hash, spec=g.spec.model_dump(mode="json"),
-                   created_at=g.created_at, updated_at=g.updated_at)
+                   created_at=g.created_at, updated_at=g.updated_at, budget=budget_out(store.budget(g.id)),
+                   progress=goal_progress(store, g.id, svc.base / svc.settings.runs_root))
+
+
+async def goal_body(request: Request) -> Any:
+    """The posted goal as data: JSON (`application/json`) or YAML (`application/yaml`), as in examples/."""
+    kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    raw = await request.body()
+    try:
+        if kind in YAML_TYPES:
+            return yaml.safe_load(raw.decode("utf-8"))
+        if kind == "application/json" or kind.endswith("+json"):
+            return json.loads(raw)
+    except (UnicodeDecodeError, ValueError, yaml.YAMLError) as e:
+        what = "YAML" if kind in YAML_TYPES else "JSON"
+        raise GoalError("request body", [("(body)", f"not valid {what}: {e}")]) from None
+    raise HTTPException(415, f"content-type {kind!r}: post a goal as application/json or application/yaml")
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=GoalOut,
-             responses={422: {"description": "the goal spec was refused; each error names its field"}})
-def create_goal(svc: ServiceDep, who: Admin,
-                spec: dict[str, Any] = Body(..., description="a goal spec (the same fields as a goal YAML)"),
-                idempotency_key: idempotency.KeyHeader = None) -> GoalOut:
-    """Post a goal; a worker picks it up and runs the loop. With an `Idempotency-Key` a repeated POST (a
-    retry, a double click) answers with the goal the first one created; an identical spec already running on
-    the same target gets 409."""
-    parsed = parse_goal(spec, "request body")
+             responses={422: {"description": "the goal spec was refused; each error names its field"},
+                        415: {"description": "neither JSON nor YAML"}},
+             openapi_extra={"requestBody": {"required": True, "description": "a goal spec, the same fields as a goal "
+                                            "YAML (examples/goal-*.yaml)", "content": {
+                                                "application/json": {"schema": GOAL_BODY},
+                                                "application/yaml": {"schema": GOAL_BODY}}}})
+async def create_goal(request: Request, svc: ServiceDep, who: Admin,
+                      idempotency_key: idempotency.KeyHeader = None) -> GoalOut:
+    """Post a goal (JSON or YAML); a worker picks it up and runs the loop. With an `Idempotency-Key` a repeated
+    POST (a retry, a double click) answers with the goal the first one created; an identical spec already
+    running on the same target gets 409."""
+    parsed = parse_goal(await goal_body(request), "request body")
     if parsed.target not in svc.targets:
         raise ValueError(f"target: {parsed.target!r} is not a target of this service (known: {sorted(svc.targets)})")
     goal = idempotency.create_goal(svc.store, parsed, who.name, idempotency_key)
     svc.store.wake(goal.id, who.name, target=parsed.target)
-    return goal_out(goal, svc.store)
+    return goal_out(goal, svc)
 
 
 @router.get("", response_model=list[GoalOut])
-def list_goals(store: StoreDep, _: Viewer) -> list[GoalOut]:
-    return [goal_out(g, store) for g in store.goals()]
+def list_goals(svc: ServiceDep, _: Viewer) -> list[GoalOut]:
+    return [goal_out(g, svc) for g in svc.store.goals()]
 
 
 @router.get("/{goal_id}", response_model=GoalOut)
-def get_goal(goal_id: str, store: StoreDep, _: Viewer) -> GoalOut:
-    return goal_out(store.get_goal(goal_id), store)
+def get_goal(goal_id: str, svc: ServiceDep, _: Viewer) -> GoalOut:
+    """The goal, its budget used so far and (while an experiment runs) its progress."""
+    return goal_out(svc.store.get_goal(goal_id), svc)
 
 
 def _instr(svc: Any, goal_id: str, kind: str, who: Any) -> InstructionOut:

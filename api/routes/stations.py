@@ -1,16 +1,17 @@
 """Stations: the best, the valid frontier (JSON and a PNG plot), one station, restore (queued for the loop)."""
 from __future__ import annotations
 
-import io
 from typing import Any
 
 from fastapi import APIRouter, status
 from fastapi.responses import Response
 
+from agent.report.build import frontier_plot
+from agent.report.content import gather
 from api import actions
 from api.auth import Admin, Viewer
 from api.deps import ServiceDep, StoreDep
-from api.schemas import FrontierPoint, InstructionOut, StationOut
+from api.schemas import BestOut, FrontierPoint, InstructionOut, StationOut
 
 router = APIRouter(tags=["stations"])
 
@@ -28,12 +29,24 @@ def frontier_points(store: Any, goal_id: str) -> list[FrontierPoint]:
     return out
 
 
-@router.get("/goals/{goal_id}/best", response_model=StationOut | None)
+@router.get("/goals/{goal_id}/best", response_model=BestOut | None)
 def best(goal_id: str, store: StoreDep, _: Viewer) -> Any:
-    """The current deployable best station (never a quality-pending one), or null."""
-    store.get_goal(goal_id)
-    st = store.best_station(goal_id)
-    return StationOut.model_validate(st, from_attributes=True) if st else None
+    """The current deployable best station (never a quality-pending one) with its objective figure and N,
+    or null."""
+    goal = store.get_goal(goal_id)
+    d = store.best(goal_id)
+    if d is None or not d.station_hash:
+        return None
+    st = StationOut.model_validate(store.get_station(d.station_hash), from_attributes=True)
+    res = store.get_result(d.run_id) if d.run_id else None
+    s = res.result.summary if res else None
+    obj = goal.spec.objective
+    return BestOut(**st.model_dump(), decision=d.kind, run_id=d.run_id, n=s.n_formal if s else None,
+                   objective_metric=obj.metric, objective_window=obj.window,
+                   objective=obj.value(s) if s else None,
+                   whole=s.whole.output_tok_s_per_card if s and s.whole else None,
+                   native=s.native.output_tok_s_per_card if s and s.native else None,
+                   tpot_mean_ms=s.tpot_ms.mean if s else None, ttft_p90_ms=s.ttft_ms.p90 if s else None)
 
 
 @router.get("/goals/{goal_id}/frontier", response_model=list[FrontierPoint])
@@ -45,33 +58,12 @@ def frontier(goal_id: str, store: StoreDep, _: Viewer) -> list[FrontierPoint]:
 
 @router.get("/goals/{goal_id}/frontier.png", response_class=Response,
             responses={200: {"content": {"image/png": {}}, "description": "the frontier plot"}})
-def frontier_png(goal_id: str, store: StoreDep, _: Viewer) -> Response:
-    """Mean TPOT against tok/s/card (native filled, whole hollow), labelled by experiment."""
-    import matplotlib  # deferred: matplotlib, only when a plot is asked for
+def frontier_png(goal_id: str, svc: ServiceDep, _: Viewer) -> Response:
+    """The report's throughput-vs-mean-TPOT plot (the same function draws both): whole window filled,
+    native hollow, the valid frontier per N dashed, the SLO as a dotted line; says so before any valid run."""
 
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure  # deferred: matplotlib, only when a plot is asked for
-
-    store.get_goal(goal_id)
-    pts = frontier_points(store, goal_id)
-    fig = Figure(figsize=(6, 3.6), dpi=90)
-    ax = fig.subplots()
-    for p in pts:
-        if p.tpot_mean_ms is None:
-            continue
-        if p.native is not None:
-            ax.scatter([p.native], [p.tpot_mean_ms], color="tab:blue")
-        if p.whole is not None:
-            ax.scatter([p.whole], [p.tpot_mean_ms], facecolors="none", edgecolors="tab:orange")
-        x = p.native if p.native is not None else p.whole
-        if x is not None:
-            ax.annotate(f"{p.decision} N={p.n}", (x, p.tpot_mean_ms), fontsize=7)
-    ax.set_xlabel("output tok/s per card (native ●, whole ○)")
-    ax.set_ylabel("mean TPOT (ms)")
-    ax.set_title(f"frontier of {goal_id}" if pts else f"{goal_id}: no valid result yet", fontsize=9)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    return Response(buf.getvalue(), media_type="image/png")
+    svc.store.get_goal(goal_id)
+    return Response(frontier_plot(gather(svc.store, goal_id, svc.base)).png, media_type="image/png")
 
 
 @router.get("/stations/{station_hash}", response_model=StationOut)

@@ -232,6 +232,12 @@ class LauncherTransport(abc.ABC):
         return Markers(claimed=True, pid=_int(kv.get("pid")), alive=kv.get("alive") == "1", rc=_int(kv.get("rc")),
                        done=kv.get("done") == "1", epoch=_int(kv.get("epoch")))
 
+    async def requests_done(self, key: str) -> int | None:
+        """Requests the running load has recorded so far (lines of its requests.jsonl); None before the first."""
+        res = await self.run(["wc", "-l", f"{self.root}/runs/{key}/out/requests.jsonl"], timeout=10.0)
+        head = res.stdout.split()[:1] if res.rc == 0 else []
+        return int(head[0]) if head and head[0].isdigit() else None
+
     async def fetch(self, key: str, dest: Path) -> Path:
         await self.fetch_dir(f"{self.root}/runs/{key}/out", dest)
         return dest

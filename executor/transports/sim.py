@@ -164,6 +164,11 @@ class SimTransport:
         ep = int((d / "epoch").read_text()) if (d / "epoch").exists() else None
         return Markers(claimed=True, pid=None, alive=False, rc=rc, done=(d / rec.DONE).exists(), epoch=ep)
 
+    async def requests_done(self, key: str) -> int | None:
+        """The simulated load is written whole when it ends: its request count, or None before."""
+        p = self.root / "runs" / key / "out" / rec.REQUESTS
+        return sum(1 for _ in p.open("rb")) if p.exists() else None
+
     async def fetch(self, key: str, dest: Path) -> Path:
         if dest.exists():
             shutil.rmtree(dest)
