@@ -220,7 +220,7 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
         fault: list[str] = typer.Option([], "--fault", help="inject a simulator fault into the Nth run: N:fault"),
         targets: Optional[Path] = typer.Option(None, "--targets", help="targets YAML (local/ssh engines; sim needs none)"),
         new: bool = typer.Option(False, "--new", help="start a fresh goal even if one with this spec exists"),
-        data_dir: list[Path] = typer.Option([], "--data-dir",
+        data_dir: list[Path] = typer.Option([], "--data-dir", exists=True, file_okay=False,
                                             help="a data directory (scenarios/, profiles/) whose files the goal may "
                                                  "name, repeatable"),
         require_valid: bool = typer.Option(False, "--require-valid",

@@ -28,8 +28,9 @@ def serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = typer.Opt
           db: Optional[str] = typer.Option(None, "--db", help="store URL (env TUNELOOP_DB; default SQLite)"),
           targets: Optional[Path] = typer.Option(None, "--targets", help="targets YAML (env TUNELOOP_TARGETS)"),
           workers: Optional[int] = typer.Option(None, "--workers", help="in-process workers (env TUNELOOP_WORKERS; 1)"),
-          data_dir: list[Path] = typer.Option([], "--data-dir", help="a data directory (scenarios/, profiles/) whose "
-                                              "files goals may name, repeatable (env TUNELOOP_DATA_DIRS)"),
+          data_dir: list[Path] = typer.Option([], "--data-dir", exists=True, file_okay=False,
+                                              help="a data directory (scenarios/, profiles/) whose files goals may "
+                                                   "name, repeatable (env TUNELOOP_DATA_DIRS)"),
           ) -> None:
     """Serve the REST API, the dashboard and the worker loop (SQLite + simulator target by default)."""
     import uvicorn

@@ -37,8 +37,10 @@ class RequestGuard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         declared = headers.get("content-length")
         if declared is not None and (not declared.strip().isdigit() or int(declared) > limit):
-            await _refuse(scope, receive, send, 413, f"request body larger than {limit} bytes (max_body_bytes)")
+            await _refuse(scope, receive, send, 413, f"request body larger than {limit} bytes (max_body_bytes)",
+                          close=True)
             return
+        pending = declared not in (None, "0") or "transfer-encoding" in headers  # a body the client may still send
         hit = permissions.match(scope["method"], scope["path"])
         if hit is not None and svc is not None:
             need = permissions.route_role(*hit)
@@ -47,10 +49,11 @@ class RequestGuard:
             if who is None:
                 why = ("authentication required: send 'Authorization: Bearer <token>'" if not token.strip()
                        else "unknown or revoked token")
-                await _refuse(scope, receive, send, 401, why, {"WWW-Authenticate": "Bearer"})
+                await _refuse(scope, receive, send, 401, why, {"WWW-Authenticate": "Bearer"}, close=pending)
                 return
             if need is not None and ROLE_RANK[who.role] < ROLE_RANK[need]:
-                await _refuse(scope, receive, send, 403, f"{who.name} has role {who.role}; this needs {need}")
+                await _refuse(scope, receive, send, 403, f"{who.name} has role {who.role}; this needs {need}",
+                              close=pending)
                 return
         if scope["method"] in ("GET", "HEAD", "OPTIONS") and declared in (None, "0"):
             await self.app(scope, receive, send)
@@ -64,7 +67,8 @@ class RequestGuard:
             chunk = msg.get("body", b"")
             size += len(chunk)
             if size > limit:
-                await _refuse(scope, receive, send, 413, f"request body larger than {limit} bytes (max_body_bytes)")
+                await _refuse(scope, receive, send, 413, f"request body larger than {limit} bytes (max_body_bytes)",
+                              close=True)
                 return
             chunks.append(chunk)
             if not msg.get("more_body", False):
@@ -83,7 +87,9 @@ class RequestGuard:
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, code: int, detail: str,
-                  headers: dict[str, str] | None = None) -> None:
-    """Answer without reading the body; the connection closes (uvicorn drops an unread body that way)."""
-    resp = JSONResponse({"detail": detail}, status_code=code, headers={**(headers or {}), "Connection": "close"})
+                  headers: dict[str, str] | None = None, close: bool = False) -> None:
+    """Answer without reading the body; with a body still coming the connection closes (so uvicorn drops it
+    unread instead of waiting for it)."""
+    resp = JSONResponse({"detail": detail}, status_code=code,
+                        headers={**(headers or {}), **({"Connection": "close"} if close else {})})
     await resp(scope, receive, send)

@@ -69,6 +69,14 @@ class Settings(BaseModel):
             raise ValueError("two principals share one token")
         return v
 
+    @field_validator("data_dirs")
+    @classmethod
+    def _dirs_exist(cls, v: tuple[Path, ...]) -> tuple[Path, ...]:
+        missing = [str(d) for d in v if not Path(d).is_dir()]
+        if missing:
+            raise ValueError(f"not a directory: {missing}")
+        return v
+
     @property
     def secrets(self) -> list[str]:
         """Every secret value of these settings (the log filter masks each one, api/logfilter.py)."""

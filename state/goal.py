@@ -78,6 +78,12 @@ Count = _bounded(1, 1_000_000, integer=True)
 Seconds = _bounded(0, 7 * 86400, lo_open=True, unit=" s")
 CardHours = _bounded(0, 1_000_000, lo_open=True, unit=" card-hours")
 Experiments = _bounded(1, 100_000, integer=True)
+Warmup = _bounded(0, 100_000, integer=True)
+Seed = _bounded(0, 2**32 - 1, integer=True)
+Cards = _bounded(1, 100_000, integer=True)
+Share = _bounded(0, 1)
+Streak = _bounded(1, 10_000, integer=True)
+Percent = _bounded(0, 10_000, unit=" %")
 
 
 class Objective(_Frozen):
@@ -101,9 +107,9 @@ class Constraints(_LatencyLimits):  # type: ignore[misc, valid-type]
     """The SLO. Latency limits are strict (`_lt`): a mean TPOT of exactly 20 ms breaks `tpot_mean_ms_lt: 20`."""
 
     all_succeed: bool = True
-    output_len: Count | None = None
-    cards: _bounded(1, 100_000, integer=True) | None = None  # type: ignore[valid-type]
-    min_cache_hit: _bounded(0, 1) | None = None  # type: ignore[valid-type]
+    output_len: Count | None = None  # type: ignore[valid-type]
+    cards: Cards | None = None  # type: ignore[valid-type]
+    min_cache_hit: Share | None = None  # type: ignore[valid-type]
 
     def latency_limits(self) -> dict[str, float]:
         return {k: v for k, v in self.model_dump().items() if k.endswith("_ms_lt") and v is not None}
@@ -132,10 +138,10 @@ class Constraints(_LatencyLimits):  # type: ignore[misc, valid-type]
 class ExperimentProtocol(_Frozen):
     screen_n: Count = 320  # type: ignore[valid-type]
     confirm_n: Count = 640  # type: ignore[valid-type]
-    warmup: _bounded(0, 100_000, integer=True) = 0  # type: ignore[valid-type]
+    warmup: Warmup = 0  # type: ignore[valid-type]
     native_min_requests: Count = 128  # type: ignore[valid-type]
     native_min_seconds: Seconds = 60.0  # type: ignore[valid-type]
-    seeds: tuple[_bounded(0, 2**32 - 1, integer=True), ...] = Field((0,), min_length=1, max_length=16)  # type: ignore[valid-type]
+    seeds: tuple[Seed, ...] = Field((0,), min_length=1, max_length=16)  # type: ignore[valid-type]
 
     @field_validator("confirm_n")
     @classmethod
@@ -156,8 +162,9 @@ class Budget(_Frozen):
 
 
 class StopRules(_Frozen):
-    max_without_improvement: _bounded(1, 10_000, integer=True) = 4  # type: ignore[valid-type]  # valid experiments in a row that changed nothing
-    min_gain_pct: _bounded(0, 10_000, unit=" %") = 1.0  # type: ignore[valid-type]  # a candidate must be expected to gain at least this much
+    # valid experiments in a row that changed nothing; the least gain a candidate must be expected to bring
+    max_without_improvement: Streak = 4  # type: ignore[valid-type]
+    min_gain_pct: Percent = 1.0  # type: ignore[valid-type]
     stop_on_unknown: Literal[True] = True  # an UNKNOWN run state always stops the loop
 
 

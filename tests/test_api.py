@@ -17,7 +17,7 @@ MUTATING = {
     ("POST", "/goals/{goal_id}/resume"): "approver",
     ("POST", "/goals/{goal_id}/stop"): "approver",
     ("POST", "/goals/{goal_id}/instructions"): "approver",
-    ("POST", "/goals/{goal_id}/chat"): "viewer",  # asking is a viewer's; acting through chat needs approver
+    ("POST", "/goals/{goal_id}/chat"): "viewer",  # asking is a viewer's; acting: the action's role (api/permissions.py)
     ("POST", "/candidates/{candidate_id}/approve"): "approver",
     ("POST", "/candidates/{candidate_id}/reject"): "approver",
     ("POST", "/stations/{station_hash}/restore"): "admin",
