@@ -132,12 +132,12 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
             out = graph.invoke(inp, cfg, durability="sync")
             interrupts = out.get("__interrupt__") if isinstance(out, dict) else None
         if interrupts:
-            crashpoint("approval", "waiting")  # tests: SIGKILL while the loop waits for a person (checkpoint written)
             payload = interrupts[0].value
             reason = waiting_reason(payload)
             if store.get_goal(goal.id).status == "running":
                 store.set_goal_status(goal.id, "waiting", reason)
             record_ask(store, goal.id, payload, reason)
+            crashpoint("approval", "waiting")  # tests: SIGKILL while the loop waits for a person (checkpoint written)
             state_file(store, goal.id)
             return SessionResult(goal.id, "waiting", reason, waiting_for=payload,
                                  state_path=state_path[0] if state_path else None, notes=loop.notes)

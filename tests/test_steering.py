@@ -277,3 +277,72 @@ def test_two_goals_in_one_serve_write_two_state_files_and_ids_keep_their_names(s
         assert other not in texts[gid] and "- status: done" in texts[gid]
         assert "[redacted]" not in texts[gid]
     assert get(srv, f"/goals/{a}/experiments")[0]["id"] in texts[a]
+
+
+def test_a_deny_of_the_authorisation_table_is_remembered_and_the_run_ends(tmp_path):
+    """`restart: deny`: every restart card is denied once, remembered, never proposed again; the `tuneloop run`
+    process ends by itself (it used to re-propose the denied card forever)."""
+    import yaml
+
+    g = small_goal("deny-restart", ask=False, experiments=4)
+    g["authorisation"]["restart"] = "deny"
+    goal = tmp_path / "goal.yaml"
+    goal.write_text(yaml.safe_dump(g))
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    out = tuneloop(tmp_path, "run", str(goal), "--db", db, "--auto-approve")
+    assert out.returncode == 0, out.stderr
+    st = QueueStore(db)
+    try:
+        gid = st.goals()[0].id
+        vetoes = st.vetoes(gid)
+        assert vetoes and all(v.source == "authorisation" and v.who == "authorisation table" for v in vetoes)
+        keys = [(v.knob, v.value, v.parent_hash) for v in vetoes]
+        assert len(keys) == len(set(keys))  # each denied change was proposed once
+        ran = [st.get_candidate(r.candidate_id).card for r in st.runs(gid)]
+        assert ran and all(c["cost_class"] == "hot" for c in ran)  # nothing denied ran
+        assert st.get_goal(gid).status in ("done", "stopped")
+    finally:
+        st.close()
+
+
+def test_an_approval_given_before_the_deadline_and_used_after_it_is_asked_again(tmp_path):
+    import datetime as dt
+
+    import yaml
+
+    deadline = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=45)
+    g = small_goal("deadline-goal", experiments=4)
+    g["budget"]["deadline"] = deadline.isoformat()
+    goal = tmp_path / "goal.yaml"
+    goal.write_text(yaml.safe_dump(g))
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    out = tuneloop(tmp_path, "run", str(goal), "--db", db)
+    assert "waiting: approve candidate" in out.stdout, out.stdout + out.stderr
+    c1 = int(out.stdout.split("waiting: approve candidate ", 1)[1].split()[0])
+    assert tuneloop(tmp_path, "approve", str(c1), "--db", db, "--who", "fred").returncode == 0
+    st = QueueStore(db)
+    try:
+        assert st.approval(c1).context["deadline_passed"] is False, "the approval came after the deadline: too slow"
+    finally:
+        st.close()
+    wait_until(lambda: dt.datetime.now(dt.timezone.utc) > deadline, timeout=120, what="the deadline to pass")
+    out = tuneloop(tmp_path, "run", str(goal), "--db", db)
+    assert "waiting: approve candidate" in out.stdout, out.stdout + out.stderr
+    c2 = int(out.stdout.split("waiting: approve candidate ", 1)[1].split()[0])
+    st = QueueStore(db)
+    try:
+        gid = st.goals()[0].id
+        assert c2 != c1 and st.runs(gid) == []  # asked again, nothing ran on the old approval
+        old, new = st.get_candidate(c1), st.get_candidate(c2)
+        assert old.status == "cancelled" and "deadline" in old.status_reason
+        assert new.card["experiment_key"] == old.card["experiment_key"] and "asked again" in new.card["note"]
+        assert "the deadline has passed" in st.get_goal(gid).status_reason
+    finally:
+        st.close()
+    assert tuneloop(tmp_path, "approve", str(c2), "--db", db, "--who", "fred").returncode == 0
+    out = tuneloop(tmp_path, "run", str(goal), "--db", db)
+    st = QueueStore(db)
+    try:
+        assert [r.candidate_id for r in st.runs(gid)][:1] == [c2]  # approved after the deadline: it runs
+    finally:
+        st.close()
