@@ -247,9 +247,11 @@ def test_cli_approval_reaches_a_running_serve_without_a_resume_and_chat_binds_th
     t0 = time.monotonic()
     out = tuneloop(tmp_path, "approve", str(card["id"]), "--db", srv.db, "--who", "erin")
     assert out.returncode == 0, out.stderr
+    t1 = time.monotonic()
     run = wait_until(lambda: [e for e in get(srv, f"/goals/{gid}/experiments") if e["candidate_id"] == card["id"]],
                      what="the CLI-approved card to start")
-    print(f"CLI approval -> run started in the service: {time.monotonic() - t0:.2f} s")
+    print(f"CLI approval -> run started in the service: {time.monotonic() - t0:.2f} s from the CLI's start, "
+          f"{time.monotonic() - t1:.2f} s after it exited")
     assert run and get(srv, f"/goals/{gid}/instructions") == []  # nobody said "resume"
 
     # chat approval is bound to the hash the loop showed: a card edited since is refused, not approved
@@ -346,3 +348,32 @@ def test_an_approval_given_before_the_deadline_and_used_after_it_is_asked_again(
         assert [r.candidate_id for r in st.runs(gid)][:1] == [c2]  # approved after the deadline: it runs
     finally:
         st.close()
+
+
+def test_pause_resume_and_stop_by_chat_and_rest_do_what_they_say(served, tmp_path):
+    srv = served
+    gid = post(srv, "/goals", small_goal("pause-goal", experiments=4), role="admin", code=201).json()["id"]
+    ref = wait_until(lambda: awaiting(srv, gid), what="the reference card")[0]
+    assert say(srv, gid, "暂停")["action"]["instruction"]
+    g = wait_until(lambda: (x := get(srv, f"/goals/{gid}"))["status"] == "paused" and x, what="the pause")
+    assert "paused by approver1" in g["status_reason"] and get(srv, f"/goals/{gid}/experiments") == []
+    r = post(srv, f"/candidates/{ref['id']}/approve", {"card_hash": ref["card_hash"]})
+    assert r.status_code == 409  # a paused goal waits for no card
+    post(srv, f"/goals/{gid}/resume", code=200)
+    again = wait_until(lambda: awaiting(srv, gid), what="the resumed loop to ask again")[0]
+    assert again["id"] == ref["id"] and get(srv, f"/goals/{gid}/experiments") == []  # nothing ran while paused
+    post(srv, f"/candidates/{ref['id']}/approve", {"card_hash": ref["card_hash"]}, code=200)
+    nxt = wait_until(lambda: awaiting(srv, gid, {ref["id"]}), what="the next card after the reference ran")[0]
+    assert [e["candidate_id"] for e in get(srv, f"/goals/{gid}/experiments")] == [ref["id"]]
+    post(srv, f"/goals/{gid}/pause", code=200)  # REST pause, chat resume
+    wait_until(lambda: get(srv, f"/goals/{gid}")["status"] == "paused", what="the REST pause")
+    assert say(srv, gid, "resume")["action"]["instruction"]
+    assert wait_until(lambda: awaiting(srv, gid), what="the chat resume")[0]["id"] == nxt["id"]
+    assert say(srv, gid, "停止")["action"]["instruction"]
+    g = wait_until(lambda: (x := get(srv, f"/goals/{gid}"))["status"] == "stopped" and x, what="the chat stop")
+    assert "stopped by approver1" in g["status_reason"]
+    post(srv, f"/goals/{gid}/resume", code=200)
+    wait_until(lambda: awaiting(srv, gid), what="the resumed goal")
+    post(srv, f"/goals/{gid}/stop", code=200)  # REST stop
+    wait_until(lambda: get(srv, f"/goals/{gid}")["status"] == "stopped", what="the REST stop")
+    assert [e["candidate_id"] for e in get(srv, f"/goals/{gid}/experiments")] == [ref["id"]]  # only the approved ran
