@@ -4,7 +4,7 @@ from __future__ import annotations
 import typer
 
 from agent.report.cli import report
-from agent.runcli import approve, budget_app, run
+from agent.runcli import approve, budget_app, instruct, run
 from api.cli import serve, worker
 from executor.execcli import app as exec_app
 from executor.execcli import restore_cmd
@@ -26,6 +26,7 @@ app.add_typer(exec_app, name="exec", help="Deterministic executor: run one trial
 app.command("restore")(restore_cmd)
 app.command("run")(run)
 app.command("approve")(approve)
+app.command("instruct")(instruct)
 app.add_typer(budget_app, name="budget", help="A goal's budget: grant or refuse the extension the loop asks for.")
 app.add_typer(llamacpp_app, name="llamacpp", help="llama.cpp: generated model, targets file.")
 app.command("serve")(serve)

@@ -220,6 +220,39 @@ def approve(candidate: int = typer.Argument(..., help="candidate id (shown when 
     typer.echo(f"candidate {candidate} {'rejected' if reject else 'approved'} by {who}")
 
 
+def instruct(goal: str = typer.Argument(..., help="goal id"),
+             kind: str = typer.Argument(..., help="pause | resume | stop | one_more_round"),
+             count: Optional[int] = typer.Option(None, "--count", min=1, help="rounds (one_more_round; default 1)"),
+             knob: list[str] = typer.Option([], "--knob", help="KNOB=VALUE for one_more_round, e.g. concurrency=90"),
+             who: str = typer.Option(os.environ.get("USER") or "cli", "--who", help="who instructs (recorded)"),
+             db: Optional[str] = typer.Option(None, "--db", help="store URL (default $TUNELOOP_DB or sqlite:///.tuneloop/tuneloop.db)"),
+             ) -> None:
+    """Give a goal an instruction ("one more round at C90": `one_more_round --knob concurrency=90`); a running
+    `tuneloop serve` on the same store carries it out within its poll interval, or the next `tuneloop run`."""
+    import yaml
+
+    from state.errors import NotFound
+    from state.workqueue import QueueStore
+
+    knobs = {}
+    for kv in knob:
+        name, sep, value = kv.partition("=")
+        if not sep or not name:
+            raise typer.BadParameter(f"{kv!r}: expected KNOB=VALUE, e.g. concurrency=90", param_hint="--knob")
+        knobs[name] = yaml.safe_load(value)
+    st = QueueStore(db or default_store_url())
+    try:
+        ins = st.add_instruction(goal, kind, who, count=count, knobs=knobs or None, text=f"cli: {kind}")
+        st.wake(goal, who)
+    except (NotFound, ValueError) as e:
+        typer.echo(f"goal {goal}: {e}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        st.close()
+    at = ", ".join(f"{k}={v}" for k, v in knobs.items())
+    typer.echo(f"goal {goal}: {kind}{' at ' + at if at else ''} recorded (instruction {ins.id} by {who})")
+
+
 budget_app = typer.Typer(help="A goal's budget: grant or refuse the extension the loop asks for.", no_args_is_help=True)
 
 

@@ -197,6 +197,17 @@ def test_one_more_round_at_c90_on_a_waiting_goal_by_chat_and_on_a_finished_goal_
     assert card["change"]["knob"] == "concurrency" and card["change"]["new"] == 90 and card["planner"] == "instruction"
     assert runs[-1]["verdict"] == "valid"
 
+    # the CLI, while serve runs: the same round on that (now stopped) goal, at C=64 this time
+    out = tuneloop(tmp_path, "instruct", gid, "one_more_round", "--knob", "concurrency=64", "--db", srv.db, "--who", "gil")
+    assert out.returncode == 0, out.stderr
+    wait_until(lambda: len(get(srv, f"/goals/{gid}/experiments")) == len(runs) + 1, what="the CLI-instructed round")
+    g = wait_until(lambda: (x := get(srv, f"/goals/{gid}"))["status"] == "stopped" and "fulfilled" in x["status_reason"]
+                   and x["worker_state"] == "idle" and x, what="the CLI round to end")
+    last = get(srv, f"/goals/{gid}/experiments")
+    assert len(last) == len(runs) + 1
+    card = get(srv, f"/candidates/{last[-1]['candidate_id']}")["card"]
+    assert card["change"]["new"] == 64 and card["note"].startswith("instruction") and "by gil" in card["note"]
+
 
 def extension_goal(name: str) -> dict:
     """A budget the promising screen's confirm does not fit in (the simulator is deterministic)."""
