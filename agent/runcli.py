@@ -159,6 +159,9 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
     url = db or default_store_url()
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    from state.statefile import register_secrets, url_password
+
+    register_secrets(os.environ.get("TUNELOOP_LLM_API_KEY"), url_password(url))  # redacted by value in STATE.md
     faults = _fault_plan(fault)
     tg = None
     if isinstance(targets, (str, Path)):  # called from Python (tuneloop demo) the option object stands for None

@@ -44,9 +44,10 @@ class Service:
         if settings.db_url.startswith("sqlite:///"):
             Path(settings.db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         store = QueueStore(settings.db_url)
-        from state.statefile import register_secrets
+        from state.statefile import register_secrets, url_password
 
-        register_secrets(*(t.token for t in settings.tokens), *(w.url for w in settings.webhooks), settings.llm_api_key)
+        register_secrets(*(t.token for t in settings.tokens), *(w.url for w in settings.webhooks), settings.llm_api_key,
+                         url_password(settings.db_url))  # never in STATE.md, failure reasons or webhooks
         return cls(settings=settings, store=store, tokens=TokenTable(settings),
                    notifier=Notifier(settings.webhooks), targets=load_targets(settings.targets_file))
 

@@ -41,7 +41,7 @@ def register_secrets(*values: Any) -> None:
             _SECRETS.add(v)
 
 
-def _url_password(url: str) -> str | None:
+def url_password(url: str) -> str | None:
     try:
         from sqlalchemy.engine import make_url
 
@@ -143,7 +143,7 @@ def render_state(store: Any, goal_id: str) -> str:
         lines.append(f"| {d.station_hash or ''} | {d.kind} | {d.run_id or ''} | {f.get('n', '')} | {_fmt(f.get('whole'))} "
                      f"| {_fmt(f.get('native'))} | {f.get('native_n') or ''} | {_fmt(f.get('native_s'), 1)} "
                      f"| {_fmt(f.get('tpot'))} | {_fmt(f.get('ttft_p90'))} |")
-    return redact("\n".join(lines) + "\n", filter(None, [_url_password(str(getattr(store, "url", "")))]))
+    return redact("\n".join(lines) + "\n", filter(None, [url_password(str(getattr(store, "url", "")))]))
 
 
 def default_path(store: Any, goal_id: str | None = None, runs_root: str | Path | None = None) -> Path:
