@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from langgraph.types import interrupt
 
+from state.approvals import PAST
 from state.authorisation import decide
 
 Outcome = Literal["approve", "reject", "deny", "stop", "reask"]
@@ -139,6 +140,6 @@ def _record(store: Any, candidate_id: int, card_hash: str, decision: str, who: s
     except Conflict:  # decided concurrently (e.g. through the API): the stored decision stands
         prior = store.approval(candidate_id)
         if prior is not None:
-            return prior.decision, f"{prior.decision}d by {prior.who}"
+            return prior.decision, f"{PAST[prior.decision]} by {prior.who}"
         raise
-    return decision, f"{decision}d by {who}" + (f": {reason}" if reason and decision == "reject" else "")
+    return decision, f"{PAST[decision]} by {who}" + (f": {reason}" if reason and decision == "reject" else "")

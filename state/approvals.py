@@ -18,6 +18,9 @@ from state.snapshots import Approval, Candidate
 from state.tables import ApprovalRow, CandidateRow, GoalRow
 
 
+PAST = {"approve": "approved", "reject": "rejected"}
+
+
 def card_hash(card: dict[str, Any]) -> str:
     """Content hash of an experiment card: an approval is bound to exactly these bytes."""
     return hashlib.sha256(dumps(card).encode()).hexdigest()[:16]
@@ -98,7 +101,7 @@ class Candidates:
                 row = get_row(s, CandidateRow, candidate_id, "candidate", lock=True)
                 prior = s.execute(select(ApprovalRow).where(ApprovalRow.candidate_id == candidate_id)).scalar_one_or_none()
                 if prior is not None:
-                    raise Conflict(f"candidate {candidate_id} was already {prior.decision}d by {prior.who}")
+                    raise Conflict(f"candidate {candidate_id} was already {PAST[prior.decision]} by {prior.who}")
                 if row.card_hash != shown_hash:
                     raise Stale(f"candidate {candidate_id} changed since it was shown "
                                 f"(hash {shown_hash} -> {row.card_hash}); review it again")
@@ -129,7 +132,7 @@ class Candidates:
             status = goal.status
             decided = s.execute(select(ApprovalRow).where(ApprovalRow.candidate_id == candidate_id)).scalar_one_or_none()
         if decided is not None:
-            raise Conflict(f"candidate {candidate_id} was already {decided.decision}d by {decided.who}")
+            raise Conflict(f"candidate {candidate_id} was already {PAST[decided.decision]} by {decided.who}")
         if status != "waiting" or cand.status not in ("proposed", "awaiting_approval"):
             raise Conflict(f"goal {cand.goal_id} is not waiting for candidate {candidate_id} "
                            f"(goal {status}, candidate {cand.status})")

@@ -388,3 +388,34 @@ def test_pause_resume_and_stop_by_chat_and_rest_do_what_they_say(served, tmp_pat
     post(srv, f"/goals/{gid}/stop", code=200)  # REST stop
     wait_until(lambda: get(srv, f"/goals/{gid}")["status"] == "stopped", what="the REST stop")
     assert [e["candidate_id"] for e in get(srv, f"/goals/{gid}/experiments")] == [ref["id"]]  # only the approved ran
+
+
+def test_store_vetoes_extensions_and_waiting_checks_on_both_backends(store):
+    from state.errors import Conflict
+    from state.goal import parse_goal
+    from state.snapshots import Conditions
+
+    g = store.create_goal(parse_goal(small_goal("store-steer")))
+    c = store.add_candidate(g.id, {"stage": "screen", "n": 40, "change": {"knob": "concurrency", "old": 128, "new": 90}})
+    with pytest.raises(Conflict, match="not waiting"):
+        store.check_waiting(c.id)
+    store.set_goal_status(g.id, "waiting", f"waiting for approval of candidate {c.id}")
+    assert store.check_waiting(c.id).id == c.id
+    store.reject(c.id, c.card_hash, "ann", "no")
+    with pytest.raises(Conflict, match="already rejected by ann"):
+        store.check_waiting(c.id)
+    assert store.approval(c.id).context == {"deadline_passed": False, "card_hours_left": 24.0, "experiments_left": 2}
+    cond = Conditions(scenario="copy16k-zero-cache", parent_hash="p" * 16, source_identity="sim", data_version="d1")
+    v = store.add_veto(g.id, "concurrency", 90, cond, who="ann", reason="no", candidate_id=c.id)
+    assert store.add_veto(g.id, "concurrency", 90, cond, who="ann", reason="no", candidate_id=c.id).id == v.id
+    store.add_veto(g.id, None, None, cond, who="authorisation table", reason="deny", source="authorisation")
+    assert [(x.knob, x.value, x.source) for x in store.vetoes(g.id)] == [("concurrency", 90, "person"),
+                                                                          (None, None, "authorisation")]
+    store.extend_budget(g.id, 10, 1, "bob", "worth it")
+    store.refuse_extension(g.id, "cy", "enough")
+    b = store.budget(g.id)
+    assert (b.card_hours_limit, b.experiments_limit, b.extended_card_hours) == (34.0, 3, 10.0)
+    assert [x.decision for x in store.extensions(g.id)] == ["grant", "refuse"]
+    for bad, field in (((-1, 0), "card_hours"), ((0, 0), "card_hours"), ((1, -2), "experiments"), ((1, 1.5), "experiments")):
+        with pytest.raises(ValueError, match=field):
+            store.extend_budget(g.id, *bad, "bob")
