@@ -6,7 +6,7 @@ import typer
 from agent.execcli import app as exec_app
 from agent.execcli import restore_cmd
 from agent.report.cli import report
-from agent.runcli import approve, run
+from agent.runcli import approve, budget_app, instruct, run
 from api.cli import serve, worker
 from executor.llamacpp import app as llamacpp_app
 from executor.loadcli import app as load_app
@@ -26,6 +26,8 @@ app.add_typer(exec_app, name="exec", help="Deterministic executor: run one trial
 app.command("restore")(restore_cmd)
 app.command("run")(run)
 app.command("approve")(approve)
+app.command("instruct")(instruct)
+app.add_typer(budget_app, name="budget", help="A goal's budget: grant or refuse the extension the loop asks for.")
 app.add_typer(llamacpp_app, name="llamacpp", help="llama.cpp: generated model, targets file.")
 app.command("serve")(serve)
 app.command("worker")(worker)

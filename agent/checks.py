@@ -85,6 +85,9 @@ def check(card: CandidateCard, history: History) -> list[str]:
         out.append(f"protocol: screen N must be {goal.protocol.screen_n}, not {card.n}")
     if card.stage == "confirm" and card.n != goal.protocol.confirm_n:
         out.append(f"protocol: confirm N must be {goal.protocol.confirm_n}, not {card.n}")
+    veto = history.vetoed(card)
+    if veto is not None:
+        out.append(veto.refusal())
     known = history.reference(card.knobs, card.n) if card.stage != "baseline" else None
     if known is not None:  # e.g. a move back to the parent: its measurement at this N is reused, not repeated
         out.append(f"measured: this station was measured at N={card.n} already ({known.run_id})")

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.candidates import CandidateCard, station_hash
+from agent.candidates import CandidateCard, _canon, station_hash
 from agent.value import CostModel
 from core.summary import Summary
 
@@ -86,6 +86,37 @@ class Negative(BaseModel):
             knob, value, scenario, data_version, parent_station, source_identity)
 
 
+class Veto(BaseModel):
+    """A change a person rejected (or the authorisation table denied) from one parent station: a decision, not
+    a measurement. It rules out nothing about the system; it is only never proposed again under the same
+    conditions (scenario, parent station, data version, source identity), at any stage."""
+
+    model_config = ConfigDict(frozen=True)
+    knob: str | None  # None: the reference run of the parent station itself
+    value: Any = None
+    scenario: str
+    data_version: str
+    parent_station: str
+    source_identity: str
+    source: str = "person"  # person | authorisation
+    who: str = ""
+    reason: str = ""
+    candidate_id: int | None = None
+
+    def applies(self, card: CandidateCard, data_version: str, source_identity: str) -> bool:
+
+        knob = card.change.knob if card.change is not None else None
+        value = card.change.new if card.change is not None else None
+        return (self.knob == knob and _canon(self.value) == _canon(value) and self.scenario == card.scenario
+                and self.parent_station == card.parent_station and self.data_version == data_version
+                and self.source_identity == source_identity)
+
+    def refusal(self) -> str:
+        what = "rejected by" if self.source == "person" else "denied by the authorisation table, as decided by"
+        return (f"rejected: candidate {self.candidate_id} was {what} {self.who} under the same conditions"
+                + (f" ({self.reason})" if self.reason else ""))
+
+
 class History(BaseModel):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
     goal_id: str
@@ -96,6 +127,7 @@ class History(BaseModel):
     warm_knobs: dict[str, Any] | None = None  # the station the service is running now
     outcomes: list[Outcome] = Field(default_factory=list)
     negatives: list[Negative] = Field(default_factory=list)
+    vetoes: list[Veto] = Field(default_factory=list)
     budget_left_card_hours: float
     experiments_left: int
     cost: CostModel = CostModel()
@@ -107,6 +139,10 @@ class History(BaseModel):
         return station_hash(self.best_knobs)
 
     best_station = property(lambda self: self.best_knobs_hash)  # its former name, kept for callers that use it
+
+    def vetoed(self, card: CandidateCard) -> Veto | None:
+        """The veto that rules this card out under the current conditions, if any."""
+        return next((v for v in self.vetoes if v.applies(card, self.data_version, self.source_identity)), None)
 
     @property
     def finished_keys(self) -> set[str]:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Literal, TypedDict
 from langgraph.types import Command
 
 from agent import approval
-from agent.candidates import CandidateCard, build_card
+from agent.candidates import CandidateCard, Change, build_card, direction_of
 from agent.checks import check, estimate, with_attempt
 from agent.history import Figures, History
 from agent.judgement import decide as judge_run
@@ -118,14 +118,27 @@ class Loop:
         return Command(goto="propose", update={"diagnosis": text})
 
     def propose(self, state: LoopState) -> Command[Literal["authorise", "stop"]]:
+        history = self.history()
+        ins = self.store.current_instruction(self.goal_id)
+        instructed = ins is not None and ins.kind == "one_more_round" and bool(ins.knobs)
         open_ = [c for c in self.store.candidates(self.goal_id) if c.status in OPEN_STATUSES]
+        if instructed and open_ and not self._started(open_[0]) and open_[0].card.get("planner") != "instruction":
+            # "one more round at C90" replaces a card that was proposed but not started
+            self.store.set_candidate_status(open_[0].id, "cancelled", f"superseded by instruction {ins.id} by {ins.who}")
+            self.store.record_decision(self.goal_id, "note", candidate_id=open_[0].id,
+                                       text=f"{card_of(open_[0].card).title()} not run: superseded by instruction "
+                                            f"{ins.id} by {ins.who}")
+            open_ = open_[1:]
         if open_:  # an experiment was started before a restart: finish it, never plan a second one
             cand = open_[0]
             self.event("propose", card=cand.card, resumed=True)
             return Command(goto="authorise", update={"candidate_id": cand.id})
-        history = self.history()
-        card = self._instructed_card(history)
-        plan = None
+        card, plan = None, None
+        if instructed:
+            card, refusal = self._instructed_card(history)
+            if card is None:
+                self.store.close_instruction(ins.id)
+                return Command(goto="stop", update={"stop_status": "stopped", "stop_reason": refusal})
         if card is None:
             plan = self.planner.ask(history)
             if plan.fallback:
@@ -144,40 +157,98 @@ class Loop:
             rec["diagnosis"] = plan.diagnosis.model_dump(mode="json")
             rec["ranked"] = [list(r) for r in plan.ranked[:8]]
         cand = self.store.add_candidate(self.goal_id, rec)
+        vetoed = any(v.candidate_id == cand.id for v in self.store.vetoes(self.goal_id))
+        if cand.status == "rejected" and not vetoed:  # rejected while no loop ran: authorise records the veto
+            return Command(goto="authorise", update={"candidate_id": cand.id})
+        if cand.status == "cancelled" and not vetoed:  # set aside unrun (superseded, asked again): a fresh card
+            cand = self.store.add_candidate(self.goal_id, {**rec, "note": f"proposed again after candidate {cand.id} "
+                                                                           f"was cancelled ({cand.status_reason})"})
+        if cand.status not in OPEN_STATUSES:  # the very card decided before: never run it again, never spin
+            reason = (f"nothing left that was not rejected: the planner proposed candidate {cand.id} "
+                      f"({card.title()}) again, which is {cand.status}")
+            return Command(goto="stop", update={"stop_status": "done", "stop_reason": reason})
         self.event("propose", card=rec)
         return Command(goto="authorise", update={"candidate_id": cand.id})
 
-    def _instructed_card(self, history: History) -> CandidateCard | None:
-        """"One more round at C90": the instruction's knobs as the next experiment."""
+    def _started(self, cand: Any) -> bool:
+        return cand.status in ("running", "failed", "unknown") or any(r.candidate_id == cand.id
+                                                                       for r in self.store.runs(self.goal_id))
+
+    def _instructed_card(self, history: History) -> tuple[CandidateCard | None, str]:
+        """"One more round at C90": that one change from the best station, screened or confirmed as the protocol
+        says; (None, why) when it cannot run (the loop stops and says so rather than run something else)."""
+
         ins = self.store.current_instruction(self.goal_id)
-        if ins is None or ins.kind != "one_more_round" or not ins.knobs:
-            return None
         knob, value = next(iter(sorted(ins.knobs.items())))
         proto = history.goal.protocol
+        old = history.best_knobs.get(knob)
+        direction = direction_of(Change(knob=knob, old=old, new=value)) if knob in history.goal.space() else "up"
+        why: list[str] = []
         for stage, n in (("screen", proto.screen_n), ("confirm", proto.confirm_n)):
             card = build_card(self.goal_id, history.goal.scenario, history.best_knobs, knob, value, stage=stage, n=n,
-                              planner="instruction", note=f"instruction by {ins.who}")
-            if card.experiment_key not in history.finished_keys and not check(card, history):
-                return card
-        return None
+                              direction=direction, planner="instruction", note=f"instruction {ins.id} by {ins.who}")
+            if card.experiment_key in history.finished_keys:
+                why.append(f"the {stage} of {knob}={value!r} from the best station already ran")
+                continue
+            # a person's say-so covers the budget and what the loop would not repeat by itself (a known negative,
+            # an earlier veto); not a card that breaks the protocol or the search space
+            said = ("affordable", "known_negative", "rejected:")
+            refusals = [r for r in check(card, history) if not r.startswith(said)]
+            if not refusals:
+                overridden = [r for r in check(card, history) if r.startswith(said[1:])]
+                note = card.note + ("; run although " + "; ".join(overridden) if overridden else "")
+                return card.model_copy(update={"est_card_hours": round(estimate(card, history), 4), "note": note}), ""
+            why.append(f"{card.title()}: " + "; ".join(refusals))
+            break
+        return None, f"instruction {ins.id} by {ins.who} cannot be carried out: " + "; ".join(why)
 
-    def authorise(self, state: LoopState) -> Command[Literal["execute", "observe", "stop"]]:
+    def authorise(self, state: LoopState) -> Command[Literal["execute", "observe", "authorise", "stop"]]:
         cand = self.store.get_candidate(state["candidate_id"])
         if cand.status in ("running", "failed", "unknown"):
             return Command(goto="execute")  # authorised before a restart
         card = card_of(cand.card)
         history = self.history()
+        ins = self.store.current_instruction(self.goal_id)
+        instructed = ins.who if ins is not None and ins.kind == "one_more_round" and ins.knobs \
+            and cand.card.get("planner") == "instruction" else None
         decision, why = approval.authorise(self.store, self.goal_id, cand.id, cand.card, cand.card_hash,
                                            auto_approve=self.auto_approve, who=self.who,
-                                           estimate=estimate(card, history))
+                                           estimate=estimate(card, history), instructed_by=instructed)
         if decision == "approve":
             self.event("authorise", card=cand.card, why=why)
             return Command(goto="execute")
-        status = "cancelled" if decision == "deny" else None
-        if status:
-            self.store.set_candidate_status(cand.id, status, why)
-        self.store.record_decision(self.goal_id, "note", candidate_id=cand.id,
-                                   text=f"{card.title()} not run: {decision} ({why})")
+        if decision == "stop":  # the budget cannot pay for it and no extension can be had
+            if cand.status not in ("rejected", "cancelled"):
+                self.store.set_candidate_status(cand.id, "cancelled", why)
+            self.store.record_decision(self.goal_id, "note", candidate_id=cand.id, text=f"{card.title()} not run: {why}")
+            return Command(goto="stop", update={"stop_status": "done" if why.startswith("budget spent") else "stopped",
+                                                "stop_reason": why, "candidate_id": None})
+        if decision == "reask":  # the approval no longer covers it: the same experiment, asked again as a new card
+            self.store.set_candidate_status(cand.id, "cancelled", why)
+            self.store.record_decision(self.goal_id, "note", candidate_id=cand.id, text=f"{card.title()}: {why}")
+            again = self.store.add_candidate(self.goal_id, {**cand.card, "note": f"asked again: {why}"})
+            return Command(goto="authorise", update={"candidate_id": again.id})
+        # a person's rejection, or the authorisation table's deny: a veto under these conditions, never proposed again
+        source = "person" if decision == "reject" else "authorisation"
+        prior = self.store.approval(cand.id)
+        by = prior.who if prior is not None and decision == "reject" else "authorisation table"
+        reason = (prior.reason or "") if prior is not None and decision == "reject" else why
+        if decision == "deny" and cand.status not in ("rejected", "cancelled"):
+            self.store.set_candidate_status(cand.id, "cancelled", why)
+        if not any(v.candidate_id == cand.id for v in self.store.vetoes(self.goal_id)):
+            self.store.add_veto(self.goal_id, card.change.knob if card.change else None,
+                                card.change.new if card.change else None, conditions(card, history), who=by,
+                                reason=reason, source=source, candidate_id=cand.id)
+            what = "rejected by " + by if source == "person" else "denied by the authorisation table"
+            self.store.record_decision(self.goal_id, "rejected", candidate_id=cand.id,
+                                       text=f"{card.title()} {what}" + (f": {reason}" if reason else "")
+                                       + " (a veto, not a measurement: not proposed again under the same conditions)",
+                                       data={"source": source, "who": by, "reason": reason,
+                                             "knob": card.change.knob if card.change else None,
+                                             "value": card.change.new if card.change else None,
+                                             "parent_station": card.parent_station,
+                                             "data_version": history.data_version})
+        self.event("authorise", card=cand.card, why=why, rejected=True)
         return Command(goto="observe", update={"candidate_id": None})
 
     def execute(self, state: LoopState) -> Command[Literal["judge", "restore", "stop"]]:
@@ -262,7 +333,10 @@ class Loop:
         self.store.record_decision(self.goal_id, KIND[outcome], candidate_id=cand.id, run_id=res.run_id,
                                    station_hash=res.station_hash, changed=outcome in CHANGED, text=text,
                                    data=outcome_data(outcome, res.verdict.kind, figures, knobs))
-        if outcome == "negative" and card.change is not None:
+        known = card.change is not None and any(
+            n.applies(card.change.knob, card.change.new, card.scenario, history.data_version, card.parent_station,
+                      history.source_identity) for n in history.negatives)
+        if outcome == "negative" and card.change is not None and not known:  # (an instruction may repeat one)
             self.store.add_negative(card.change.knob, card.change.new, conditions(card, history), goal_id=self.goal_id,
                                     run_id=res.run_id, candidate_id=cand.id, reason=reason)
         if outcome == "quality_pending":
@@ -297,7 +371,10 @@ class Loop:
     def decide(self, state: LoopState) -> Command[Literal["observe"]]:
         ins = self.store.current_instruction(self.goal_id)
         if ins is not None and ins.kind == "one_more_round":
-            self.store.consume_round(self.goal_id)
+            planner = self.store.get_candidate(state["candidate_id"]).card.get("planner") \
+                if state.get("candidate_id") else None
+            if not ins.knobs or planner == "instruction":  # a round at C90 counts only the experiment at C90
+                self.store.consume_round(self.goal_id)
         self.event("decide")
         return Command(goto="observe", update={"candidate_id": None, "run_id": None})
 

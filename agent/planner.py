@@ -77,9 +77,16 @@ def _pending_confirm(history: History) -> CandidateCard | None:
     for o in history.outcomes:
         if o.decision == "promising":
             conf = with_stage(o.card, "confirm", history.goal.protocol.confirm_n)
-            if conf.experiment_key not in done:
+            if conf.experiment_key not in done and history.vetoed(conf) is None:  # a rejected confirm is skipped
                 return conf
     return None
+
+
+def extension_allowed(history: History) -> bool:
+    """`budget_extension: ask` (or auto, which never extends without a person): the confirm of a promising screen
+    (or the recovery of a confirmed gain) the budget cannot pay for is proposed anyway, and the loop asks a person
+    for the extension instead of stopping."""
+    return history.goal.authorisation.get("budget_extension", "ask") != "deny"
 
 
 def _stale_streak(history: History) -> int:
@@ -168,11 +175,18 @@ class DeterministicPlanner:
     def ask(self, history: History) -> Plan:
         goal = history.goal
         if history.experiments_left < 1:
-            return Plan(card=None, stop_reason="experiment budget spent")
+            conf = _pending_confirm(history) if extension_allowed(history) else None
+            if conf is None:
+                return Plan(card=None, stop_reason="experiment budget spent")
+            return self._confirm(conf, history, diagnosis_for(history))  # asks a person to extend the budget
         ref = history.reference(history.best_knobs, goal.protocol.screen_n)
         if ref is None:
             card = build_card(history.goal_id, goal.scenario, history.best_knobs, None, None, stage="baseline",
                               n=goal.protocol.screen_n)
+            veto = history.vetoed(card)
+            if veto is not None:
+                return Plan(card=None, stop_reason=f"nothing left that was not rejected: the reference of the "
+                                                   f"starting station was {veto.refusal().split(' was ', 1)[1]}")
             return self._checked(card, history, None, "reference of the starting station")
         diag = diagnosis_for(history)
         if goal.protocol.confirm_n != goal.protocol.screen_n and not any(o.card.stage != "baseline" for o in history.outcomes) \
@@ -183,19 +197,20 @@ class DeterministicPlanner:
                               n=goal.protocol.confirm_n)
             if not check(card, history):  # optional: a saving, never a reason to stop
                 return self._checked(card, history, diag, f"reference of the starting station at N={card.n} while it is warm")
+        ext = extension_allowed(history)
         rec = window_recovery(history)
-        if rec is not None:
-            return self._checked(rec, history, diag, "recover the objective's window of a confirmed gain")
+        if rec is not None and history.vetoed(rec) is None:  # a rejected recovery: the planner moves on
+            return self._checked(rec, history, diag, "recover the objective's window of a confirmed gain",
+                                 extension_ok=ext)
         rec = latency_recovery(history)
-        if rec is not None:
-            return self._checked(rec, history, diag, "keep a load gain inside the TPOT limit by capping the decode batch")
+        if rec is not None and history.vetoed(rec) is None:
+            return self._checked(rec, history, diag, "keep a load gain inside the TPOT limit by capping the decode batch",
+                                 extension_ok=ext)
         conf = _pending_confirm(history)
         if conf is not None:
-            if history.reference(conf.parent_knobs, conf.n) is None:
-                base = build_card(history.goal_id, goal.scenario, conf.parent_knobs, None, None,
-                                  stage="baseline", n=conf.n)
-                return self._checked(base, history, diag, f"reference of the parent at N={conf.n} before confirming")
-            return self._checked(conf, history, diag, "confirm a promising screen")
+            plan = self._confirm(conf, history, diag)
+            if plan is not None:
+                return plan
         if _stale_streak(history) >= goal.stop.max_without_improvement:
             return Plan(card=None, diagnosis=diag,
                         stop_reason=f"{goal.stop.max_without_improvement} experiments in a row changed nothing")
@@ -219,9 +234,28 @@ class DeterministicPlanner:
                                                        "after a restart elsewhere it would cost a restart too"))
         return Plan(card=card, diagnosis=diag, ranked=ranked)
 
+    def _confirm(self, conf: CandidateCard, history: History, diag: Diagnosis | None) -> Plan | None:
+        """The confirm of a promising screen (its parent's reference at the confirm N first); when only the budget
+        refuses it and extensions may be asked for, proposed anyway (the loop asks). None: the reference was
+        rejected by a person, so the confirm cannot be compared (the planner moves on)."""
+        ext = extension_allowed(history)
+        if history.reference(conf.parent_knobs, conf.n) is None:
+            base = build_card(history.goal_id, history.goal.scenario, conf.parent_knobs, None, None,
+                              stage="baseline", n=conf.n)
+            if history.vetoed(base) is not None:
+                return None
+            return self._checked(base, history, diag, f"reference of the parent at N={conf.n} before confirming",
+                                 extension_ok=ext)
+        return self._checked(conf, history, diag, "confirm a promising screen", extension_ok=ext)
+
     @staticmethod
-    def _checked(card: CandidateCard, history: History, diag: Diagnosis | None, why: str) -> Plan:
+    def _checked(card: CandidateCard, history: History, diag: Diagnosis | None, why: str,
+                 extension_ok: bool = False) -> Plan:
         refusals = check(card, history)
+        if refusals and extension_ok and all(r.startswith("affordable") for r in refusals):
+            card = card.model_copy(update={"est_card_hours": round(estimate(card, history), 4)})
+            return Plan(card=card, diagnosis=diag, ranked=[(card.title(), 1.0, f"{why}; needs a budget extension: "
+                                                            + "; ".join(refusals))])
         if refusals:
             spent = "budget spent: " if all(r.startswith("affordable") for r in refusals) else ""
             return Plan(card=None, diagnosis=diag, ranked=[(card.title(), 0.0, "; ".join(refusals))],
@@ -250,6 +284,11 @@ def _tradeoff(card: CandidateCard) -> bool:
 
 def _no_candidate_reason(ranked: list[tuple[str, float, str]], history: History) -> str:
     """Why nothing passed: say so plainly when the budget is what refused the candidates left."""
+    vetoed = [r for r in ranked if "rejected:" in r[2]]
+    if vetoed and all("rejected:" in r[2] or "not_finished" in r[2] or "known_negative" in r[2] or "measured:" in r[2]
+                      or "affordable:" in r[2] for r in ranked):
+        return (f"nothing left that was not rejected: {len(vetoed)} of the {len(ranked)} remaining candidate(s) "
+                f"were rejected by a person or denied by the authorisation table")
     unaffordable = [r for r in ranked if "affordable:" in r[2]]
     if unaffordable and all("affordable:" in r[2] or "not_finished" in r[2] or "known_negative" in r[2]
            or "measured:" in r[2]

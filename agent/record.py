@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.candidates import CandidateCard, _canon
-from agent.history import Figures, History, Negative, Outcome
+from agent.history import Figures, History, Negative, Outcome, Veto
 from agent.value import CostModel
 from core.scenarios import load
 from state.snapshots import Conditions
@@ -75,6 +75,10 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
                           source_identity=n.conditions.source_identity or "", experiment_key=n.run_id or str(n.id),
                           reason=n.reason)
                  for n in store.negatives(scenario=spec.scenario)]
+    vetoes = [Veto(knob=v.knob, value=v.value, scenario=v.scenario, data_version=v.data_version or "",
+                   parent_station=v.parent_hash, source_identity=v.source_identity or "", source=v.source, who=v.who,
+                   reason=v.reason, candidate_id=v.candidate_id)
+              for v in store.vetoes(goal_id)]
     budget = store.budget(goal_id)
     runs = {r.id: r.n for r in store.runs(goal_id)}
     per_run: dict[str, list[Any]] = {}
@@ -83,7 +87,7 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
     cards = spec.constraints.cards or 16
     cost = CostModel.learn(cards, [(runs.get(rid, 0), es) for rid, es in per_run.items()])
     return History(goal_id=goal_id, goal=spec, data_version=data_version, source_identity=source,
-                   best_knobs=best_knobs, warm_knobs=warm, outcomes=outcomes, negatives=negatives,
+                   best_knobs=best_knobs, warm_knobs=warm, outcomes=outcomes, negatives=negatives, vetoes=vetoes,
                    budget_left_card_hours=budget.card_hours_left, experiments_left=budget.experiments_left,
                    cost=cost, planner_notes=list(extra_notes or []))
 

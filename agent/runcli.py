@@ -242,6 +242,9 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
     url = db or default_store_url()
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    from state.statefile import register_secrets, url_password
+
+    register_secrets(os.environ.get("TUNELOOP_LLM_API_KEY"), url_password(url))  # redacted by value in STATE.md
     faults = _fault_plan(fault)
     tg = None
     if isinstance(targets, (str, Path)):  # called from Python (tuneloop demo) the option object stands for None
@@ -270,7 +273,13 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
         return
     typer.echo(summary_text(res, url))
     _require_valid(require_valid is True, url, res)
-    if res.waiting_for:
+    if res.waiting_for and res.waiting_for.get("kind") == "budget_extension":
+        w = res.waiting_for
+        typer.echo(f"waiting: grant {w['card_hours']:.2f} card-hours and {w['experiments']} experiment(s) with "
+                   f"`tuneloop budget extend {res.goal_id} --card-hours {w['card_hours']:g}"
+                   f"{' --db ' + url if db else ''}` (or refuse: `tuneloop budget refuse {res.goal_id} --reason …`), "
+                   "then run again")
+    elif res.waiting_for:
         typer.echo(f"waiting: approve candidate {res.waiting_for.get('candidate_id')} "
                    f"(card hash {res.waiting_for.get('card_hash')}): `tuneloop approve {res.waiting_for.get('candidate_id')}"
                    f"{' --db ' + url if db else ''}` (or the API), then run again")
@@ -297,22 +306,118 @@ def _require_valid(on: bool, url: str, res: SessionResult) -> None:
 def approve(candidate: int = typer.Argument(..., help="candidate id (shown when the loop waits)"),
             db: Optional[str] = typer.Option(None, "--db", help="store URL (default $TUNELOOP_DB or sqlite:///.tuneloop/tuneloop.db)"),
             who: str = typer.Option(os.environ.get("USER") or "cli", "--who", help="who approves (recorded)"),
-            reject: bool = typer.Option(False, "--reject", help="reject instead of approving"),
+            reject: bool = typer.Option(False, "--reject", help="reject instead of approving (give --reason)"),
             reason: Optional[str] = typer.Option(None, "--reason")) -> None:
-    """Approve (or reject) a candidate the loop is waiting for; the next `tuneloop run` goes on from there."""
-    from state.errors import Conflict, NotFound
-    from state.store import Store
+    """Approve (or reject) a candidate the loop is waiting for. A running `tuneloop serve` on the same store picks
+    it up within its poll interval; otherwise the next `tuneloop run` goes on from there."""
+    from state.errors import Conflict, NotFound, Stale
+    from state.workqueue import QueueStore
 
-    st = Store(db or default_store_url())
+    if reject and not reason:
+        raise typer.BadParameter("a rejection needs a reason (it is recorded and shown in the decision log)",
+                                 param_hint="--reason")
+    st = QueueStore(db or default_store_url())
     try:
-        cand = st.get_candidate(candidate)
+        cand = st.check_waiting(candidate)  # refused unless its goal waits for this card
         (st.reject if reject else st.approve)(candidate, cand.card_hash, who, reason)
-    except (Conflict, NotFound, LookupError) as e:
+        st.wake(cand.goal_id, who)  # a serving worker claims it at its next poll
+    except (Conflict, NotFound, Stale, LookupError) as e:
         typer.echo(f"candidate {candidate}: {e}", err=True)
         raise typer.Exit(1) from None
     finally:
         st.close()
     typer.echo(f"candidate {candidate} {'rejected' if reject else 'approved'} by {who}")
+
+
+def instruct(goal: str = typer.Argument(..., help="goal id"),
+             kind: str = typer.Argument(..., help="pause | resume | stop | one_more_round"),
+             count: Optional[int] = typer.Option(None, "--count", min=1, help="rounds (one_more_round; default 1)"),
+             knob: list[str] = typer.Option([], "--knob", help="KNOB=VALUE for one_more_round, e.g. concurrency=90"),
+             who: str = typer.Option(os.environ.get("USER") or "cli", "--who", help="who instructs (recorded)"),
+             db: Optional[str] = typer.Option(None, "--db", help="store URL (default $TUNELOOP_DB or sqlite:///.tuneloop/tuneloop.db)"),
+             ) -> None:
+    """Give a goal an instruction ("one more round at C90": `one_more_round --knob concurrency=90`); a running
+    `tuneloop serve` on the same store carries it out within its poll interval, or the next `tuneloop run`."""
+    import yaml
+
+    from state.errors import NotFound
+    from state.workqueue import QueueStore
+
+    knobs = {}
+    for kv in knob:
+        name, sep, value = kv.partition("=")
+        if not sep or not name:
+            raise typer.BadParameter(f"{kv!r}: expected KNOB=VALUE, e.g. concurrency=90", param_hint="--knob")
+        knobs[name] = yaml.safe_load(value)
+    st = QueueStore(db or default_store_url())
+    try:
+        ins = st.add_instruction(goal, kind, who, count=count, knobs=knobs or None, text=f"cli: {kind}")
+        st.wake(goal, who)
+    except (NotFound, ValueError) as e:
+        typer.echo(f"goal {goal}: {e}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        st.close()
+    at = ", ".join(f"{k}={v}" for k, v in knobs.items())
+    typer.echo(f"goal {goal}: {kind}{' at ' + at if at else ''} recorded (instruction {ins.id} by {who})")
+
+
+budget_app = typer.Typer(help="A goal's budget: grant or refuse the extension the loop asks for.", no_args_is_help=True)
+
+
+@budget_app.command("extend")
+def budget_extend(goal: str = typer.Argument(..., help="goal id"),
+                  card_hours: float = typer.Option(..., "--card-hours", min=0, help="card-hours to add"),
+                  experiments: Optional[int] = typer.Option(None, "--experiments", min=0,
+                                                            help="experiments to add (default: as many as the loop asked for)"),
+                  reason: Optional[str] = typer.Option(None, "--reason"),
+                  who: str = typer.Option(os.environ.get("USER") or "cli", "--who", help="who grants it (recorded)"),
+                  db: Optional[str] = typer.Option(None, "--db", help="store URL (default $TUNELOOP_DB or sqlite:///.tuneloop/tuneloop.db)"),
+                  ) -> None:
+    """Grant a budget extension; the waiting loop (serve, or the next `tuneloop run`) goes on."""
+    from state.errors import NotFound
+    from state.workqueue import QueueStore
+
+    st = QueueStore(db or default_store_url())
+    try:
+        if experiments is None:
+            asks = [d for d in st.decisions(goal, ("ask",)) if d.data.get("kind") == "budget_extension"]
+            experiments = int(asks[-1].data.get("experiments") or 0) if asks else 0
+        ext = st.extend_budget(goal, card_hours, experiments, f"{who} (cli)", reason)
+        st.wake(goal, who)
+    except (NotFound, ValueError) as e:
+        typer.echo(f"goal {goal}: {e}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        st.close()
+    typer.echo(f"goal {goal}: budget extended by {ext.card_hours:g} card-hours and {ext.experiments} experiment(s) "
+               f"by {who} (extension {ext.id})")
+
+
+@budget_app.command("refuse")
+def budget_refuse(goal: str = typer.Argument(..., help="goal id"),
+                  reason: str = typer.Option(..., "--reason", help="why (the goal stops with it)"),
+                  who: str = typer.Option(os.environ.get("USER") or "cli", "--who", help="who refuses (recorded)"),
+                  db: Optional[str] = typer.Option(None, "--db", help="store URL (default $TUNELOOP_DB or sqlite:///.tuneloop/tuneloop.db)"),
+                  ) -> None:
+    """Refuse the extension the loop asks for: the goal stops with the reason."""
+    from state.errors import NotFound
+    from state.workqueue import QueueStore
+
+    st = QueueStore(db or default_store_url())
+    try:
+        g = st.get_goal(goal)
+        if g.status != "waiting" or not (g.status_reason or "").startswith("waiting for a budget extension"):
+            typer.echo(f"goal {goal}: not waiting for a budget extension ({g.status})", err=True)
+            raise typer.Exit(1)
+        ext = st.refuse_extension(goal, f"{who} (cli)", reason)
+        st.wake(goal, who)
+    except NotFound as e:
+        typer.echo(f"goal {goal}: {e}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        st.close()
+    typer.echo(f"goal {goal}: budget extension refused by {who} (extension {ext.id})")
 
 
 def _fault_plan(specs: list[str]) -> Any:

@@ -70,6 +70,24 @@ def make_planner(llm_base_url: str | None, llm_model: str = "tuneloop-planner", 
     return LLMPlanner(llm_base_url, model=llm_model, api_key=api_key or "not-needed")
 
 
+def waiting_reason(payload: dict[str, Any]) -> str:
+    if payload.get("kind") == "budget_extension":
+        return (f"waiting for a budget extension of {payload.get('card_hours', 0):.2f} card-hours and "
+                f"{payload.get('experiments', 0)} experiment(s) for candidate {payload.get('candidate_id')}: "
+                f"{payload.get('why')}")
+    return f"waiting for approval of candidate {payload.get('candidate_id')}: {payload.get('why')}"
+
+
+def record_ask(store: Any, goal_id: str, payload: dict[str, Any], reason: str) -> None:
+    """What the loop asked a person, in the decision log (once per card hash and kind): the card hash in it
+    is the one the person is shown, so an approval by chat is bound to it."""
+    data = {k: payload.get(k) for k in ("kind", "candidate_id", "card_hash", "card_hours", "experiments")}
+    last = store.decisions(goal_id, ("ask",))
+    if last and {k: last[-1].data.get(k) for k in data} == data:
+        return
+    store.record_decision(goal_id, "ask", candidate_id=payload.get("candidate_id"), text=reason, data=data)
+
+
 def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planner: Any = None,
                 executor: Any = None, faults: Callable | None = None, resume: Any = None,
                 on_event: Callable[[str, dict[str, Any]], None] | None = None, who: str = "tuneloop run",
@@ -90,16 +108,17 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
             goal = store.get_goal(goal_id)
         else:
             goal = store.create_goal(spec) if new_goal else store.open_goal(spec)
+        executor = executor or Executor(store, targets)  # targets: e.g. a local llama.cpp server (issue 7)
+        runs_root = getattr(getattr(executor, "settings", None), "runs_root", None)
         if resume is None and finished(store, goal):
-            path = str(write_state(store, goal.id))
+            path = str(write_state(store, goal.id, runs_root=runs_root))
             return SessionResult(goal.id, goal.status, finished_reason(goal, path), state_path=path,
                                  already_finished=True)
-        executor = executor or Executor(store, targets)  # targets: e.g. a local llama.cpp server (issue 7)
         bind_sim_profile(executor, goal.spec)
         state_path: list[str] = []
 
         def state_file(st: Any, gid: str, **info: Any) -> None:
-            state_path[:] = [str(write_state(st, gid))]
+            state_path[:] = [str(write_state(st, gid, runs_root=runs_root))]
 
         loop = Loop(store=store, executor=executor, goal_id=goal.id, planner=planner or DeterministicPlanner(),
                     auto_approve=auto_approve, who=who, faults=faults,
@@ -112,11 +131,12 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
             out = graph.invoke(inp, cfg, durability="sync")
             interrupts = out.get("__interrupt__") if isinstance(out, dict) else None
         if interrupts:
-            crashpoint("approval", "waiting")  # tests: SIGKILL while the loop waits for a person (checkpoint written)
             payload = interrupts[0].value
-            reason = f"waiting for approval of candidate {payload.get('candidate_id')}: {payload.get('why')}"
+            reason = waiting_reason(payload)
             if store.get_goal(goal.id).status == "running":
                 store.set_goal_status(goal.id, "waiting", reason)
+            record_ask(store, goal.id, payload, reason)
+            crashpoint("approval", "waiting")  # tests: SIGKILL while the loop waits for a person (checkpoint written)
             state_file(store, goal.id)
             return SessionResult(goal.id, "waiting", reason, waiting_for=payload,
                                  state_path=state_path[0] if state_path else None, notes=loop.notes)

@@ -10,17 +10,17 @@ from api.auth import Principal
 from api.chat import HELP, Intent
 from api.failures import shown_status
 from api.service import Service
-from state.errors import NotFound
+from state.errors import Conflict, NotFound
 
 
 def decide(svc: Service, candidate_id: int, card_hash: str, decision: str, who: Principal, reason: str | None,
            via: str = "api") -> Any:
     """Approve or reject a card as shown (its hash); raises Conflict / Stale / NotFound from the store."""
     st = svc.store
-    cand = st.get_candidate(candidate_id)
+    cand = st.check_waiting(candidate_id)  # 409 unless the goal waits for a decision on this card
     fn = st.approve if decision == "approve" else st.reject
     ap = fn(candidate_id, card_hash, f"{who.name} ({via})", reason)
-    st.wake(cand.goal_id, who.name)
+    svc.wake(cand.goal_id, who.name)
     svc.notifier.notify("decision", cand.goal_id, f"candidate {candidate_id} {'approved' if decision == 'approve' else 'rejected'} by {who.name}"
                         + (f": {reason}" if reason else ""),
                         {"candidate_id": candidate_id, "decision": decision, "who": who.name})
@@ -30,8 +30,51 @@ def decide(svc: Service, candidate_id: int, card_hash: str, decision: str, who: 
 def instruct(svc: Service, goal_id: str, kind: str, who: Principal, *, count: int | None = None,
              knobs: dict[str, Any] | None = None, restore: str | None = None, text: str | None = None) -> Any:
     ins = svc.store.add_instruction(goal_id, kind, who.name, count=count, knobs=knobs, restore=restore, text=text)
-    svc.store.wake(goal_id, who.name)
+    svc.wake(goal_id, who.name)
     return ins
+
+
+def shown_hash(svc: Service, candidate_id: int) -> str:
+    """The card hash the loop showed people when it asked about this card (the decision log's ask); the stored
+    hash when it never asked (then the card is unchanged since it was proposed)."""
+    cand = svc.store.get_candidate(candidate_id)
+    asks = [d for d in svc.store.decisions(cand.goal_id, ("ask",)) if d.candidate_id == candidate_id]
+    return (asks[-1].data.get("card_hash") if asks else None) or cand.card_hash
+
+
+def asked_extension(svc: Service, goal_id: str) -> dict[str, Any] | None:
+    """The budget extension the loop waits for (card-hours, experiments, candidate, why), else None."""
+    g = svc.store.get_goal(goal_id)
+    if g.status != "waiting" or not (g.status_reason or "").startswith("waiting for a budget extension"):
+        return None
+    asks = [d for d in svc.store.decisions(goal_id, ("ask",)) if d.data.get("kind") == "budget_extension"]
+    return {**asks[-1].data, "why": asks[-1].text} if asks else None
+
+
+def extend_budget(svc: Service, goal_id: str, who: Principal, card_hours: float, experiments: int | None = None,
+                  reason: str | None = None, via: str = "api") -> Any:
+    """Grant card-hours (and experiments: by default those the loop asked for) to the goal's budget; wakes it."""
+    ask = asked_extension(svc, goal_id)
+    if experiments is None:
+        experiments = int(ask.get("experiments") or 0) if ask else 0
+    ext = svc.store.extend_budget(goal_id, card_hours, experiments, f"{who.name} ({via})", reason)
+    svc.wake(goal_id, who.name)
+    svc.notifier.notify("decision", goal_id, f"budget extended by {who.name}: +{ext.card_hours:g} card-hours, "
+                        f"+{ext.experiments} experiments" + (f": {reason}" if reason else ""),
+                        {"extension": ext.id, "card_hours": ext.card_hours, "experiments": ext.experiments})
+    return ext
+
+
+def refuse_extension(svc: Service, goal_id: str, who: Principal, reason: str | None, via: str = "api") -> Any:
+    """Refuse the extension the loop asked for (409 when it asked for none): the goal stops with the reason."""
+
+    if asked_extension(svc, goal_id) is None:
+        raise Conflict(f"goal {goal_id} is not waiting for a budget extension")
+    ext = svc.store.refuse_extension(goal_id, f"{who.name} ({via})", reason)
+    svc.wake(goal_id, who.name)
+    svc.notifier.notify("decision", goal_id, f"budget extension refused by {who.name}" + (f": {reason}" if reason else ""),
+                        {"extension": ext.id, "decision": "refuse"})
+    return ext
 
 
 def pending(svc: Service, goal_id: str) -> list[Any]:
@@ -67,8 +110,14 @@ def status_text(svc: Service, goal_id: str) -> str:
     if best is not None:
         lines.append(f"best: {best.kind} from experiment {best.run_id} (candidate {best.candidate_id}): "
                      f"{figures(svc, best.run_id)}; station {best.station_hash}")
-    for c in pending(svc, goal_id):
-        lines.append(f"waiting for approval: candidate {c.id} ({_title(c.card)}), card hash {c.card_hash}")
+    ask = asked_extension(svc, goal_id)
+    if ask is not None:
+        lines.append(f"waiting for a budget extension: {ask.get('card_hours', 0):.2f} card-hours and "
+                     f"{ask.get('experiments', 0)} experiment(s) for candidate {ask.get('candidate_id')} — say "
+                     f"'extend budget by {ask.get('card_hours', 0):g} card-hours' or 'refuse the extension because …'")
+    else:
+        for c in pending(svc, goal_id):
+            lines.append(f"waiting for approval: candidate {c.id} ({_title(c.card)}), card hash {shown_hash(svc, c.id)}")
     b = st.budget(goal_id)
     lines.append(f"budget: {b.experiments_used}/{b.experiments_limit} experiments, "
                  f"{b.card_hours_used:.2f}/{b.card_hours_limit:.2f} card-hours")
@@ -118,7 +167,7 @@ def act(svc: Service, goal_id: str, intent: Intent, who: Principal) -> tuple[str
             raise NotFound(f"no such candidate in goal {goal_id}: {intent.candidate_id}")
         if k == "reject" and not intent.reason:
             return f"please say why: 'reject {cand.id} because …'", None
-        shown = intent.card_hash or cand.card_hash
+        shown = intent.card_hash or shown_hash(svc, cand.id)  # bound to the card as the loop showed it
         decide(svc, cand.id, shown, k, who, intent.reason, via="chat")
         return (f"candidate {cand.id} ({_title(cand.card)}) {'approved' if k == 'approve' else 'rejected'} by {who.name}, bound to card hash {shown}"
                 + (f": {intent.reason}" if intent.reason else ""), {"candidate_id": cand.id, "decision": k})
@@ -131,6 +180,15 @@ def act(svc: Service, goal_id: str, intent: Intent, who: Principal) -> tuple[str
         at = ", ".join(f"{a}={b}" for a, b in intent.knobs.items()) or "the planner's next candidate"
         return (f"{ins.count} more round(s) at {at}, then the loop stops (instruction {ins.id} by {who.name})",
                 {"instruction": ins.id})
+    if k == "extend_budget":
+        ext = extend_budget(svc, goal_id, who, intent.card_hours or 0.0, intent.experiments, "chat", via="chat")
+        return (f"budget of goal {goal_id} extended by {ext.card_hours:g} card-hours and {ext.experiments} "
+                f"experiment(s) (extension {ext.id} by {who.name}); the loop goes on",
+                {"extension": ext.id, "card_hours": ext.card_hours, "experiments": ext.experiments})
+    if k == "refuse_extension":
+        ext = refuse_extension(svc, goal_id, who, intent.reason, via="chat")
+        return (f"budget extension refused by {who.name}" + (f": {intent.reason}" if intent.reason else "")
+                + f"; goal {goal_id} stops (extension {ext.id})", {"extension": ext.id, "decision": "refuse"})
     if k == "restore_best":
         best = st.best(goal_id)
         if best is None or not best.station_hash:

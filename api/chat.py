@@ -1,7 +1,7 @@
 """Chat commands, English and Chinese, parsed deterministically into a small set of intents.
 
 `parse(text)` is pure: approve N, reject N because …, pause, resume, stop, one more round at C90,
-go back to the best, status, why was N rejected?  An optional LLM only maps free text onto the
+go back to the best, status, why was N rejected?, extend budget by 10 card-hours, refuse the extension.  An optional LLM only maps free text onto the
 same `Intent` (api/chat_llm.py); every action is then taken by the same code (api/actions.py).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 IntentKind = Literal["approve", "reject", "pause", "resume", "stop", "one_more_round", "restore_best", "status",
-                     "why_rejected", "unknown"]
+                     "why_rejected", "extend_budget", "refuse_extension", "unknown"]
 _NUM = {"one": 1, "a": 1, "another": 1, "two": 2, "three": 3, "four": 4, "five": 5,
         "一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5}
 _ID = r"(?:candidate|card|experiment|#|no\.?|候选|卡片?|实验|编号|第)?\s*#?\s*(\d+)\s*(?:号|个)?"
@@ -26,6 +26,8 @@ class Intent(BaseModel):
     reason: str | None = Field(None, max_length=500)
     count: int | None = Field(None, ge=1, le=20)
     knobs: dict[str, Any] = Field(default_factory=dict)
+    card_hours: float | None = Field(None, ge=0, le=1e6)  # extend_budget
+    experiments: int | None = Field(None, ge=0, le=10_000)
 
 
 def _knobs(text: str) -> dict[str, Any]:
@@ -47,7 +49,13 @@ def _count(text: str) -> int:
     return int(w) if w.isdigit() else _NUM.get(w, 1)
 
 
+_HOURS = r"(\d+(?:\.\d+)?)\s*(?:more\s+)?(?:card[- ]?hours?|card[- ]?h\b|卡时|卡小时|个卡时)"
 _RULES: list[tuple[str, str]] = [
+    ("refuse_extension", r"(?:(?:refuse|decline|deny|reject|no)\s+(?:to\s+extend\s+the\s+budget|(?:the\s+)?(?:budget\s+)?extension)"
+                         r"|拒绝(?:追加|增加|扩大)?预算|不(?:追加|增加|扩大)预算|预算不(?:追加|增加))"),
+    ("extend_budget", r"(?:(?:extend|increase|raise|grow)\s+(?:the\s+)?budget\s+(?:by\s+)?" + _HOURS
+                      + r"|(?:add|grant)\s+" + _HOURS + r"(?:\s+to\s+the\s+budget)?"
+                      r"|预算\s*(?:增加|追加|提高|扩大|加)\s*" + _HOURS + r"|(?:追加|增加)\s*" + _HOURS + r"\s*预算)"),
     ("why_rejected", r"(?:why\s+(?:was|is|did)\s+" + _ID + r".*?(?:reject|refus|negative|fail))"
                      r"|(?:" + _ID + r"\s*(?:为什么|为何).*?(?:拒绝|否决|失败|负))"
                      r"|(?:(?:为什么|为何).*?(?:拒绝|否决)(?:了)?\s*" + _ID + r")"),
@@ -80,10 +88,18 @@ def parse(text: str) -> Intent:
             return Intent(kind=kind, candidate_id=num, card_hash=h.group(1) if h else None, reason=reason)
         if kind == "one_more_round":
             return Intent(kind=kind, count=_count(t), knobs=_knobs(t))
+        if kind == "extend_budget":
+            hours = next(float(g) for g in m.groups() if g)
+            n = re.search(r"(\d+)\s*(?:more\s+)?(?:experiments?|runs?|个?实验|次实验)", t[m.end():], re.I)
+            return Intent(kind=kind, card_hours=hours, experiments=int(n.group(1)) if n else None)
+        if kind == "refuse_extension":
+            r = re.search(r"(?:because|since|as|reason:?|due to|因为|原因[:：]?|由于)\s*(.+)$", t, re.I)
+            return Intent(kind=kind, reason=r.group(1).strip() if r else None)
         return Intent(kind=kind)
     return Intent(kind="unknown")
 
 
 HELP = ("I understand: approve N · reject N because … · pause · resume · stop · one more round at C90 · "
-        "go back to the best · status · why was N rejected?  (中文: 批准 N · 拒绝 N 因为… · 暂停 · 继续 · 停止 · "
-        "再跑一轮 C90 · 回到最佳 · 状态 · 为什么拒绝了 N)")
+        "go back to the best · status · why was N rejected? · extend budget by 10 card-hours [and 1 experiment] · "
+        "refuse the extension because …  (中文: 批准 N · 拒绝 N 因为… · 暂停 · 继续 · 停止 · "
+        "再跑一轮 C90 · 回到最佳 · 状态 · 为什么拒绝了 N · 预算增加 10 卡时 · 拒绝追加预算 因为…)")

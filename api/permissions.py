@@ -25,6 +25,8 @@ ACTIONS: dict[str, Role] = {
     "candidate.approve": "approver",
     "candidate.reject": "approver",
     "station.restore": "admin",  # re-deploys a frozen station on a target: the same action on every path
+    "budget.extend": "approver",  # grants the extension the loop asked for (card-hours, experiments)
+    "budget.refuse": "approver",  # refuses it: the goal stops with the reason
 }
 
 # instruction kinds and chat intents -> their action
@@ -33,7 +35,8 @@ INSTRUCTIONS: dict[str, str] = {"pause": "goal.pause", "resume": "goal.resume", 
 CHAT: dict[str, str] = {"status": "chat.ask", "why_rejected": "chat.ask", "unknown": "chat.ask",
                         "approve": "candidate.approve", "reject": "candidate.reject", "pause": "goal.pause",
                         "resume": "goal.resume", "stop": "goal.stop", "one_more_round": "goal.one_more_round",
-                        "restore_best": "station.restore"}
+                        "restore_best": "station.restore", "extend_budget": "budget.extend",
+                        "refuse_extension": "budget.refuse"}
 
 _READS = ["/goals", "/goals/{goal_id}", "/goals/{goal_id}/instructions", "/goals/{goal_id}/decisions",
           "/goals/{goal_id}/candidates", "/candidates/{candidate_id}", "/candidates/{candidate_id}/approval",
@@ -41,7 +44,7 @@ _READS = ["/goals", "/goals/{goal_id}", "/goals/{goal_id}/instructions", "/goals
           "/experiments/{run_id}/raw", "/goals/{goal_id}/best", "/goals/{goal_id}/frontier",
           "/goals/{goal_id}/frontier.png", "/stations/{station_hash}", "/goals/{goal_id}/budget",
           "/goals/{goal_id}/report", "/goals/{goal_id}/report.md", "/goals/{goal_id}/images/{name}",
-          "/goals/{goal_id}/summary", "/goals/{goal_id}/state"]
+          "/goals/{goal_id}/summary", "/goals/{goal_id}/state", "/goals/{goal_id}/budget/extensions"]
 # (method, path template) -> an action, or the table of actions the route dispatches on
 ROUTES: dict[tuple[str, str], str | dict[str, str]] = {
     **{("GET", p): "read" for p in _READS},
@@ -54,6 +57,8 @@ ROUTES: dict[tuple[str, str], str | dict[str, str]] = {
     ("POST", "/candidates/{candidate_id}/approve"): "candidate.approve",
     ("POST", "/candidates/{candidate_id}/reject"): "candidate.reject",
     ("POST", "/stations/{station_hash}/restore"): "station.restore",
+    ("POST", "/goals/{goal_id}/budget/extensions"): "budget.extend",
+    ("POST", "/goals/{goal_id}/budget/extensions/refuse"): "budget.refuse",
 }
 PUBLIC: frozenset[tuple[str, str]] = frozenset({("GET", "/health"), ("GET", "/metrics")})  # probes, scrapers
 

@@ -18,6 +18,7 @@ from api.webhooks import Notifier
 from api.worker import Worker
 from core.datafiles import use_data_dirs
 from executor.targets import load_targets
+from state.statefile import register_secrets, url_password
 from state.workqueue import QueueStore
 
 log = logging.getLogger("tuneloop.service")
@@ -34,6 +35,13 @@ class Service:
     threads: list[threading.Thread] = field(default_factory=list)
     base: Path = field(default_factory=Path.cwd)  # where relative paths of the settings (runs, reports) resolve
     session: Callable[..., Any] | None = None  # the loop's entry point for workers (None: agent.session.run_session)
+    nudge: threading.Event = field(default_factory=threading.Event)  # set by a person's action: workers claim now
+
+    def wake(self, goal_id: str, who: str) -> None:
+        """A person acted on the goal: mark it ready in the work queue and wake this process's idle workers at once
+        (workers of other processes see it at their next poll)."""
+        self.store.wake(goal_id, who)
+        self.nudge.set()
 
     @classmethod
     def open(cls, settings: Settings) -> "Service":
@@ -42,6 +50,9 @@ class Service:
         if settings.db_url.startswith("sqlite:///"):
             Path(settings.db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         store = QueueStore(settings.db_url)
+
+        register_secrets(*(t.token for t in settings.tokens), *(w.url for w in settings.webhooks), settings.llm_api_key,
+                         url_password(settings.db_url))  # never in STATE.md, failure reasons or webhooks
         return cls(settings=settings, store=store, tokens=TokenTable(settings),
                    notifier=Notifier(settings.webhooks), targets=load_targets(settings.targets_file))
 
@@ -61,6 +72,7 @@ class Service:
 
     def close(self) -> None:
         self.stop_event.set()
+        self.nudge.set()
         for t in self.threads:
             t.join(timeout=60)
         self.notifier.close()

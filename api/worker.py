@@ -42,8 +42,9 @@ class Worker:
             except Exception as e:  # the database is briefly unreachable: try again after the poll interval
                 log.warning("worker %s: claim failed: %s", self.name, type(e).__name__)
                 claim = None
-            if claim is None:
-                stop.wait(self.settings.poll_s)  # nothing to do: poll the queue again
+            if claim is None:  # nothing to do: sleep until a person's action here nudges us, or poll again
+                if self.svc.nudge.wait(self.settings.poll_s):
+                    self.svc.nudge.clear()
                 continue
             try:
                 self.run_claim(claim)
@@ -116,7 +117,7 @@ class Worker:
             st.record_decision(goal.id, "stop", text=reason,
                                data={"status": "failed", "error": describe(e), "attempts": self.attempts,
                                      "transient": is_transient(e), "worker": self.name})
-            write_state(st, goal.id)
+            write_state(st, goal.id, runs_root=self.settings.runs_root)
         except Exception as e2:  # the store itself is down: the work item still says failed once it is back
             log.warning("worker %s: could not record the failure of %s: %s", self.name, claim.goal_id, describe(e2))
         self.svc.notifier.notify("stopped", claim.goal_id, f"loop {reason}",
@@ -139,7 +140,15 @@ class Worker:
                                s.llm_api_key.get_secret_value() if s.llm_api_key else None)
         res = self.session(goal.spec, store.url, goal_id=goal.id, executor=ex, planner=planner,
                           who=f"worker {self.name}", on_event=self._events(goal.id))
-        if res.status == "waiting" and res.waiting_for:
+        if res.status == "waiting" and res.waiting_for and res.waiting_for.get("kind") == "budget_extension":
+            w = res.waiting_for
+            self.svc.notifier.notify(
+                "approval_needed", goal.id,
+                f"candidate {w['candidate_id']} needs a budget extension of {w['card_hours']:.2f} card-hours and "
+                f"{w['experiments']} experiment(s): {w.get('why')}",
+                {"kind": "budget_extension", "candidate_id": w["candidate_id"], "card_hours": w["card_hours"],
+                 "experiments": w["experiments"]})
+        elif res.status == "waiting" and res.waiting_for:
             w = res.waiting_for
             card = w.get("card") or {}
             ch = card.get("change")

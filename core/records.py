@@ -230,3 +230,9 @@ def mark_done(run_dir: Path, rc: int) -> None:
     fsync_records(run_dir)
     write_atomic(run_dir / RC, f"{rc}\n")
     write_atomic(run_dir / DONE, json.dumps({"rc": rc}) + "\n")
+
+
+def default_runs_root() -> Path:
+    """Where the executor keeps its run directories (and each goal its STATE.md): $TUNELOOP_RUNS_ROOT, else
+    .tuneloop/runs. Read here once, for the executor and the state layer alike."""
+    return Path(os.environ.get("TUNELOOP_RUNS_ROOT") or ".tuneloop/runs")

@@ -14,6 +14,7 @@ from typing import Iterable, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.journal import PhaseRecord
+from core.records import default_runs_root
 
 CRASH_ENV = "TUNELOOP_CRASH_AT"  # <phase>:<before|after|mid|done>, optional :STOP to pause instead
 CRASH_SIGNAL_ENV = "TUNELOOP_CRASH_SIGNAL"  # KILL (default) or STOP
@@ -44,7 +45,7 @@ class ExecSettings(BaseModel):
     def from_env(cls, **overrides: object) -> "ExecSettings":
         env: dict[str, object] = {}
         if os.environ.get("TUNELOOP_RUNS_ROOT"):
-            env["runs_root"] = Path(os.environ["TUNELOOP_RUNS_ROOT"])
+            env["runs_root"] = default_runs_root()
         if os.environ.get("TUNELOOP_HOLDER"):
             env["holder"] = os.environ["TUNELOOP_HOLDER"]
         if os.environ.get("TUNELOOP_LEASE_TTL_S"):

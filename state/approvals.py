@@ -17,6 +17,8 @@ from state.errors import Conflict, InvalidTransition, Stale
 from state.snapshots import Approval, Candidate
 from state.tables import ApprovalRow, CandidateRow, GoalRow
 
+PAST = {"approve": "approved", "reject": "rejected"}
+
 
 def card_hash(card: dict[str, Any]) -> str:
     """Content hash of an experiment card: an approval is bound to exactly these bytes."""
@@ -90,13 +92,15 @@ class Candidates:
         return self._decide(candidate_id, card_hash, who, "reject", reason)
 
     def _decide(self, candidate_id: int, shown_hash: str, who: str, decision: str, reason: str | None) -> Approval:
-        """One decision per card: a second (even concurrent) one raises Conflict; a changed card raises Stale."""
+        """One decision per card: a second (even concurrent) one raises Conflict; a changed card raises Stale.
+        The approval keeps the budget and deadline it was given under (the loop asks again when they moved)."""
+        context = self._approval_context(candidate_id)
         try:
             with self._db.write() as s:
                 row = get_row(s, CandidateRow, candidate_id, "candidate", lock=True)
                 prior = s.execute(select(ApprovalRow).where(ApprovalRow.candidate_id == candidate_id)).scalar_one_or_none()
                 if prior is not None:
-                    raise Conflict(f"candidate {candidate_id} was already {prior.decision}d by {prior.who}")
+                    raise Conflict(f"candidate {candidate_id} was already {PAST[prior.decision]} by {prior.who}")
                 if row.card_hash != shown_hash:
                     raise Stale(f"candidate {candidate_id} changed since it was shown "
                                 f"(hash {shown_hash} -> {row.card_hash}); review it again")
@@ -104,12 +108,34 @@ class Candidates:
                 row.status = "approved" if decision == "approve" else "rejected"
                 row.status_reason, row.updated_at = reason, utcnow()
                 ap = ApprovalRow(candidate_id=candidate_id, card_hash=shown_hash, decision=decision, who=who,
-                                 reason=reason, created_at=utcnow())
+                                 reason=reason, context=context, created_at=utcnow())
                 s.add(ap)
                 s.flush()
                 return snap(Approval, ap)
         except IntegrityError:
             raise Conflict(f"candidate {candidate_id} was decided concurrently by someone else") from None
+
+    def _approval_context(self, candidate_id: int) -> dict[str, Any] | None:
+        budget = getattr(self, "budget", None)
+        if budget is None:
+            return None
+        b = budget(self.get_candidate(candidate_id).goal_id)
+        return {"deadline_passed": b.deadline_passed, "card_hours_left": round(b.card_hours_left, 6),
+                "experiments_left": b.experiments_left}
+
+    def check_waiting(self, candidate_id: int) -> Candidate:
+        """The candidate, if its goal is waiting for a person's decision on it; Conflict (409) otherwise."""
+        cand = self.get_candidate(candidate_id)
+        with self._db.read() as s:
+            goal = get_row(s, GoalRow, cand.goal_id, "goal")
+            status = goal.status
+            decided = s.execute(select(ApprovalRow).where(ApprovalRow.candidate_id == candidate_id)).scalar_one_or_none()
+        if decided is not None:
+            raise Conflict(f"candidate {candidate_id} was already {PAST[decided.decision]} by {decided.who}")
+        if status != "waiting" or cand.status not in ("proposed", "awaiting_approval"):
+            raise Conflict(f"goal {cand.goal_id} is not waiting for candidate {candidate_id} "
+                           f"(goal {status}, candidate {cand.status})")
+        return cand
 
     def approval(self, candidate_id: int) -> Approval | None:
         with self._db.read() as s:

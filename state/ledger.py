@@ -28,6 +28,8 @@ class BudgetState(BaseModel):
     deadline: datetime | None = None
     deadline_passed: bool = False
     by_kind: dict[str, float] = {}  # card-hours per cost item
+    extended_card_hours: float = 0.0  # granted by people on top of the goal's own budget (included in the limits)
+    extended_experiments: int = 0
 
     @property
     def card_hours_left(self) -> float:
@@ -43,8 +45,12 @@ class BudgetState(BaseModel):
                 and estimated_card_hours <= self.card_hours_left + 1e-12)
 
 
-def budget_state(goal: Goal, entries: Iterable[LedgerEntry], runs: Iterable[Run], now: datetime | None = None) -> BudgetState:
+def budget_state(goal: Goal, entries: Iterable[LedgerEntry], runs: Iterable[Run], now: datetime | None = None,
+                 extensions: Iterable[Any] = ()) -> BudgetState:
+    """Used and left; the limits are the goal's budget plus every extension a person granted."""
     entries = list(entries)
+    granted = [x for x in extensions if x.decision == "grant"]
+    ext_h, ext_n = sum(x.card_hours for x in granted), sum(x.experiments for x in granted)
     by_kind: dict[str, float] = {}
     for e in entries:
         by_kind[e.what] = by_kind.get(e.what, 0.0) + e.card_hours
@@ -55,11 +61,12 @@ def budget_state(goal: Goal, entries: Iterable[LedgerEntry], runs: Iterable[Run]
         d = deadline if deadline.tzinfo else deadline.replace(tzinfo=timezone.utc)
         passed = now >= d
     return BudgetState(
-        card_hours_limit=goal.spec.budget.card_hours,
+        card_hours_limit=goal.spec.budget.card_hours + ext_h,
         card_hours_used=sum(e.card_hours for e in entries),
-        experiments_limit=goal.spec.budget.experiments,
+        experiments_limit=goal.spec.budget.experiments + ext_n,
         experiments_used=sum(1 for r in runs if r.stage != "restore"),
-        deadline=deadline, deadline_passed=passed, by_kind=by_kind,
+        deadline=deadline, deadline_passed=passed, by_kind=by_kind, extended_card_hours=ext_h,
+        extended_experiments=ext_n,
     )
 
 

@@ -13,7 +13,8 @@ from core.trial import TrialResult
 from state.goal import GoalSpec
 
 DecisionKind = Literal["baseline", "new_best", "tradeoff", "negative", "promising", "quality_pending",
-                       "quality_passed", "quality_failed", "fault", "restore", "stop", "note"]
+                       "quality_passed", "quality_failed", "fault", "restore", "stop", "note",
+                       "rejected", "ask", "extension"]
 InstructionKind = Literal["pause", "resume", "stop", "one_more_round", "restore"]
 
 
@@ -106,6 +107,7 @@ class Approval(_Snap):
     decision: Literal["approve", "reject"]
     who: str
     reason: str | None = None
+    context: dict[str, Any] | None = None  # {"deadline_passed", "card_hours_left", "experiments_left"} when given
     created_at: datetime
 
 
@@ -172,3 +174,32 @@ class Lease(_Snap):
     holder: str | None
     epoch: int
     expires_at: float
+
+
+class Veto(_Snap):
+    """A change a person rejected (source `person`) or the authorisation table denied (`authorisation`)."""
+
+    id: int
+    goal_id: str
+    candidate_id: int | None = None
+    scenario: str
+    knob: str | None = None
+    value: Any = None
+    parent_hash: str
+    data_version: str | None = None
+    source_identity: str | None = None
+    source: Literal["person", "authorisation"]
+    who: str
+    reason: str = ""
+    created_at: datetime
+
+
+class Extension(_Snap):
+    id: int
+    goal_id: str
+    decision: Literal["grant", "refuse"]
+    card_hours: float = 0.0
+    experiments: int = 0
+    who: str
+    reason: str | None = None
+    created_at: datetime

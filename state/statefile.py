@@ -1,9 +1,9 @@
-"""STATE.md: the short state file beside the store, rewritten atomically on every transition.
+"""STATE.md: one short state file per goal (`<runs>/<goal>/STATE.md`), rewritten atomically on every transition.
 
 It says what a person (or the loop after a restart) needs at a glance: the instruction and the
 authorisation in force, the best station, the frontier, the running experiment and phase, the
 budget, and why the loop waits or stopped. The loop reads back only `instruction` and
-`authorisation` (`parse_state`). Nothing secret is ever written: a redaction pass runs last.
+`authorisation` (`parse_state`). Nothing secret is ever written: a redaction pass by value runs last.
 """
 from __future__ import annotations
 
@@ -13,25 +13,50 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+from sqlalchemy.engine import make_url
 
-from core.records import write_atomic
+from core.records import default_runs_root, write_atomic
 from state.db import canon
 
+# structural only: a password in a URL's userinfo (`scheme://user:password@host`) and an HTTP bearer header;
+# everything else is redacted by value (the configured tokens, keys and passwords), never by a word pattern
+# that could hit an id (a goal named `j16k-ask-…` keeps its name)
 _SECRET_PATTERNS = [
-    re.compile(r"sk-[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._\-~+/=]{8,}"),
-    re.compile(r"(?i)\b(password|passwd|secret|token|api[_-]?key|access[_-]?key)(\s*[=:]\s*)(\"?)[^\s\",|]+"),
     re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"),  # user:password@ in URLs
+    re.compile(r"(?i)(?<=\bbearer )[A-Za-z0-9._\-~+/=]{12,}"),
 ]
+_SECRETS: set[str] = set()
+MIN_SECRET_LEN = 6  # shorter values would blank out ordinary words
 
 
-def redact(text: str) -> str:
-    """Replace anything that looks like a credential with [redacted]."""
+def register_secrets(*values: Any) -> None:
+    """Values this process knows to be secret (API tokens, LLM keys, webhook URLs, passwords): never written
+    to STATE.md. SecretStr values are unwrapped; None and short strings are ignored."""
+    for v in values:
+        if v is None:
+            continue
+        if hasattr(v, "get_secret_value"):
+            v = v.get_secret_value()
+        v = str(v)
+        if len(v) >= MIN_SECRET_LEN:
+            _SECRETS.add(v)
+
+
+def url_password(url: str) -> str | None:
+    try:
+
+        return make_url(url).password
+    except Exception:  # not a database URL
+        return None
+
+
+def redact(text: str, secrets: Any = ()) -> str:
+    """Replace every known secret value (and URL passwords, bearer tokens) with [redacted]."""
+    for value in sorted(set(secrets) | _SECRETS, key=len, reverse=True):
+        if value and len(value) >= MIN_SECRET_LEN:
+            text = text.replace(value, "[redacted]")
     for pat in _SECRET_PATTERNS:
-        if pat.groups >= 3:
-            text = pat.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}[redacted]", text)
-        else:
-            text = pat.sub("[redacted]", text)
+        text = pat.sub("[redacted]", text)
     return text
 
 
@@ -84,6 +109,14 @@ def render_state(store: Any, goal_id: str) -> str:
     lines.append(f"- budget: {budget.card_hours_used:.3f} of {budget.card_hours_limit:.3f} card-hours used "
                  f"({budget.card_hours_left:.3f} left); experiments {budget.experiments_used} of "
                  f"{budget.experiments_limit} ({budget.experiments_left} left); deadline {deadline}")
+    if budget.extended_card_hours or budget.extended_experiments:
+        lines.append(f"  - extended by people: +{budget.extended_card_hours:.3f} card-hours, "
+                     f"+{budget.extended_experiments} experiments")
+    for v in store.vetoes(goal_id):
+        what = f"{v.knob}={json.dumps(canon(v.value))}" if v.knob else "reference run"
+        by = f"rejected by {v.who}" if v.source == "person" else "denied by the authorisation table"
+        lines.append(f"- vetoed: {what} from station {v.parent_hash} (candidate {v.candidate_id}), {by}"
+                     + (f": {v.reason}" if v.reason else ""))
     running = [r for r in store.runs(goal_id) if r.status in ("pending", "running", "unknown")]
     if running:
         for r in running:
@@ -110,20 +143,28 @@ def render_state(store: Any, goal_id: str) -> str:
         lines.append(f"| {d.station_hash or ''} | {d.kind} | {d.run_id or ''} | {f.get('n', '')} | {_fmt(f.get('whole'))} "
                      f"| {_fmt(f.get('native'))} | {f.get('native_n') or ''} | {_fmt(f.get('native_s'), 1)} "
                      f"| {_fmt(f.get('tpot'))} | {_fmt(f.get('ttft_p90'))} |")
-    return redact("\n".join(lines) + "\n")
+    return redact("\n".join(lines) + "\n", filter(None, [url_password(str(getattr(store, "url", "")))]))
 
 
-def default_path(store: Any) -> Path:
-    """STATE.md beside a SQLite store file; in the working directory for a server database."""
+def default_path(store: Any, goal_id: str | None = None, runs_root: str | Path | None = None) -> Path:
+    """One STATE.md per goal: `<runs>/<goal>/STATE.md` (runs root: the executor's, $TUNELOOP_RUNS_ROOT or
+    .tuneloop/runs). Without a goal: beside a SQLite store file, else in the working directory."""
+    if goal_id is not None:
+        if runs_root is None:
+            runs_root = default_runs_root()
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}", goal_id):
+            raise ValueError(f"goal_id: {goal_id!r} cannot name a folder")
+        return Path(runs_root) / goal_id / "STATE.md"
     url = str(store.url)
     if url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
         return Path(url[len("sqlite:///"):]).parent / "STATE.md"
     return Path("STATE.md")
 
 
-def write_state(store: Any, goal_id: str, path: str | Path | None = None) -> Path:
-    """Render and replace STATE.md atomically: readers see the old file or the new one, never a mix."""
-    p = Path(path) if path is not None else default_path(store)
+def write_state(store: Any, goal_id: str, path: str | Path | None = None, *, runs_root: str | Path | None = None) -> Path:
+    """Render and replace the goal's STATE.md atomically: readers see the old file or the new one, never a mix."""
+    p = Path(path) if path is not None else default_path(store, goal_id, runs_root)
+    p.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(p, render_state(store, goal_id))
     return p
 

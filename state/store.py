@@ -25,15 +25,8 @@ from state.instructions import Instructions
 from state.ledger import budget_state
 from state.memory import Negatives
 from state.migrate import upgrade
-from state.snapshots import (
-    Decision,
-    DecisionKind,
-    Goal,
-    LedgerEntry,
-    Result,
-    Run,
-    Station,
-)
+from state.snapshots import Decision, DecisionKind, Goal, LedgerEntry, Result, Run, Station
+from state.steering import Steering
 from state.tables import DecisionRow, GoalRow, LedgerRow, ResultRow, RunRow, StationRow
 
 DECISION_KINDS: tuple[str, ...] = DecisionKind.__args__  # type: ignore[attr-defined]
@@ -47,7 +40,7 @@ def default_url() -> str:
     return os.environ.get("TUNELOOP_DB") or "sqlite:///.tuneloop/tuneloop.db"
 
 
-class Store(Fencing, Candidates, Instructions, Negatives):
+class Store(Fencing, Candidates, Instructions, Negatives, Steering):
     def __init__(self, url: str = "sqlite:///tuneloop.db", *, clock: Callable[[], float] | None = None):
         if "://" not in url:  # a bare path means a SQLite file
             url = f"sqlite:///{url}"
@@ -238,7 +231,8 @@ class Store(Fencing, Candidates, Instructions, Negatives):
     def budget(self, goal_id: str, now: Any = None) -> Any:
         """Budget used and left for a goal (state.ledger.BudgetState)."""
 
-        return budget_state(self.get_goal(goal_id), self.ledger(goal_id), self.runs(goal_id), now=now)
+        return budget_state(self.get_goal(goal_id), self.ledger(goal_id), self.runs(goal_id), now=now,
+                            extensions=self.extensions(goal_id))
 
     # -- decisions -----------------------------------------------------------------------------------
     def record_decision(self, goal_id: str, kind: str, *, candidate_id: int | None = None, run_id: str | None = None,

@@ -145,6 +145,7 @@ class ApprovalRow(Base):
     decision: Mapped[str] = mapped_column(String(16))
     who: Mapped[str] = mapped_column(String(120))
     reason: Mapped[str | None] = mapped_column(Text)
+    context: Mapped[Any] = mapped_column(JSON, nullable=True)  # the budget and deadline it was given under
     created_at: Mapped[datetime]
 
 
@@ -200,3 +201,37 @@ class LeaseRow(Base):
     holder: Mapped[str | None] = mapped_column(String(200))
     epoch: Mapped[int] = mapped_column(Integer, default=0)
     expires_at: Mapped[float] = mapped_column(Float, default=0.0)  # unix seconds: shared by processes
+
+
+class VetoRow(Base):
+    """A person's rejection (or the authorisation table's deny) of one change from one parent station, under
+    the conditions it was made in: never proposed again under the same ones. Not a measurement."""
+
+    __tablename__ = "vetoes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    goal_id: Mapped[str] = mapped_column(ForeignKey("goals.id"), index=True)
+    candidate_id: Mapped[int | None] = mapped_column(Integer)
+    scenario: Mapped[str] = mapped_column(String(200))
+    knob: Mapped[str | None] = mapped_column(String(80))  # None: the reference of the parent station itself
+    value_key: Mapped[str | None] = mapped_column(String(200))
+    parent_hash: Mapped[str] = mapped_column(String(64))
+    data_version: Mapped[str | None] = mapped_column(String(200))
+    source_identity: Mapped[str | None] = mapped_column(String(200))
+    source: Mapped[str] = mapped_column(String(24))  # person | authorisation
+    who: Mapped[str] = mapped_column(String(120))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime]
+
+
+class ExtensionRow(Base):
+    """A budget extension a person granted (card-hours and experiments added to the goal's budget) or refused."""
+
+    __tablename__ = "budget_extensions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    goal_id: Mapped[str] = mapped_column(ForeignKey("goals.id"), index=True)
+    decision: Mapped[str] = mapped_column(String(16))  # grant | refuse
+    card_hours: Mapped[float] = mapped_column(Float, default=0.0)
+    experiments: Mapped[int] = mapped_column(Integer, default=0)
+    who: Mapped[str] = mapped_column(String(120))
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]

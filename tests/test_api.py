@@ -21,6 +21,8 @@ MUTATING = {
     ("POST", "/candidates/{candidate_id}/approve"): "approver",
     ("POST", "/candidates/{candidate_id}/reject"): "approver",
     ("POST", "/stations/{station_hash}/restore"): "admin",
+    ("POST", "/goals/{goal_id}/budget/extensions"): "approver",
+    ("POST", "/goals/{goal_id}/budget/extensions/refuse"): "approver",
 }
 BELOW = {"viewer": None, "approver": "viewer", "admin": "approver"}
 

@@ -108,6 +108,7 @@ def test_free_text_approval_is_bound_to_the_card_and_records_who(client, model):
     gid = st.create_goal(parse_goal(small_goal("llm-chat"))).id
     card = st.add_candidate(gid, {"stage": "screen", "n": 40, "change": {"knob": "max_prefill_reqs", "old": 1, "new": 2},
                                   "cost_class": "restart"})
+    st.set_goal_status(gid, "waiting", f"waiting for approval of candidate {card.id}")  # only a card asked about
     model.script = [json.dumps({"kind": "approve", "candidate_id": card.id})]
     out = say(c, gid, f"yes, let the prefill-cap card (#{card.id}) go ahead")
     assert out["via"] == "llm" and out["action"] == {"candidate_id": card.id, "decision": "approve"}

@@ -7,7 +7,7 @@ from pathlib import Path
 from core.station import Station as ExecStation
 from core.trial import TrialSpec
 from state.goal import load_goal
-from state.statefile import default_path, parse_state, read_state, redact, render_state, write_state
+from state.statefile import default_path, parse_state, read_state, redact, register_secrets, render_state, write_state
 from state.store import Store
 
 
@@ -61,21 +61,41 @@ def test_no_instruction_and_no_best_yet(store: Store):
 
 
 def test_secrets_never_reach_the_file(store: Store):
-    g = store.create_goal(load_goal("examples/goal-16k.yaml"))
-    store.set_goal_status(g.id, "stopped", "ssh://ops:hunter2@10.0.0.5 refused; api_key=sk-live1234567890abcdef")
-    store.add_instruction(g.id, "pause", "Bearer abcdefghijklmnop")
+    """Redacted by value (the configured secrets), never by a word pattern that can hit an id."""
+    g = store.create_goal(load_goal("examples/goal-16k.yaml"), goal_id="j16k-ask-1234abcd")
+    register_secrets("sk-live1234567890abcdef", "tok-abcdefghijklmnop")
+    store.set_goal_status(g.id, "stopped", "ssh://ops:hunter2@10.0.0.5 refused; api_key=sk-live1234567890abcdef; "
+                                           "task-12345678 disk-abcdefgh risk-00000000")
+    store.add_instruction(g.id, "pause", "tok-abcdefghijklmnop")
     text = render_state(store, g.id)
-    for secret in ("hunter2", "sk-live1234567890abcdef", "abcdefghijklmnop"):
+    for secret in ("hunter2", "sk-live1234567890abcdef", "tok-abcdefghijklmnop"):
         assert secret not in text
     assert "[redacted]" in text and "refused" in text
-    assert redact("token: abc123456 and password=x") == "token: [redacted] and password=[redacted]"
+    # ids that merely contain "ask", "task", "risk", "disk" or "token" keep their names
+    assert "# tuneloop state: goal j16k-ask-1234abcd (" in text
+    assert "task-12345678 disk-abcdefgh risk-00000000" in text
+    assert redact("token: abc123456 and password=x") == "token: abc123456 and password=x"
+    assert redact("Authorization: Bearer abcdefghijklmnopq") == "Authorization: Bearer [redacted]"
+
+
+def test_one_state_file_per_goal_under_the_runs_root(tmp_path: Path):
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        a = store.create_goal(load_goal("examples/goal-16k.yaml"), goal_id="j16k-ask")
+        b = store.create_goal(load_goal("examples/goal-128k.yaml"))
+        pa, pb = write_state(store, a.id, runs_root=tmp_path / "runs"), write_state(store, b.id, runs_root=tmp_path / "runs")
+        assert (pa, pb) == (tmp_path / "runs" / "j16k-ask" / "STATE.md", tmp_path / "runs" / b.id / "STATE.md")
+        assert read_state(pa).goal_id == "j16k-ask" and read_state(pb).goal_id == b.id
+        assert read_state(pb).authorisation["rebuild"] == "deny"
+    finally:
+        store.close()
 
 
 def test_rewrite_is_atomic_under_a_concurrent_reader(tmp_path: Path, make_result):
     store = Store(f"sqlite:///{tmp_path / 'db' / 'state.db'}")
     g, _, _ = _setup(store, make_result)
-    path = write_state(store, g.id)
-    assert path == default_path(store) == tmp_path / "db" / "STATE.md"
+    path = write_state(store, g.id, runs_root=tmp_path / "runs")
+    assert path == default_path(store, g.id, tmp_path / "runs") == tmp_path / "runs" / g.id / "STATE.md"
     written = {path.read_text()}
     seen: list[str] = []
     done = threading.Event()

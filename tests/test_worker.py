@@ -92,7 +92,7 @@ def test_a_permanent_error_fails_at_once_is_shown_everywhere_and_resume_retries(
         assert [x["status"] for x in c.get("/goals", headers=auth("viewer")).json()] == ["failed"]  # dashboard list
         state_md = c.get(f"/goals/{g.id}/state", headers=auth("viewer")).text
         assert "- why: failed: RuntimeError: checkpoint for this goal cannot be decoded" in state_md
-        assert "RuntimeError" in (tmp_path / "STATE.md").read_text()  # the file beside the store, rewritten
+        assert "RuntimeError" in (tmp_path / "runs" / g.id / "STATE.md").read_text()  # the goal's own file, rewritten
         stop = [d for d in c.get(f"/goals/{g.id}/decisions", headers=auth("viewer")).json() if d["kind"] == "stop"]
         assert stop[-1]["data"]["status"] == "failed" and stop[-1]["data"]["attempts"] == 1
         said = c.post(f"/goals/{g.id}/chat", json={"text": "status"}, headers=auth("viewer")).json()["reply"]
