@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from agent.candidates import CandidateCard, _canon, station_hash
 from agent.value import CostModel
@@ -118,7 +118,12 @@ class Veto(BaseModel):
 
 
 class History(BaseModel):
+    """What the planner knows, built once per loop iteration (agent/nodes.py); the diagnosis of it is computed
+    once too and kept with it (`diagnosis_for`), so the diagnose node and the planner read the same one."""
+
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    _diagnosis: Any = PrivateAttr(default=None)
+    _diagnosed: bool = PrivateAttr(default=False)
     goal_id: str
     goal: Any  # state.goal.GoalSpec (frozen)
     data_version: str

@@ -70,8 +70,15 @@ class Loop:
     notes: list[str] = field(default_factory=list)
 
     # -- helpers -------------------------------------------------------------------------------------
+    _history: History | None = field(default=None, repr=False)
+
     def history(self) -> History:
-        return build_history(self.store, self.goal_id, self.notes)
+        """The iteration's history: built once, at the first node that needs it after `observe`. Within an
+        iteration nothing it holds changes before `judge` reads it (a run's outcome becomes history only through
+        the decision judge records, and the next iteration starts from `observe` again)."""
+        if self._history is None:
+            self._history = build_history(self.store, self.goal_id, self.notes)
+        return self._history
 
     def event(self, phase: str, **info: Any) -> None:
         self.on_event(phase, info)
@@ -100,6 +107,7 @@ class Loop:
 
     # -- nodes ---------------------------------------------------------------------------------------
     def observe(self, state: LoopState) -> Command[Literal["diagnose", "restore", "stop"]]:
+        self._history = None  # a new iteration: decisions, budget and vetoes may have moved since
         gate = self._gate()
         if gate and gate[0] == "restore":
             return Command(goto="restore")

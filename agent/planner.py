@@ -64,10 +64,16 @@ def ruled_out(history: History) -> set[str]:
 
 
 def diagnosis_for(history: History) -> Diagnosis | None:
+    """The diagnosis of the best station's latest valid run; computed once per History and kept with it."""
+    if not history._diagnosed:
+        history._diagnosis, history._diagnosed = _diagnose(history), True
+    return history._diagnosis
+
+
+def _diagnose(history: History) -> Diagnosis | None:
     ref = history.latest_valid(history.best_knobs)
     if ref is None or ref.summary is None:
         return None
-
     knobs = full_knobs(history.best_knobs, history.goal.engine)
     return diagnose(ref.summary, ref.evidence, tpot_limit(history.goal), knobs, ruled_out(history))
 

@@ -49,6 +49,7 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
     warm = None
     data_version, source = _scenario_version(spec.scenario), "sim"
     beaten = False  # once a new best exists, a reference run (of any station) moves nothing
+    results = {r.run_id: r for r in store.results(goal_id)}  # one read, however many decisions there are
     for d in store.decisions(goal_id):
         data = d.data or {}
         if d.kind in ("new_best", "quality_passed") and data.get("knobs") is not None:
@@ -58,7 +59,7 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
         if "outcome" not in data or d.candidate_id not in cands:
             continue
         card = card_of(cands[d.candidate_id].card)
-        res = store.get_result(d.run_id) if d.run_id else None
+        res = results.get(d.run_id) if d.run_id else None
         tr = res.result if res else None
         if tr is not None:
             data_version = tr.data_version or data_version

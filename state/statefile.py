@@ -74,8 +74,8 @@ def _fmt(v: float | None, digits: int = 2) -> str:
     return "" if v is None else f"{v:.{digits}f}"
 
 
-def _figures(store: Any, run_id: str | None) -> dict[str, Any]:
-    res = store.get_result(run_id) if run_id else None
+def _figures(results: dict[str, Any], run_id: str | None) -> dict[str, Any]:
+    res = results.get(run_id) if run_id else None
     summ = res.result.summary if res else None
     if summ is None:
         return {}
@@ -96,6 +96,7 @@ def render_state(store: Any, goal_id: str) -> str:
     instr = store.current_instruction(goal_id)
     budget = store.budget(goal_id)
     best = store.best(goal_id)
+    results = {r.run_id: r for r in store.results(goal_id)}  # one read for every figure below
     lines = [f"# tuneloop state: goal {goal.id} ({goal.name})", "",
              "<!-- rewritten atomically on every transition; the loop reads back `instruction` and `authorisation` -->",
              "", f"- status: {goal.status}", f"- why: {goal.status_reason or '-'}"]
@@ -127,7 +128,7 @@ def render_state(store: Any, goal_id: str) -> str:
         lines.append("- running: none")
     if best and best.station_hash:
         st = store.get_station(best.station_hash)
-        f = _figures(store, best.run_id)
+        f = _figures(results, best.run_id)
         knobs = ", ".join(f"{k}={v}" for k, v in sorted(st.knobs.items()))
         lines.append(f"- best station: {st.hash} (run {best.run_id}, {best.kind}); "
                      f"native {_fmt(f.get('native'))} / whole {_fmt(f.get('whole'))} tok/s/card at N={f.get('n', '')}")
@@ -139,7 +140,7 @@ def render_state(store: Any, goal_id: str) -> str:
               "| station | decision | run | N | whole tok/s/card | native tok/s/card | native N | native s "
               "| mean TPOT ms | TTFT P90 ms |", "|---|---|---|---|---|---|---|---|---|---|"]
     for d in store.frontier(goal_id):
-        f = _figures(store, d.run_id)
+        f = _figures(results, d.run_id)
         lines.append(f"| {d.station_hash or ''} | {d.kind} | {d.run_id or ''} | {f.get('n', '')} | {_fmt(f.get('whole'))} "
                      f"| {_fmt(f.get('native'))} | {f.get('native_n') or ''} | {_fmt(f.get('native_s'), 1)} "
                      f"| {_fmt(f.get('tpot'))} | {_fmt(f.get('ttft_p90'))} |")
