@@ -6,7 +6,8 @@ import typer
 from agent.execcli import app as exec_app
 from agent.execcli import restore_cmd
 from agent.report.cli import report
-from agent.runcli import approve, budget_app, instruct, run
+from agent.runcli import run
+from agent.steercli import approve, budget_app, instruct
 from api.cli import serve, worker
 from executor.llamacpp import app as llamacpp_app
 from executor.loadcli import app as load_app

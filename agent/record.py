@@ -13,6 +13,7 @@ from agent.history import Figures, History, Negative, Outcome, Veto
 from agent.value import CostModel
 from core.scenarios import load
 from state.snapshots import Conditions
+from state.store import best_of
 
 # planner decision -> the store's decision kind
 KIND = {"reference": "baseline", "negative": "negative", "promising": "promising", "window_pending": "promising", "new_best": "new_best",
@@ -45,17 +46,15 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
     spec = goal.spec
     cands = {c.id: c for c in store.candidates(goal_id)}
     outcomes: list[Outcome] = []
-    best_knobs = spec.start_station()
+    decisions = store.decisions(goal_id)
+    best = best_of(decisions)  # the store's own rule for the best, on the decisions read once here
+    best_knobs = dict(best.data["knobs"]) if best is not None and (best.data or {}).get("knobs") is not None \
+        else spec.start_station()
     warm = None
     data_version, source = _scenario_version(spec.scenario), "sim"
-    beaten = False  # once a new best exists, a reference run (of any station) moves nothing
     results = {r.run_id: r for r in store.results(goal_id)}  # one read, however many decisions there are
-    for d in store.decisions(goal_id):
+    for d in decisions:
         data = d.data or {}
-        if d.kind in ("new_best", "quality_passed") and data.get("knobs") is not None:
-            best_knobs, beaten = dict(data["knobs"]), True
-        elif d.kind == "baseline" and not beaten and data.get("knobs") is not None:
-            best_knobs = dict(data["knobs"])
         if "outcome" not in data or d.candidate_id not in cands:
             continue
         card = card_of(cands[d.candidate_id].card)

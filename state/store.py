@@ -32,7 +32,15 @@ from state.tables import DecisionRow, GoalRow, LedgerRow, ResultRow, RunRow, Sta
 DECISION_KINDS: tuple[str, ...] = DecisionKind.__args__  # type: ignore[attr-defined]
 BEST_KINDS = ("baseline", "new_best", "quality_passed")
 FRONTIER_KINDS = BEST_KINDS + ("tradeoff",)
-ACTIVE_GOAL = ("running", "waiting", "paused")  # a goal whose loop still holds (or will take) its target
+ACTIVE_GOAL = ("running", "waiting", "paused")
+
+
+def best_of(decisions: list[Decision]) -> Decision | None:
+    """The one rule for "the best" (the store, the planner's history, STATE.md and the report all use it): the
+    latest new best or passed quality check; the start's reference only while nothing has beaten it."""
+    found = [d for d in decisions if d.kind in BEST_KINDS]
+    made = [d for d in found if d.kind != "baseline"]
+    return (made or found)[-1] if found else None  # a goal whose loop still holds (or will take) its target
 
 
 def default_url() -> str:
@@ -260,9 +268,7 @@ class Store(Fencing, Candidates, Instructions, Negatives, Steering):
         """The decision that made the current deployable best (never a quality-pending one): the latest new
         best (or passed quality check); the start's reference only while nothing has beaten it. A later
         reference run of the best station (e.g. at the screen N, for the next screens) made nothing best."""
-        found = self.decisions(goal_id, BEST_KINDS)
-        made = [d for d in found if d.kind != "baseline"]
-        return (made or found)[-1] if found else None
+        return best_of(self.decisions(goal_id, BEST_KINDS))
 
     def best_station(self, goal_id: str) -> Station | None:
         d = self.best(goal_id)

