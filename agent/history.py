@@ -124,6 +124,12 @@ class History(BaseModel):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
     _diagnosis: Any = PrivateAttr(default=None)
     _diagnosed: bool = PrivateAttr(default=False)
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> "History":
+        """A copy is another history: its diagnosis is computed afresh (pydantic would copy the cached one)."""
+        out = super().model_copy(update=update, deep=deep)
+        out._diagnosis, out._diagnosed = None, False
+        return out
     goal_id: str
     goal: Any  # state.goal.GoalSpec (frozen)
     data_version: str

@@ -1,0 +1,66 @@
+"""Helpers shared by the steering tests: a real `tuneloop serve`, REST and chat calls, CLI processes, CPU time."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from test_api_support import ROOT, ServerProcess, auth, service_env
+
+WAIT_WINDOW_S = 30.0  # the issue's window of waiting for a person
+MAX_CPU_SHARE = 0.05
+
+
+@pytest.fixture
+def served(tmp_path):
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    srv = ServerProcess(tmp_path, service_env(tmp_path, db, TUNELOOP_POLL_S="0.5"))
+    srv.db = db  # type: ignore[attr-defined]
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def get(srv, path: str, role: str = "viewer"):
+    r = httpx.get(srv.url + path, headers=auth(role), timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def post(srv, path: str, body: dict | None = None, role: str = "approver", code: int | None = None):
+    r = httpx.post(srv.url + path, json=body, headers=auth(role), timeout=30)
+    if code is not None:
+        assert r.status_code == code, r.text
+    return r
+
+
+def say(srv, gid: str, text: str) -> dict:
+    return post(srv, f"/goals/{gid}/chat", {"text": text}, code=200).json()
+
+
+def awaiting(srv, gid: str, not_in: set[int] = frozenset()) -> list[dict]:
+    return [c for c in get(srv, f"/goals/{gid}/candidates?awaiting=true") if c["id"] not in not_in]
+
+
+def tuneloop(tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNELOOP_")} | {"PYTHONPATH": str(ROOT),
+                                                                                     "TUNELOOP_RUNS_ROOT": str(tmp / "runs")}
+    return subprocess.run([sys.executable, "-m", "tuneloop_cli", *args], cwd=tmp, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (from /proc, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def change(card: dict) -> tuple:
+    ch = card["card"]["change"]
+    return (card["card"]["parent_knobs_hash"], ch["knob"] if ch else None, ch["new"] if ch else None, card["card"]["stage"])
+
+
