@@ -26,7 +26,7 @@ app.add_typer(exec_app, name="exec", help="Deterministic executor: run one trial
 app.command("restore")(restore_cmd)
 app.command("run")(run)
 app.command("approve")(approve)
-app.add_typer(llamacpp_app, name="llamacpp", help="llama.cpp: generated model, targets file.")
+app.add_typer(llamacpp_app, name="llamacpp", help="llama.cpp: build llama-server, self-test, generated model, targets file.")
 app.command("serve")(serve)
 app.command("worker")(worker)
 app.command("report")(report)

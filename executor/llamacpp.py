@@ -2,9 +2,9 @@
 
 `tuneloop llamacpp prepare` turns examples/targets-llamacpp.yaml (placeholders @LLAMA_SERVER@, @MODEL@,
 @RUN_ROOT@, @PORT@, @PYTHON@) into a targets file with absolute paths, because the launcher starts each service
-inside its own service directory. The binary is the llama-server that `tuneloop llamacpp build` compiled from
-upstream source with CPU-feature dispatch (executor/llamabuild.py; cached per machine), else $TUNELOOP_LLAMA_SERVER,
-else one on PATH; any other llama-server can be named with --server. `tuneloop llamacpp selftest` proves the
+inside its own service directory. The binary is $TUNELOOP_LLAMA_SERVER, else the llama-server that
+`tuneloop llamacpp build` compiled from upstream source with CPU-feature dispatch (executor/llamabuild.py; cached
+per machine), else one on PATH; any other llama-server can be named with --server. `tuneloop llamacpp selftest` proves the
 binary runs on this CPU (make test and make demo-real run it first).
 """
 from __future__ import annotations
