@@ -25,8 +25,11 @@ from core.records import EngineSample, JsonlWriter, PrefillBatch, RunInfo
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
 BUSY_SLOTS = ("llamacpp:n_busy_slots_per_decode",)  # llama.cpp: requests_processing/deferred map onto RUNNING/WAITING
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
-            "llamacpp:kv_cache_usage_ratio")
+# llama.cpp exports no KV-usage gauge since llama.cpp #13660 removed llamacpp:kv_cache_usage_ratio (the names a
+# current llama-server exports are checked against its /metrics in tests/test_llamacpp_flags.py)
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
+SPEC_DRAFTS = ("vllm:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_drafts_total")
+SPEC_ACCEPTED = ("vllm:spec_decode_num_accepted_tokens_total", "llamacpp:spec_decode_num_accepted_tokens_total")
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 
@@ -105,8 +108,8 @@ def _accept_length(samples: Sequence[EngineSample]) -> float | None:
     first: dict[str, tuple[float, float]] = {}
     last: dict[str, tuple[float, float]] = {}
     for s in sorted(samples, key=lambda s: s.t):
-        d = base_value(s.values, ("vllm:spec_decode_num_drafts_total",))
-        a = base_value(s.values, ("vllm:spec_decode_num_accepted_tokens_total",))
+        d = base_value(s.values, SPEC_DRAFTS)
+        a = base_value(s.values, SPEC_ACCEPTED)
         if d is None or a is None:
             continue
         first.setdefault(s.instance, (d, a))

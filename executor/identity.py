@@ -31,8 +31,9 @@ def parse_version(engine: str, out: str) -> str | None:
     text = out.strip()
     if not text:
         return None
-    if engine == "llamacpp":  # "version: 6123 (1a2b3c4d)" on stderr
-        m = re.search(r"version:\s*(\d+)\s*\(([0-9a-f]+)\)", text)
+    if engine == "llamacpp":  # "version: 0.6.0-dev (build 11434, commit b11434)"; before 2026 "version: 6123 (1a2b3c4d)"
+        m = re.search(r"version:\s*\S+\s*\(build\s+(\d+),\s*commit\s+([0-9A-Za-z._-]+)\)", text) or \
+            re.search(r"version:\s*(\d+)\s*\(([0-9a-f]+)\)", text)
         return f"{m.group(1)} ({m.group(2)})" if m else None
     last = text.splitlines()[-1].strip()  # vllm prints log lines before the bare version
     return last if re.fullmatch(r"[0-9][0-9A-Za-z.+\-_]*", last) else None

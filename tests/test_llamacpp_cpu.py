@@ -1,0 +1,87 @@
+"""llama-server runs on every x86-64 CPU of this kind, not only on the one it was built on.
+
+This machine may well have AVX-512 and AMX, so running the binary here proves little: the code every start
+loads is scanned for instructions a Haswell (AVX2, no AVX-512/AMX) lacks, and the binary runs under
+`qemu-x86_64 -cpu Haswell` (an emulated AVX2-only CPU), where the dispatcher must pick the haswell CPU variant and
+answer a one-token completion. The self-test must name the binary and the signal for a binary that dies with
+SIGILL (a real one: a program with an AVX-512 instruction, run on the emulated Haswell).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_llamacpp_loop import engine  # noqa: F401  (engine: shared fixture)
+
+from executor import llamabuild
+from executor.identity import parse_version
+from executor.llamabuild import SelfTestError, foreign_instructions, needed_closure, selftest
+
+CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+HASWELL = frozenset("fpu sse sse2 ssse3 sse4_1 sse4_2 popcnt avx avx2 fma f16c bmi1 bmi2 movbe".split())
+QEMU_HASWELL = ("qemu-x86_64", "-cpu", "Haswell")
+
+
+def _qemu() -> str:
+    found = shutil.which("qemu-x86_64")
+    if not found:
+        msg = "qemu-x86_64 missing (bash tests/sysdeps.sh installs qemu-user)"
+        if CI:
+            pytest.fail(msg + " under CI=true")
+        pytest.skip(msg)
+    return found
+
+
+def test_selftest_passes_on_this_cpu(engine):  # noqa: F811
+    info = selftest(engine["bin"], Path(engine["model"]))
+    assert info["version"].startswith("version:") and len(info["checked"]) >= 4
+    assert info["cpu_backend"], "no CPU backend loaded at run time: a single-ISA build, not a dispatching one"
+    assert parse_version("llamacpp", info["version"])  # the station's source identity reads this line
+
+
+def test_code_every_start_loads_runs_on_haswell_and_the_scan_sees_avx512(engine):  # noqa: F811
+    closure = needed_closure(Path(engine["bin"]))
+    names = {p.name for p in closure}
+    assert any(n.startswith("libggml-base") for n in names) and any(n.startswith("libllama") for n in names)
+    assert not any(n.startswith("libggml-cpu") for n in names)  # the CPU backend is loaded, not linked
+    assert {str(p): f for p in closure if (f := foreign_instructions(p, HASWELL))} == {}
+    variants = Path(engine["bin"]).parent
+    assert foreign_instructions(variants / "libggml-cpu-haswell.so", HASWELL) == {}
+    avx512 = foreign_instructions(variants / "libggml-cpu-skylakex.so", HASWELL)  # the scan is not blind
+    assert avx512.get("avx512f", 0) > 1000
+    assert foreign_instructions(variants / "libggml-cpu-sapphirerapids.so", HASWELL).get("amx_tile", 0) > 10
+    assert foreign_instructions(variants / "libggml-cpu-x64.so", frozenset()) == {}  # baseline x86-64
+
+
+def test_runs_on_an_emulated_haswell(engine):  # noqa: F811
+    _qemu()
+    info = selftest(engine["bin"], Path(engine["model"]), flags=HASWELL, wrapper=QEMU_HASWELL, timeout_s=400)
+    assert Path(info["cpu_backend"]).name == "libggml-cpu-haswell.so"
+
+
+def test_selftest_names_the_binary_and_the_signal(tmp_path):
+    _qemu()
+    if not shutil.which("cc"):
+        pytest.fail("cc missing (bash tests/sysdeps.sh installs the compiler the llama.cpp build needs)")
+    src = tmp_path / "avx512.c"
+    src.write_text('#include <stdio.h>\nint main(void){\n'
+                   '  __asm__ volatile("vpxord %%zmm1, %%zmm1, %%zmm1" ::: "xmm1");\n'
+                   '  puts("version: 1 (build 1, commit x)"); return 0; }\n')
+    exe = tmp_path / "llama-server"
+    subprocess.run(["cc", "-O1", "-o", str(exe), str(src)], check=True)
+    with pytest.raises(SelfTestError, match=rf"{exe}: died with SIGILL \(illegal instruction.*`--version`"):
+        selftest(exe, tmp_path / "none.gguf", flags=HASWELL, wrapper=QEMU_HASWELL)
+    # natively it runs (if this CPU has AVX-512), and the scan still refuses it for a Haswell
+    if "avx512f" in llamabuild.cpu_flags():
+        with pytest.raises(SelfTestError, match=rf"{exe}: code loaded on every start .*avx512f"):
+            selftest(exe, tmp_path / "none.gguf", flags=HASWELL)
+
+
+def test_cpu_flags_and_the_build_key():
+    flags = llamabuild.cpu_flags("processor: 0\nflags\t\t: fpu sse2 avx avx2\nbugs: x\n")
+    assert flags == {"fpu", "sse2", "avx", "avx2"}
+    assert llamabuild.build_key().startswith(f"llama.cpp-b{llamabuild.BUILD_NUMBER}-")
+    assert "-DGGML_NATIVE=OFF" in llamabuild.CMAKE_FLAGS and "-DGGML_CPU_ALL_VARIANTS=ON" in llamabuild.CMAKE_FLAGS
