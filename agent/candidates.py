@@ -7,30 +7,19 @@ value of each knob, up and down, each tied to the hypothesis it tests.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
+from core.canonical import digest as canonical_digest
 from core.knobs import catalog
 
 Stage = Literal["screen", "confirm", "baseline"]
 
 
-def _canon(v: Any) -> Any:
-    if isinstance(v, float) and math.isinf(v):
-        return "inf"
-    if isinstance(v, dict):
-        return {str(k): _canon(x) for k, x in sorted(v.items())}
-    if isinstance(v, (list, tuple)):
-        return [_canon(x) for x in v]
-    return v
-
-
 def digest(obj: Any, length: int = 16) -> str:
-    return hashlib.sha256(json.dumps(_canon(obj), sort_keys=True).encode()).hexdigest()[:length]
+    """The planner's digest of knobs and cards: the canonical form's hash in its first, spaced layout."""
+    return canonical_digest(obj, length, compact=False)
 
 
 def station_hash(knobs: dict[str, Any]) -> str:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.candidates import CandidateCard, _canon
+from agent.candidates import CandidateCard
 from agent.history import History
+from core.canonical import canon
 from core.knobs import KnobError, catalog
 from core.station import change_cost
 
@@ -20,7 +21,7 @@ def with_attempt(card: CandidateCard, history: History) -> CandidateCard:
 
 
 def _eq(a: Any, b: Any) -> bool:
-    return _canon(a) == _canon(b)
+    return canon(a) == canon(b)
 
 
 def estimate(card: CandidateCard, history: History) -> float:

@@ -9,8 +9,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from agent.candidates import CandidateCard, _canon, station_hash
+from agent.candidates import CandidateCard, station_hash
 from agent.value import CostModel
+from core.canonical import canon
 from core.summary import Summary
 
 Decision = Literal[
@@ -107,7 +108,7 @@ class Veto(BaseModel):
 
         knob = card.change.knob if card.change is not None else None
         value = card.change.new if card.change is not None else None
-        return (self.knob == knob and _canon(self.value) == _canon(value) and self.scenario == card.scenario
+        return (self.knob == knob and canon(self.value) == canon(value) and self.scenario == card.scenario
                 and self.parent_station == card.parent_station and self.data_version == data_version
                 and self.source_identity == source_identity)
 

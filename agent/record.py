@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.candidates import CandidateCard, _canon
+from agent.candidates import CandidateCard
 from agent.history import Figures, History, Negative, Outcome, Veto
 from agent.value import CostModel
+from core.canonical import canon
 from core.scenarios import load
 from state.snapshots import Conditions
 from state.store import best_of
@@ -25,7 +26,7 @@ OPEN_STATUSES = ("proposed", "awaiting_approval", "approved", "running", "failed
 
 def card_record(card: CandidateCard) -> dict[str, Any]:
     """The card as stored (and shown): its fields plus the store's index keys."""
-    d = _canon(card.model_dump())  # an infinite request_rate stays "inf" (JSON mode would write null)
+    d = canon(card.model_dump())  # an infinite request_rate stays "inf" (JSON mode would write null)
     d.update({"knob": card.change.knob if card.change else None,
               "value": card.change.new if card.change else None, "parent_hash": card.parent_knobs_hash})
     return d

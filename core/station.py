@@ -6,22 +6,14 @@ difference between two stations decides whether deploy may reuse the warm servic
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from core.canonical import canon, digest
 from core.knobs import COST_ORDER, Catalog, catalog
 
 LOAD_KNOBS = ("concurrency", "request_rate")
-
-
-def _canon(v: Any) -> Any:
-    if isinstance(v, float) and math.isinf(v):
-        return "inf"
-    return v
 
 
 class Station(BaseModel):
@@ -49,16 +41,8 @@ class Station(BaseModel):
 
 
 def content_hash(obj: Any) -> str:
-    blob = json.dumps(_walk(obj), sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def _walk(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _walk(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_walk(v) for v in obj]
-    return _canon(obj)
+    """The station hash: the digest of the frozen station's canonical JSON (core/canonical.py)."""
+    return digest(obj)
 
 
 def full_knobs(knobs: dict[str, Any], engine: str, cat: Catalog | None = None) -> dict[str, Any]:
@@ -75,7 +59,7 @@ def change_cost(old: dict[str, Any] | None, new: dict[str, Any], cat: Catalog | 
         return "restart"
     worst: str | None = None
     for name in sorted(set(old) | set(new)):
-        if _canon(old.get(name)) == _canon(new.get(name)):
+        if canon(old.get(name)) == canon(new.get(name)):
             continue
         cls = cat.get(name).cost_class if name in cat else "restart"
         if worst is None or COST_ORDER[cls] > COST_ORDER[worst]:

@@ -7,8 +7,6 @@ PostgreSQL: READ COMMITTED plus row locks (SELECT ... FOR UPDATE) where a check 
 """
 from __future__ import annotations
 
-import json
-import math
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,28 +17,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
+from core.canonical import canon, dumps  # noqa: F401  (the store's JSON: the one canonical form)
 from state.errors import NotFound
 
 BUSY_TIMEOUT_MS = 30_000
 MAX_ID = 2**63 - 1  # the largest integer key either backend stores
-
-
-def canon(obj: Any) -> Any:
-    """JSON-safe copy: non-finite floats become the strings 'inf' / '-inf' / 'nan' (PostgreSQL's
-    json refuses Infinity); tuples become lists."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if isinstance(obj, dict):
-        return {str(k): canon(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [canon(v) for v in obj]
-    if isinstance(obj, datetime):
-        return obj.isoformat()
-    return obj
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(canon(obj), sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def utcnow() -> datetime:

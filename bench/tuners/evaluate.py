@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from core import profiles, scenarios
 from core import records as rec
+from core.canonical import digest
 from core.metrics import summarize
 from core.station import full_knobs
 from core.summary import Summary
@@ -51,16 +51,9 @@ class Eval(BaseModel):
         return self.valid and not self.violations and self.objective is not None
 
 
-def _canon(v: Any) -> Any:
-    if isinstance(v, float) and math.isinf(v):
-        return "inf"
-    if isinstance(v, dict):
-        return {str(k): _canon(x) for k, x in sorted(v.items())}
-    return v
-
-
 def station_key(knobs: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(_canon(knobs), sort_keys=True).encode()).hexdigest()[:16]
+    """The cache key of a point: the planner's knobs digest (the same canonical form, so cached oracles stay valid)."""
+    return digest(knobs, compact=False)
 
 
 class Evaluator:
