@@ -9,9 +9,12 @@ images, chat or the dashboard page) is answered from the last answer to the same
   count from its progress.json or the elapsed time, is never older than that),
 
 or, whatever the stamp, while it is younger than REUSE_S (0.25 s): a running loop commits many times a second, and
-a dashboard does not need each of those commits within a quarter of a second. Past that, an answer the store has
-moved on from (or half of `read_cache_s` old) is still served while one background computation replaces it, so a
-reader never waits for a recomputation unless nothing younger than `read_cache_s` is there. A request of this
+a dashboard does not need each of those commits within a quarter of a second. That latitude is only for what
+other processes (the worker process) commit: after a commit through this process's own store (its
+`local_writes` moved) an answer is computed afresh, so everything this process writes is read back at once.
+Past that, an answer the store has moved on from (or half of `read_cache_s` old) is still served while one
+background computation replaces it, so a reader never waits for a recomputation unless nothing younger than
+`read_cache_s` is there. A request of this
 process that may write (anything but GET / HEAD) empties the cache when it ends, so a client reads its own writes.
 
 Concurrent misses of one key wait for a single computation (no stampede after each commit of a running loop). Only
@@ -37,10 +40,10 @@ MAX_BODY = 8 << 20
 
 
 class Entry:
-    __slots__ = ("stamp", "at", "start", "body", "route")
+    __slots__ = ("stamp", "local", "at", "start", "body", "route")
 
-    def __init__(self, stamp: Any, at: float, start: Message, body: bytes, route: Any):
-        self.stamp, self.at, self.start, self.body, self.route = stamp, at, start, body, route
+    def __init__(self, stamp: Any, local: int, at: float, start: Message, body: bytes, route: Any):
+        self.stamp, self.local, self.at, self.start, self.body, self.route = stamp, local, at, start, body, route
 
 
 class ReadCache:
@@ -70,7 +73,10 @@ class ReadCache:
         key = (scope["path"], scope.get("query_string", b""), auth)
         now = time.monotonic()
         limit = svc.settings.read_cache_s
+        local = svc.store.local_writes
         hit = self.entries.get(key)
+        if hit is not None and hit.local != local:
+            hit = None  # this process committed since: exact, as in one process
         if hit is not None and now - hit.at < min(REUSE_S, limit):
             self.hits += 1
             await _replay(hit, scope, send)
@@ -85,8 +91,8 @@ class ReadCache:
         if hit is not None and now - hit.at < limit:
             self.hits += 1
             if (hit.stamp != stamp or now - hit.at >= limit / 2) and key not in self.inflight:
-                self.inflight[key] = asyncio.get_running_loop().create_future()
-                task = asyncio.create_task(self._compute(dict(scope), _no_body, _discard, key, stamp, now))
+                fut = self.inflight[key] = asyncio.get_running_loop().create_future()
+                task = asyncio.create_task(self._compute(dict(scope), _no_body, _discard, key, stamp, local, now, fut))
                 self.refreshing.add(task)
                 task.add_done_callback(self.refreshing.discard)
             await _replay(hit, scope, send)
@@ -94,15 +100,15 @@ class ReadCache:
         pending = self.inflight.get(key)
         if pending is not None:
             entry = await asyncio.shield(pending)
-            if entry is not None:
+            if entry is not None and entry.local == local:
                 self.hits += 1
                 await _replay(entry, scope, send)
                 return
-        self.inflight[key] = asyncio.get_running_loop().create_future()
-        await self._compute(scope, receive, send, key, stamp, now)
+        fut = self.inflight[key] = asyncio.get_running_loop().create_future()
+        await self._compute(scope, receive, send, key, stamp, local, now, fut)
 
     async def _compute(self, scope: Scope, receive: Receive, send: Send, key: tuple[str, bytes, bytes], stamp: Any,
-                       now: float) -> None:
+                       local: int, now: float, fut: asyncio.Future[Entry | None]) -> None:
         """Run the route (for a request, or in the background to refresh an entry still being served) and keep a
         200 answer, unless a write request of this process ended meanwhile."""
         self.misses += 1
@@ -123,7 +129,7 @@ class ReadCache:
             await self.app(scope, receive, capture)
             body = b"".join(chunks)
             if start.get("status") == 200 and len(body) <= MAX_BODY and writes == self.writes:
-                entry = Entry(stamp, now, start, body, scope.get("route"))
+                entry = Entry(stamp, local, now, start, body, scope.get("route"))
                 if len(self.entries) >= MAX_ENTRIES:
                     self.entries.clear()  # paths are bounded by what exists; a flood of odd queries only resets it
                 self.entries[key] = entry
@@ -132,9 +138,9 @@ class ReadCache:
                 return
             raise
         finally:
-            fut = self.inflight.pop(key, None)
-            if fut is not None:
-                fut.set_result(entry)
+            if self.inflight.get(key) is fut:
+                del self.inflight[key]
+            fut.set_result(entry)
 
 
 async def _no_body() -> Message:

@@ -25,6 +25,8 @@ import threading
 import time
 from typing import Callable
 
+from api.app import create_app
+from api.logfilter import install, uvicorn_log_config
 from api.settings import Settings
 
 log = logging.getLogger("tuneloop.serve")
@@ -124,9 +126,6 @@ def supervise(settings: Settings, host: str, port: int) -> None:
 def api_process(fd: int, host: str, port: int) -> None:
     """The API process: the app without workers, serving the supervisor's socket."""
     import uvicorn  # deferred: uvicorn
-
-    from api.app import create_app
-    from api.logfilter import install, uvicorn_log_config
 
     settings = Settings.from_env()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -94,6 +94,7 @@ class Database:
         self.engine = make_engine(url)
         self._writer = self.engine.execution_options(immediate=True)
         self._stamp_conn: Any = None
+        self.local_writes = 0  # write transactions this process committed
         self._stamp_lock = threading.Lock()
 
     @property
@@ -109,6 +110,7 @@ class Database:
     def write(self) -> Iterator[Session]:
         with Session(self._writer, expire_on_commit=False) as s, s.begin():
             yield s
+        self.local_writes += 1  # committed (caches of this process compare it: api/readcache.py)
 
     def change_stamp(self) -> Any:
         """A value that differs after any commit to the database by anyone (this process or another), for caches

@@ -53,6 +53,11 @@ class Store(Fencing, Candidates, Instructions, Negatives, Steering):
     def url(self) -> str:
         return self._db.url
 
+    @property
+    def local_writes(self) -> int:
+        """Write transactions committed through this store object (this process) so far."""
+        return self._db.local_writes
+
     def change_stamp(self) -> Any:
         """Differs after any commit by anyone (state.db.Database.change_stamp); None: cannot tell."""
         return self._db.change_stamp()
