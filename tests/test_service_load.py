@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -117,7 +119,7 @@ def test_a_goal_under_read_load_makes_the_same_decisions_as_without_it(tmp_path)
     assert loaded == quiet
 
 
-def test_a_write_is_read_back_at_once_through_the_cache(tmp_path):
+def test_a_write_is_read_back_at_once_through_the_cache_and_an_idle_keep_alive_connection_stays_open(tmp_path):
     srv = ServerProcess(tmp_path, service_env(tmp_path, f"sqlite:///{tmp_path / 't.db'}", TUNELOOP_WORKERS="0",
                                               TUNELOOP_READ_CACHE_S="30"))
     try:
@@ -129,5 +131,14 @@ def test_a_write_is_read_back_at_once_through_the_cache(tmp_path):
                 assert [g["id"] for g in c.get(srv.url + "/goals").json()] == [g["id"] for g in before] + [gid]
                 ins = c.post(f"{srv.url}/goals/{gid}/pause").json()
                 assert [x["id"] for x in c.get(f"{srv.url}/goals/{gid}/instructions").json()] == [ins["id"]]
+        # a keep-alive connection left idle past uvicorn's default 5 s (= httpx's own keep-alive expiry: the race
+        # behind the resets under load) is still served on reuse
+        req = f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\n\r\n".encode()
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as sock:
+            sock.sendall(req)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            time.sleep(6)  # idle, as a client's pooled connection between polls (not a timing assertion)
+            sock.sendall(req)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
     finally:
         srv.stop()
