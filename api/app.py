@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from api.guard import RequestGuard
+from api.readcache import ReadCache
 from api.routes import budget, candidates, chat, experiments, goals, health, reports, stations
 from api.service import Service
 from api.settings import Settings
@@ -62,13 +63,8 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True,
     if service is not None:
         app.state.service = service
 
-    @app.middleware("http")
-    async def count(request: Request, call_next: Any) -> Any:
-        resp = await call_next(request)
-        route = request.scope.get("route")
-        health.REQUESTS.labels(getattr(route, "path", "other"), request.method, str(resp.status_code)).inc()
-        return resp
-
+    app.add_middleware(ReadCache)  # innermost: counted and guarded like any answer
+    app.add_middleware(CountRequests)
     app.add_middleware(RequestGuard)  # outermost: size limit and token before any body is read
     _goal_schema(app)
 
@@ -77,6 +73,31 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True,
         return DASHBOARD.read_text(encoding="utf-8")
 
     return app
+
+
+class CountRequests:
+    """The request counter of /metrics by route template, method and status (plain ASGI: no per-request task)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def sent(msg: dict[str, Any]) -> None:
+            nonlocal status
+            if msg["type"] == "http.response.start":
+                status = msg["status"]
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, sent)
+        finally:
+            route = scope.get("route")
+            health.REQUESTS.labels(getattr(route, "path", "other"), scope["method"], str(status)).inc()
 
 
 def _goal_schema(app: FastAPI) -> None:

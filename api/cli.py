@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from pathlib import Path
@@ -27,18 +28,29 @@ def _settings(**overrides: Any) -> Settings:
 def serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = typer.Option(8080, "--port"),
           db: Optional[str] = typer.Option(None, "--db", help="store URL (env TUNELOOP_DB; default SQLite)"),
           targets: Optional[Path] = typer.Option(None, "--targets", help="targets YAML (env TUNELOOP_TARGETS)"),
-          workers: Optional[int] = typer.Option(None, "--workers", help="in-process workers (env TUNELOOP_WORKERS; 1)"),
+          workers: Optional[int] = typer.Option(None, "--workers", help="worker threads of the worker process (env "
+                                                "TUNELOOP_WORKERS; 1); 0: the API only"),
+          in_process: Optional[bool] = typer.Option(None, "--in-process/--separate",
+                                                    help="API and workers in one process, no supervisor (env "
+                                                         "TUNELOOP_IN_PROCESS; default: separate processes)"),
           data_dir: list[Path] = typer.Option([], "--data-dir", exists=True, file_okay=False,
                                               help="a data directory (scenarios/, profiles/) whose files goals may "
                                                    "name, repeatable (env TUNELOOP_DATA_DIRS)"),
           ) -> None:
-    """Serve the REST API, the dashboard and the worker loop (SQLite + simulator target by default)."""
+    """Serve the REST API, the dashboard and the worker loop (SQLite + simulator target by default).
+
+    Two processes under this one, which supervises them: the API (uvicorn on the socket this process holds) and
+    the worker (`tuneloop worker`), so the loop's CPU never holds a request up and either one killed is started
+    again while the other goes on. GET answers are cached until the store changes (TUNELOOP_READ_CACHE_S, 1 s at
+    most); idle keep-alive connections are kept TUNELOOP_KEEPALIVE_S (75 s); the listen backlog is
+    TUNELOOP_BACKLOG (2048)."""
     import uvicorn
 
     from api.app import create_app
     from api.logfilter import install, uvicorn_log_config
+    from api.supervisor import server_options, supervise
 
-    settings = _settings(db_url=db, targets_file=targets, workers=workers)
+    settings = _settings(db_url=db, targets_file=targets, workers=workers, in_process=in_process)
     if data_dir:
         settings = settings.model_copy(update={"data_dirs": settings.data_dirs + tuple(data_dir)})
     if not settings.tokens:
@@ -46,8 +58,11 @@ def serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = typer.Opt
                    "except /health and /metrics will answer 401", err=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     install(settings.secrets)
+    if not settings.in_process:
+        supervise(settings, host, port)
+        return
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info",
-                log_config=uvicorn_log_config(settings.secrets))
+                log_config=uvicorn_log_config(settings.secrets), **server_options(settings))
 
 
 def worker(db: Optional[str] = typer.Option(None, "--db", help="store URL, normally PostgreSQL (env TUNELOOP_DB)"),
@@ -60,7 +75,7 @@ def worker(db: Optional[str] = typer.Option(None, "--db", help="store URL, norma
     from api.service import Service
 
     settings = _settings(db_url=db, targets_file=targets, worker_targets=tuple(target) or None, worker_name=name)
-    if settings.db_url.startswith("sqlite"):
+    if settings.db_url.startswith("sqlite") and not os.environ.get("TUNELOOP_SUPERVISED"):
         typer.echo("note: several worker processes should share PostgreSQL; SQLite works on one host only", err=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from api.logfilter import install

@@ -60,6 +60,10 @@ class Settings(BaseModel):
     llm_api_key: SecretStr | None = None
     data_dirs: tuple[Path, ...] = ()  # more data directories (scenarios/, profiles/) a goal may name files in
     max_body_bytes: int = Field(1 << 20, ge=1024, le=1 << 30)  # request bodies beyond this get 413 unread
+    read_cache_s: float = Field(1.0, ge=0, le=60)  # a cached GET answer's longest life (api/readcache.py); 0: off
+    keepalive_s: float = Field(75.0, gt=0, le=3600)  # idle keep-alive connections: longer than clients keep theirs
+    backlog: int = Field(2048, ge=64, le=65535)  # connections the kernel queues while the API is busy or restarting
+    in_process: bool = False  # `tuneloop serve`: API and workers in one process (no supervisor)
 
     @field_validator("tokens")
     @classmethod
@@ -98,7 +102,8 @@ class Settings(BaseModel):
         TUNELOOP_WEBHOOK_URL + TUNELOOP_WEBHOOK_FORMAT, TUNELOOP_WORKERS, TUNELOOP_WORKER_TARGETS,
         TUNELOOP_WORKER_NAME, TUNELOOP_CLAIM_TTL_S, TUNELOOP_POLL_S, TUNELOOP_LOOP_ATTEMPTS,
         TUNELOOP_RETRY_WAIT_S, TUNELOOP_REPORTS_ROOT, TUNELOOP_LLM_BASE_URL/MODEL/API_KEY,
-        TUNELOOP_DATA_DIRS (separated by ':'), TUNELOOP_MAX_BODY_BYTES, TUNELOOP_WEBHOOK_SECRET."""
+        TUNELOOP_DATA_DIRS (separated by ':'), TUNELOOP_MAX_BODY_BYTES, TUNELOOP_WEBHOOK_SECRET,
+        TUNELOOP_READ_CACHE_S, TUNELOOP_KEEPALIVE_S, TUNELOOP_BACKLOG, TUNELOOP_IN_PROCESS."""
         e = os.environ if env is None else env
         data: dict[str, object] = {}
         simple = {"TUNELOOP_DB": "db_url", "TUNELOOP_RUNS_ROOT": "runs_root", "TUNELOOP_TARGETS": "targets_file",
@@ -107,7 +112,9 @@ class Settings(BaseModel):
                   "TUNELOOP_LOOP_ATTEMPTS": "loop_attempts", "TUNELOOP_RETRY_WAIT_S": "retry_wait_s",
                   "TUNELOOP_REPORTS_ROOT": "reports_root",
                   "TUNELOOP_LLM_BASE_URL": "llm_base_url", "TUNELOOP_LLM_MODEL": "llm_model",
-                  "TUNELOOP_LLM_API_KEY": "llm_api_key", "TUNELOOP_MAX_BODY_BYTES": "max_body_bytes"}
+                  "TUNELOOP_LLM_API_KEY": "llm_api_key", "TUNELOOP_MAX_BODY_BYTES": "max_body_bytes",
+                  "TUNELOOP_READ_CACHE_S": "read_cache_s", "TUNELOOP_KEEPALIVE_S": "keepalive_s",
+                  "TUNELOOP_BACKLOG": "backlog", "TUNELOOP_IN_PROCESS": "in_process"}
         for var, key in simple.items():
             if e.get(var):
                 data[key] = e[var]

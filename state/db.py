@@ -7,6 +7,7 @@ PostgreSQL: READ COMMITTED plus row locks (SELECT ... FOR UPDATE) where a check 
 """
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,7 +22,11 @@ from core.canonical import canon, dumps  # noqa: F401  (the store's JSON: the on
 from state.errors import NotFound
 
 BUSY_TIMEOUT_MS = 30_000
-MAX_ID = 2**63 - 1  # the largest integer key either backend stores
+MAX_ID = 2**63 - 1
+# connections per process: SQLite readers run in parallel under WAL (a connection costs a file handle); PostgreSQL's
+# cost a server backend each, so a process keeps a few and opens more only for bursts
+SQLITE_POOL, SQLITE_OVERFLOW = 8, 32
+PG_POOL, PG_OVERFLOW = 5, 15  # the largest integer key either backend stores
 
 
 def utcnow() -> datetime:
@@ -37,10 +42,12 @@ def make_engine(url: str) -> Engine:
         kw: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000}}
         if memory:
             kw["poolclass"] = StaticPool
+        else:  # sized for the API's thread pool: readers never queue behind five connections (WAL: they do not block)
+            kw.update(pool_size=SQLITE_POOL, max_overflow=SQLITE_OVERFLOW)
         engine = create_engine(u, json_serializer=dumps, **kw)
         _sqlite_events(engine, wal=not memory)
         return engine
-    return create_engine(u, json_serializer=dumps, pool_pre_ping=True)
+    return create_engine(u, json_serializer=dumps, pool_pre_ping=True, pool_size=PG_POOL, max_overflow=PG_OVERFLOW)
 
 
 def _sqlite_events(engine: Engine, wal: bool) -> None:
@@ -67,6 +74,9 @@ class Database:
         self.url = url
         self.engine = make_engine(url)
         self._writer = self.engine.execution_options(immediate=True)
+        self._stamp_conn: Any = None
+        self.local_writes = 0  # write transactions this process committed
+        self._stamp_lock = threading.Lock()
 
     @property
     def dialect(self) -> str:
@@ -81,8 +91,36 @@ class Database:
     def write(self) -> Iterator[Session]:
         with Session(self._writer, expire_on_commit=False) as s, s.begin():
             yield s
+        self.local_writes += 1  # committed (caches of this process compare it: api/readcache.py)
+
+    def change_stamp(self) -> Any:
+        """A value that differs after any commit to the database by anyone (this process or another), for caches
+        of what is read from it: SQLite's `PRAGMA data_version` on a connection of its own that never writes,
+        PostgreSQL's current WAL position (a commit always advances it). Read it before reading what it guards.
+        None for an in-memory SQLite database (one shared connection: nothing to compare against)."""
+        if isinstance(self.engine.pool, StaticPool):
+            return None
+        with self._stamp_lock:
+            if self._stamp_conn is None:
+                self._stamp_conn = self.engine.raw_connection()
+                if self.dialect == "postgresql":
+                    self._stamp_conn.driver_connection.autocommit = True
+            try:
+                cur = self._stamp_conn.cursor()
+                cur.execute("PRAGMA data_version" if self.dialect == "sqlite" else "SELECT pg_current_wal_lsn()")
+                (value,) = cur.fetchone()
+                cur.close()
+                return value
+            except Exception:
+                self._stamp_conn.invalidate()  # a dropped connection: a fresh one next time
+                self._stamp_conn = None
+                raise
 
     def dispose(self) -> None:
+        with self._stamp_lock:
+            if self._stamp_conn is not None:
+                self._stamp_conn.close()
+                self._stamp_conn = None
         self.engine.dispose()
 
 

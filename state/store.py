@@ -53,12 +53,22 @@ class Store(Fencing, Candidates, Instructions, Negatives, Steering):
         if "://" not in url:  # a bare path means a SQLite file
             url = f"sqlite:///{url}"
         self._db = Database(url)
+        self._specs: dict[str, GoalSpec] = {}
         self._clock = clock
         upgrade(self._db.engine)
 
     @property
     def url(self) -> str:
         return self._db.url
+
+    @property
+    def local_writes(self) -> int:
+        """Write transactions committed through this store object (this process) so far."""
+        return self._db.local_writes
+
+    def change_stamp(self) -> Any:
+        """Differs after any commit by anyone (state.db.Database.change_stamp); None: cannot tell."""
+        return self._db.change_stamp()
 
     def close(self) -> None:
         self._db.dispose()
@@ -112,9 +122,14 @@ class Store(Fencing, Candidates, Instructions, Negatives, Steering):
             row.status, row.status_reason, row.updated_at = status, reason, utcnow()
             return self._goal(row)
 
-    @staticmethod
-    def _goal(row: GoalRow) -> Goal:
-        return Goal(id=row.id, name=row.name, spec=GoalSpec.model_validate(row.spec), spec_hash=row.spec_hash,
+    def _goal(self, row: GoalRow) -> Goal:
+        spec = self._specs.get(row.spec_hash)  # a goal's spec never changes: validated (files looked up) once
+        if spec is None:
+            spec = GoalSpec.model_validate(row.spec)
+            if len(self._specs) >= 1024:
+                self._specs.clear()
+            self._specs[row.spec_hash] = spec
+        return Goal(id=row.id, name=row.name, spec=spec, spec_hash=row.spec_hash,
                     status=row.status, status_reason=row.status_reason, created_at=row.created_at,
                     updated_at=row.updated_at)
 

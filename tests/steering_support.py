@@ -54,9 +54,17 @@ def tuneloop(tmp: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (from /proc, in clock ticks)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time so far of a process and its live children (`tuneloop serve`'s API and worker
+    processes), from /proc."""
+    total = 0
+    for p in Path("/proc").iterdir():
+        try:
+            fields = (p / "stat").read_text().rsplit(")", 1)[1].split() if p.name.isdigit() else None
+        except OSError:
+            continue
+        if fields and (int(p.name) == pid or int(fields[1]) == pid):
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def change(card: dict) -> tuple:

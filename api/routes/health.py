@@ -1,6 +1,7 @@
 """Liveness and the service's own Prometheus metrics (no token: scrapers and probes)."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from fastapi import APIRouter
@@ -27,9 +28,10 @@ WEBHOOKS = Gauge("tuneloop_webhooks_total", "webhook deliveries by outcome", ["o
 
 @router.get("/health")
 def health(svc: ServiceDep) -> dict[str, Any]:
-    """200 while the store answers; says how many workers this process runs (never any secret)."""
+    """200 while the store answers; this process's id and worker threads (`tuneloop serve` runs its workers in a
+    process of their own: 0 here), never any secret."""
     n = len(svc.store.goals())
-    return {"status": "ok", "goals": n, "workers": sum(t.is_alive() for t in svc.threads),
+    return {"status": "ok", "goals": n, "workers": sum(t.is_alive() for t in svc.threads), "pid": os.getpid(),
             "backend": svc.store.url.split(":", 1)[0]}
 
 

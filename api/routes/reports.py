@@ -21,14 +21,25 @@ _LOCKS: dict[str, threading.Lock] = {}
 _GUARD = threading.Lock()
 
 
+_RENDERED: dict[str, tuple[Any, Any]] = {}  # goal id -> (the store's change stamp it was rendered at, its paths)
+
+
 def write_goal_report(svc: Any, goal_id: str) -> Any:
-    """Render the report from the store now (one writer per goal at a time); its paths (agent.report)."""
+    """The report's paths (agent.report), rendered from the store once per change of the store (its change
+    stamp): a dashboard reloading it renders nothing new while the store stands still. One writer per goal."""
 
     svc.store.get_goal(goal_id)  # 404 before anything is written
     with _GUARD:
         lock = _LOCKS.setdefault(goal_id, threading.Lock())
     with lock:
-        return render_report(svc.store, goal_id, svc.reports_dir / goal_id, base=svc.base)
+        stamp = svc.store.change_stamp()  # read before the store is: a commit meanwhile renders again next time
+        done = _RENDERED.get(goal_id)
+        if stamp is not None and done is not None and done[0] == stamp and Path(done[1].html).is_file() \
+                and Path(done[1].markdown).is_file():
+            return done[1]
+        paths = render_report(svc.store, goal_id, svc.reports_dir / goal_id, base=svc.base)
+        _RENDERED[goal_id] = (stamp, paths)
+        return paths
 
 
 @router.get("/goals/{goal_id}/report", response_class=HTMLResponse,
