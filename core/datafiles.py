@@ -12,11 +12,13 @@ its content (a data file may hold anything, and its errors reach API clients).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import yaml
+from pydantic import ValidationError
 
 MAX_YAML_BYTES = 1 << 20  # no goal, scenario, profile, targets or tokens file is anywhere near 1 MiB
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,119}$")
@@ -120,3 +122,19 @@ def validation_summary(e: Any) -> str:
     """A pydantic ValidationError as 'field: reason; ...' without the offending input."""
     return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(file)'}: {err['msg']}"
                      for err in e.errors(include_input=False, include_url=False))[:600]
+
+
+def loader(folder: str, kind: str, model: Any, cache_size: int) -> Callable[[str], Any]:
+    """`load(name_or_path)` for one kind of data file: resolved like `resolve`, read by `read_yaml`, validated
+    into `model`, cached, and the cache emptied when the data directories change."""
+    @lru_cache(maxsize=cache_size)
+    def load(name_or_path: str) -> Any:
+        p = resolve(folder, kind, name_or_path)
+        data = read_yaml(p, f"{kind} {name_or_path!r}")
+        try:
+            return model.model_validate(data)
+        except ValidationError as e:
+            raise DataFileError(f"{kind} {name_or_path!r}: not a valid {kind} ({validation_summary(e)})") from None
+    load.__doc__ = f"A {kind} by name (built-in or in a data directory), or a YAML file by path."
+    on_change(load.cache_clear)
+    return load

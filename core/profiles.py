@@ -6,11 +6,10 @@ what an engine does when a knob is not given (`defaults`), where the field repor
 """
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core import datafiles
 from core.knobs import catalog
@@ -130,15 +129,4 @@ def names() -> list[str]:
     return datafiles.builtin_names("profiles")
 
 
-@lru_cache(maxsize=32)
-def load(name_or_path: str) -> Profile:
-    """A built-in profile by name, or a YAML file by path."""
-    p = datafiles.resolve("profiles", "profile", name_or_path)
-    data = datafiles.read_yaml(p, f"profile {name_or_path!r}")
-    try:
-        return Profile.model_validate(data)
-    except ValidationError as e:
-        raise datafiles.DataFileError(f"profile {name_or_path!r}: not a valid profile ({datafiles.validation_summary(e)})") from None
-
-
-datafiles.on_change(load.cache_clear)  # a new data directory may resolve a name differently
+load = datafiles.loader("profiles", "profile", Profile, cache_size=32)

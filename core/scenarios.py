@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import random
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from core import datafiles
 
@@ -88,15 +87,4 @@ def builtin_dir() -> Path:
     return datafiles.builtin_dir("scenarios")
 
 
-@lru_cache(maxsize=64)
-def load(name_or_path: str) -> Scenario:
-    """A built-in scenario by name, or a YAML file by path."""
-    p = datafiles.resolve("scenarios", "scenario", name_or_path)
-    data = datafiles.read_yaml(p, f"scenario {name_or_path!r}")
-    try:
-        return Scenario.model_validate(data)
-    except ValidationError as e:
-        raise datafiles.DataFileError(f"scenario {name_or_path!r}: not a valid scenario ({datafiles.validation_summary(e)})") from None
-
-
-datafiles.on_change(load.cache_clear)  # a new data directory may resolve a name differently
+load = datafiles.loader("scenarios", "scenario", Scenario, cache_size=64)
