@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-real test setup sysdeps services llamacpp clean bench
+.PHONY: demo demo-real test setup sysdeps services llamacpp sglang-parser clean bench
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,11 @@ llamacpp: setup sysdeps
 	$(BIN)/tuneloop llamacpp build
 	$(BIN)/tuneloop llamacpp selftest
 
+# SGLang 0.5.23's own argument parser (the pinned wheel + the CPU torch it imports) in its own environment under
+# /var/cache/tuneloop, once per machine (~3 GB); tests/test_engine_parsers_sglang.py feeds it every rendered argv.
+sglang-parser: setup
+	$(BIN)/python -m executor.sglangparser
+
 demo: setup
 	$(BIN)/tuneloop demo
 
@@ -45,7 +50,7 @@ demo-real: setup llamacpp
 	  rc=$$?; $(BIN)/tuneloop llamacpp stop --out $(DEMO_REAL_DIR); exit $$rc
 
 
-test: setup services llamacpp
+test: setup services llamacpp sglang-parser
 	. ./.tuneloop-test-env && CI=$${CI:-} $(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: setup
