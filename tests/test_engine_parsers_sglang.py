@@ -1,5 +1,6 @@
-"""SGLang's own parser checks every argv tuneloop renders for SGLang (executor/sglangparser.py installs the pinned
-sglang 0.5.23 wheel's `ServerArgs` argparse parser into the tuneloop cache). Every SGLang knob of the catalog is
+"""SGLang's own parsers check every argv tuneloop renders for SGLang (executor/sglangparser.py installs the pinned
+sglang 0.5.23 wheel's `ServerArgs` argparse parser and sglang-router 0.3.2's launch_router parser into the tuneloop
+cache). Every SGLang knob of the catalog is
 rendered at each of its value classes, for a PD target (prefill and decode) and a mixed one, and every argv must
 parse; a misspelt flag, a removed one and a bad choice must be refused by that same parser. Under CI=true a
 parser that cannot be installed fails this module; elsewhere it is skipped with the reason."""
@@ -50,16 +51,22 @@ def _knobs(knob, value) -> dict:
     return out
 
 
-def _engine_argvs(knobs: dict, cards: int = 0) -> list[list[str]]:
+def _argvs(knobs: dict, cards: int = 0, router: bool = False) -> list[list[str]]:
+    """The engine argvs (after `-m sglang.launch_server`), or with router=True the router argvs."""
     argvs = []
     for t in _targets(cards):
         st = Station(engine="sglang", knobs=full_knobs(knobs, "sglang"), scenario="s", data_version="d",
                      source_identity="s", target=t.name)
         for svc in render(t, st).services:
-            if svc.role != "router":
-                assert list(svc.argv[:3]) == ["python", "-m", "sglang.launch_server"]
+            if (svc.role == "router") == router:
+                module = "sglang_router.launch_router" if router else "sglang.launch_server"
+                assert list(svc.argv[:3]) == ["python", "-m", module]
                 argvs.append(list(svc.argv[3:]))
     return argvs
+
+
+def _engine_argvs(knobs: dict, cards: int = 0) -> list[list[str]]:
+    return _argvs(knobs, cards)
 
 
 def test_every_knob_and_value_class_parses(parser):
@@ -90,3 +97,11 @@ def test_a_misspelt_removed_or_bad_value_flag_is_refused_by_the_parser(parser):
     assert v1 and "--chunked-prefil-size" in v1
     assert v2 and "--cuda-graph-max-bs" in v2
     assert v3 and "carrier-pigeon" in v3
+
+
+def test_the_pd_router_argv_parses_with_every_bootstrap_port_and_a_misspelt_flag_does_not(parser):
+    (argv,) = _argvs({}, 8, router=True)
+    assert argv.count("--prefill") == 2 and "8999" in argv
+    misspelt = [("--pd-disagregation" if a == "--pd-disaggregation" else a) for a in argv]
+    ok, bad = sglangparser.check_with(parser, [argv, misspelt], kind="router")
+    assert ok is None and bad and "--pd-disagregation" in bad
