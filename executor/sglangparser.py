@@ -6,7 +6,7 @@ imports them at module level). So the pinned wheel goes, with exactly those, int
 under the tuneloop cache (/var/cache/tuneloop/sglang-<version>-parser-py<x.y>/, beside the llama.cpp build;
 TUNELOOP_LLAMACPP_CACHE moves the root): `sglang==0.5.23 --no-deps` (hash-pinned), the CPU torch that pip finds on
 local disk, triton and the rest pinned below, plus `sglang-router==0.3.2` (hash-pinned) for its launch_router
-parser. ~2.5 GB on disk, a few minutes the first time; later calls reuse it.
+parser and `vllm-router==0.1.17` (hash-pinned, vLLM's PD router) for its. ~2.5 GB on disk, a few minutes the first time; later calls reuse it.
 
     python -m executor.sglangparser          # install (if needed) and prove the parser builds
     check(argvs) -> [None | "error text"]    # one entry per argv (the arguments after `-m sglang.launch_server`)
@@ -32,6 +32,10 @@ WHEEL_SHA256 = "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937
 ROUTER_VERSION = "0.3.2"  # sglang-router: its launch_router parser needs its Rust extension and these three
 ROUTER_SHA256 = "ba5a24951e5e0357fe390782fcd1abd861448a87216832dbf2e501a1dd1548eb"  # abi3 manylinux2014 x86_64
 ROUTER_DEPS = ("setproctitle==1.3.8", "uvicorn==0.54.0", "fastapi==0.165.0")
+# vllm-router (vLLM's PD router, PyPI `vllm-router`): its argument definitions (vllm_router/router_args.py) are
+# stdlib-only, so the wheel alone goes into the same environment
+VLLM_ROUTER_VERSION = "0.1.17"
+VLLM_ROUTER_SHA256 = "85c96bea4d573a49b5a8ae4c72ee3dfe733aba26b6f1ff1256e6142f1f42694d"  # abi3 manylinux_2_28 x86_64
 # what `import sglang.srt.server_args` needs on a CPU-only machine (found by importing it in an empty venv)
 DEPS = ("torch==2.13.0+cpu", "triton==3.9.0", "numpy==2.4.6", "orjson==3.13.0", "psutil==7.2.2", "pybase64==1.5.1",
         "requests==2.34.2", "pydantic==2.14.4", "pyzmq==27.3.0", "tqdm==4.70.1", "ipython==9.18.1",
@@ -47,8 +51,13 @@ if job["kind"] == "server":
     parser = argparse.ArgumentParser(prog="sglang serve")
     ServerArgs.add_cli_args(parser)
     parse = parser.parse_args
-else:
+elif job["kind"] == "router":
     from sglang_router.launch_router import parse_router_args as parse
+else:  # vllm-router: what its launch_router.parse_router_args builds
+    from vllm_router.router_args import RouterArgs
+    parser = argparse.ArgumentParser(prog="vllm-router")
+    RouterArgs.add_cli_args(parser, use_router_prefix=False)
+    parse = lambda argv: RouterArgs.from_cli_args(parser.parse_args(argv), use_router_prefix=False)
 out = []
 for argv in job["argvs"]:
     err = io.StringIO()
@@ -95,6 +104,8 @@ def ensure(root: Path | None = None, echo=print) -> Path:
         if exe:
             if not (d / "router.json").is_file():
                 _install_router(d, echo)
+            if not (d / "vllm-router.json").is_file():
+                _install_vllm_router(d, echo)
             return exe
         echo(f"installing SGLang {VERSION}'s argument parser into {d} (once per machine)")
         shutil.rmtree(d, ignore_errors=True)
@@ -111,6 +122,7 @@ def ensure(root: Path | None = None, echo=print) -> Path:
             raise ParserUnavailable(f"sglang parser: a minimal argv does not parse: {problem} (log: {d}.log)")
         (d / "installed.json").write_text(json.dumps({"sglang": VERSION, "deps": DEPS}))
         _install_router(d, echo)
+        _install_vllm_router(d, echo)
         return exe
 
 
@@ -131,9 +143,25 @@ def _install_router(d: Path, echo) -> None:
     (d / "router.json").write_text(json.dumps({"sglang-router": ROUTER_VERSION, "deps": ROUTER_DEPS}))
 
 
+def _install_vllm_router(d: Path, echo) -> None:
+    echo(f"adding vllm-router {VLLM_ROUTER_VERSION}'s argument parser to {d}")
+    exe = d / "bin" / "python"
+    with open(f"{d}.log", "a") as log, tempfile.TemporaryDirectory() as tmp:
+        req = Path(tmp) / "vllm-router.txt"
+        req.write_text(f"vllm-router=={VLLM_ROUTER_VERSION} --hash=sha256:{VLLM_ROUTER_SHA256}\n")
+        _run([str(exe), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--require-hashes",
+              "-r", str(req)], log)
+    problem = check_with(exe, [["--vllm-pd-disaggregation", "--prefill", "http://h:1", "--decode", "http://h:2"]],
+                         kind="vllm-router")[0]
+    if problem is not None:
+        raise ParserUnavailable(f"vllm-router parser: a minimal PD argv does not parse: {problem} (log: {d}.log)")
+    (d / "vllm-router.json").write_text(json.dumps({"vllm-router": VLLM_ROUTER_VERSION}))
+
+
 def check_with(exe: Path, argvs: list[list[str]], kind: str = "server", timeout_s: float = 300.0) -> list[str | None]:
     """The parser's verdict for each argv (kind "server": after `-m sglang.launch_server`; "router": after
-    `-m sglang_router.launch_router`): None when it parses, else the parser's error line."""
+    `-m sglang_router.launch_router`; "vllm-router": after `vllm-router`): None when it parses, else the
+    parser's error line."""
     res = subprocess.run([str(exe), "-c", CHECK], input=json.dumps({"kind": kind, "argvs": argvs}),
                          capture_output=True, text=True,
                          timeout=timeout_s, env=os.environ | {"PYTHONWARNINGS": "ignore"})
@@ -152,7 +180,8 @@ def main() -> int:
     except ParserUnavailable as e:
         print(e, file=sys.stderr)
         return 1
-    print(f"SGLang {VERSION} and sglang-router {ROUTER_VERSION} argument parsers ready: {exe}")
+    print(f"SGLang {VERSION}, sglang-router {ROUTER_VERSION} and vllm-router {VLLM_ROUTER_VERSION} argument parsers "
+          f"ready: {exe}")
     return 0
 
 

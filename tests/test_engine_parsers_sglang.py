@@ -105,3 +105,19 @@ def test_the_pd_router_argv_parses_with_every_bootstrap_port_and_a_misspelt_flag
     misspelt = [("--pd-disagregation" if a == "--pd-disaggregation" else a) for a in argv]
     ok, bad = sglangparser.check_with(parser, [argv, misspelt], kind="router")
     assert ok is None and bad and "--pd-disagregation" in bad
+
+
+def test_the_vllm_pd_router_argv_parses_with_vllm_routers_own_arguments(parser):
+    t = Target(name="v", kind="local", engine="vllm", model="/models/m", run_root="/srv/tl",
+               hosts=(Host(host="10.0.0.1", roles=("prefill",), cards=1, port=8100),
+                      Host(host="10.0.0.1", roles=("prefill",), cards=1, port=8101),
+                      Host(host="10.0.0.2", roles=("decode",), cards=1, port=8200),
+                      Host(host="10.0.0.3", roles=("router", "load"), cards=0, port=8000)))
+    st = Station(engine="vllm", knobs=full_knobs({}, "vllm"), scenario="s", data_version="d", source_identity="s",
+                 target="v")
+    router = render(t, st).services[-1]
+    assert router.argv[0] == "vllm-router"
+    argv = list(router.argv[1:])
+    misspelt = [("--vllm-pd-disagregation" if a == "--vllm-pd-disaggregation" else a) for a in argv]
+    ok, bad = sglangparser.check_with(parser, [argv, misspelt], kind="vllm-router")
+    assert ok is None and bad and "--vllm-pd-disagregation" in bad
