@@ -136,3 +136,13 @@ def test_a_four_card_instance_never_launches_at_tp_1():
                hosts=(Host(host="127.0.0.1", roles=("mixed", "load"), cards=4, port=8000),))
     (svc,) = render(t, _station("vllm", {})).services
     assert _after(list(svc.argv), "--tensor-parallel-size") == "4" and svc.cards == 4
+
+
+def test_every_example_target_renders_at_its_engines_defaults():
+    from executor.targets import load_targets
+
+    targets = load_targets(Path(__file__).parents[1] / "examples" / "targets.yaml")
+    for name, t in targets.items():
+        key = "vllm" if t.engine == "vllm-ascend" else t.engine
+        r = render(t, _station(t.engine, {"expert_layout": "static_eplb"} if t.relayout else {}, key))
+        assert r.services, name
