@@ -51,3 +51,19 @@ def record(decode_instances) -> dict:
             "layout": d.layout, "ep": d.cost.ep, "topk": d.cost.topk, "per_rank_tokens": load,
             "balancedness": mean / max(load) if mean > 0 else None}
     return out
+
+
+def since(base: dict | None, end: dict) -> dict:
+    """The record between two snapshots (SGLang's start / dump of the expert-distribution recorder)."""
+    if not base:
+        return end
+    out: dict[str, dict] = {}
+    for role, insts in end.items():
+        for name, rec in insts.items():
+            before = (base.get(role) or {}).get(name) or {}
+            b = before.get("per_rank_tokens") or [0.0] * len(rec["per_rank_tokens"])
+            load = [x - y for x, y in zip(rec["per_rank_tokens"], b)]
+            mean = sum(load) / len(load)
+            out.setdefault(role, {})[name] = rec | {"per_rank_tokens": load,
+                                                     "balancedness": mean / max(load) if mean > 0 else None}
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import numpy as np
 import pytest
 
@@ -21,6 +22,7 @@ from simulator import engine
 from simulator.cluster import Cluster
 from simulator.experts import rank_shares
 from state.store import Store
+from tests.test_sim_server import start_server
 
 # the library (profile, scenario): each profile's own case in bench/scenarios.yaml
 LIBRARY = {
@@ -167,3 +169,47 @@ def test_every_library_profile_runs_a_trial_through_the_executor(tmp_path, profi
     spec_on = k["speculative_method"] != "none" and int(k["num_speculative_tokens"]) > 0
     assert (ev["spec_accept_per_position"] is not None) == spec_on
     assert (ev["expert_load"] is not None) == (prof.decode_cost.ep > 1)
+
+
+def test_serial_kv_link_caps_the_request_rate_per_decode_instance():
+    """transfer.serial: KV transfers into one decode instance queue on its link, so the link's bandwidth caps the
+    rate (requests wait with KV in flight: SGLang's decode transfer queue) and another decode instance adds a link."""
+    prof = profiles.load("llama31-70b-h100-p8d4-tcp")
+    tr = prof.transfer
+    scen = "rag32k"
+    qps = {}
+    for d in (2, 3):
+        run = engine.simulate(prof, scen, prof.knobs({"num_decode_instances": d}, start=True), n=48, seed=0)
+        qps[d] = run.truth["qps"]
+        per_req_s = 32768 * tr.kv_bytes_per_token / (tr.bandwidth_gb_s * 1e9)
+        assert qps[d] <= d / per_req_s * 1.1, (d, qps[d], d / per_req_s)
+        inbound = [s.values["sglang:num_decode_transfer_queue_reqs"] for s in run.samples if s.role == "decode"]
+        assert max(inbound) >= 2  # several transfers queued on one link
+    assert qps[3] > 1.3 * qps[2]
+    # the same deployment with a parallel link is not bound by it
+    free = prof.model_copy(update={"transfer": tr.model_copy(update={"serial": False})})
+    run = engine.simulate(free, scen, free.knobs({}, start=True), n=48, seed=0)
+    assert run.truth["qps"] > 1.3 * qps[2]
+
+
+def test_sim_server_expert_distribution_recorder():
+    """`tuneloop sim serve` answers SGLang's expert-distribution recorder endpoints: start, stop, dump (the
+    record between start and stop, per EP rank, frozen after stop)."""
+    p, url = start_server("--profile", "qwen3-235b-h800-p8d8", time_scale=50.0)  # the later --profile wins
+    try:
+        assert httpx.post(url + "/start_expert_distribution_record").json() == {"recording": True}
+        for _ in range(4):
+            r = httpx.post(url + "/v1/completions", json={"model": "m", "prompt": "word " * 200, "max_tokens": 32},
+                           timeout=60)
+            assert r.status_code == 200, r.text
+        assert httpx.post(url + "/stop_expert_distribution_record").json() == {"recording": False}
+        first = httpx.post(url + "/dump_expert_distribution_record").json()
+        d0 = first["decode"]["d0"]
+        assert len(d0["per_rank_tokens"]) == 8 and sum(d0["per_rank_tokens"]) > 0
+        assert d0["balancedness"] == pytest.approx(1 / 1.45, rel=1e-6)
+        assert expert_load(first)["decode"]["max_over_mean"] == pytest.approx(1.45, rel=1e-6)
+        httpx.post(url + "/v1/completions", json={"model": "m", "prompt": "word " * 50, "max_tokens": 16}, timeout=60)
+        assert httpx.post(url + "/dump_expert_distribution_record").json() == first  # stopped: frozen
+    finally:
+        p.kill()
+        p.wait()
