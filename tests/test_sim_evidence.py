@@ -4,11 +4,13 @@ imbalance / draft terms, and every library profile running a trial through the e
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
+from bench.tuners.cases import load_cases
 from core import profiles
 from core import records as rec
 from core.records import EngineSample
@@ -213,3 +215,17 @@ def test_sim_server_expert_distribution_recorder():
     finally:
         p.kill()
         p.wait()
+
+
+def test_library_cases_split_into_tune_and_heldout_and_contain_their_start():
+    """bench/scenarios.yaml: one case per library profile on its scenario, four to tune on and four held out, and
+    each sweep contains the start station (so the grid's optimum is comparable with where a tuner begins)."""
+    cf = load_cases(Path(__file__).resolve().parents[1] / "bench" / "scenarios.yaml")
+    lib = [c for c in cf.cases if c.set is not None]
+    assert sorted(c.goal["sim_profile"] for c in lib) == sorted(LIBRARY)
+    assert all(c.goal["scenario"] == LIBRARY[c.goal["sim_profile"]] for c in lib)
+    assert sorted(c.set for c in lib) == ["heldout"] * 4 + ["tune"] * 4
+    for c in lib:
+        start = c.goal_spec(False, 0).start_station()
+        for knob, values in c.space.items():
+            assert start.get(knob) in values, (c.name, knob, start.get(knob), values)
