@@ -69,6 +69,8 @@ def test_acceptance_per_position_parses_from_the_exposition_and_matches_the_coun
     drafts = s1.values['vllm:spec_decode_num_drafts_total{role="decode",instance="d0"}'] \
         - s0.values['vllm:spec_decode_num_drafts_total{role="decode",instance="d0"}']
     assert drafts > 0 and d.success == 48  # every request finished: the counts are exact, not estimated
+    toks = np.concatenate([r.tokens for r in cl.finished])  # 1 + accepted drafts, per step of every request
+    assert d.accepted_per_position() == [float((toks - 1 >= i + 1).sum()) for i in range(4)]
     assert got == pytest.approx([(a - b) / drafts for a, b in zip(
         d.accepted_per_position(),
         [s0.values[f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{role="decode",instance="d0",position="{i}"}}']
