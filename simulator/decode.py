@@ -158,10 +158,12 @@ class DecodeInstance:
         self.busy_until = t + dt
         self.busy_s += dt
         s = min(self.cost.sched_s, dt)
+        wait = core * noise * (1.0 - 1.0 / imb)  # every rank waits for the most loaded one
+        drafting = draft * noise
         self.sched_s += s
-        self.comm_s += (dt - s) * self.cost.comm_share
-        self.imbalance_s += core * noise * (1.0 - 1.0 / imb)
-        self.draft_s += draft * noise
+        self.imbalance_s += wait
+        self.draft_s += drafting
+        self.comm_s += max(0.0, dt - s - wait - drafting) * self.cost.comm_share  # of the balanced main pass
         self.routed += self.batch * (self.k + 1) * self.cost.topk
         return self.busy_until
 
