@@ -124,6 +124,10 @@ def test_expert_load_spread_larger_under_dynamic_than_static(tmp_path):
     share = {n: ev["breakdown"]["decode"]["imbalance_s"] / ev["breakdown"]["decode"]["elapsed_s"]
              for n, ev in (("dyn", dyn), ("sta", sta))}
     assert share["dyn"] > 1.5 * share["sta"] > 0
+    bd = dyn["breakdown"]["decode"]  # a partition of the role's instance-seconds, every term >= 0 under a large skew
+    parts = ("compute_s", "communication_s", "scheduling_s", "imbalance_s", "draft_s", "idle_s")
+    assert min(bd[p] for p in parts) >= 0 and bd["compute_s"] > 0
+    assert sum(bd[p] for p in parts) == pytest.approx(bd["elapsed_s"] * bd["instances"], rel=1e-6)
     # where imbalance does not dominate the spread stays near 1 and a dense model has no expert evidence at all
     small = _digest(tmp_path, "qwen3-30b-a3b-910b-p4d4", "summarize8k", {}, n=64)
     assert 1.0 < small["expert_load_spread"] < 1.05
