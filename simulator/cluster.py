@@ -62,7 +62,8 @@ class Cluster:
         ]
         self.decode = [
             DecodeInstance(f"d{i}", dc, int(k["max_num_seqs"]), kv_cap, spec_k, profile.acceptance[self.task],
-                           str(k["expert_layout"]), bool(k["index_cache_reuse"]), np.random.default_rng([seed, i]))
+                           str(k["expert_layout"]), bool(k["index_cache_reuse"]), np.random.default_rng([seed, i]),
+                           decay=profile.acceptance_decay, layout_seed=i)
             for i in range(int(k["num_decode_instances"]))
         ]
         self.now = 0.0
@@ -71,6 +72,7 @@ class Cluster:
         self._p_pending = [False] * len(self.prefill)
         self._d_pending = [False] * len(self.decode)
         self._p_inflight = [0] * len(self.prefill)  # prefilled, KV transfer under way
+        self._link_free = [0.0] * len(self.decode)  # transfer.serial: when each decode instance's link frees
         self.requests: dict[int, SimRequest] = {}
         self.finished: list[SimRequest] = []  # drained by batch mode
         self._streaming: dict[int, SimRequest] = {}
@@ -179,7 +181,12 @@ class Cluster:
             self.decode[j].inbound += 1
             self._p_inflight[i] += 1
             dt = tr.latency_s + req.n_in * tr.kv_bytes_per_token / (tr.bandwidth_gb_s * 1e9) * (1 - tr.overlap)
-            self._push(t + dt, "x", req)
+            if tr.serial:  # the decode instance's link carries one KV transfer at a time: later ones queue
+                start = max(t, self._link_free[j])
+                self._link_free[j] = start + dt - tr.latency_s
+                self._push(start + dt, "x", req)
+            else:
+                self._push(t + dt, "x", req)
         self._prefill_start(i, t)
 
     def _transfer_done(self, req: SimRequest, t: float) -> None:
@@ -270,7 +277,9 @@ class Cluster:
             gen = d.generated_tokens()
             drafts = steps if d.k else 0
             accepted = max(0.0, gen - d.success - d.batch - steps) if d.k else 0.0
-            out.append(("decode", d.name, {
+            per_pos = {f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}': float(v)
+                       for i, v in enumerate(d.accepted_per_position())}
+            out.append(("decode", d.name, per_pos | {
                 "vllm:num_requests_running": float(d.batch),
                 # vLLM counts requests waiting for remote KV (deferred) in num_requests_waiting too
                 "vllm:num_requests_waiting": float(len(d.waiting) + d.inbound),
@@ -302,9 +311,9 @@ class Cluster:
         series: dict[str, list[str]] = {}
         for role, name, values in self.snapshot():
             for metric, v in values.items():
-                base, _, labels = metric.partition("{")  # a name may carry its own labels: reason="capacity"
-                extra = labels.rstrip("}") + "," if labels else ""
-                series.setdefault(base, []).append(f'{base}{{{extra}role="{role}",instance="{name}"}} {v:.6g}')
+                base, _, extra = metric.partition("{")  # a series' own labels (position="i", reason="capacity")
+                labels = f'role="{role}",instance="{name}"' + (f",{extra[:-1]}" if extra else "")  # follow role, instance
+                series.setdefault(base, []).append(f"{base}{{{labels}}} {v:.6g}")
         lines: list[str] = []
         for metric, rows in series.items():
             lines.append(f"# TYPE {metric} {'counter' if metric.endswith('_total') else 'gauge'}")
@@ -312,15 +321,19 @@ class Cluster:
         return "\n".join(lines) + "\n"
 
     def breakdown(self, elapsed: float) -> dict[str, dict[str, float]]:
-        """Instance-seconds per role: compute / communication / scheduling / idle (the profile evidence)."""
+        """Instance-seconds per role: compute / communication / scheduling / imbalance (waiting on the most
+        loaded EP rank) / draft (MTP passes) / idle, which add up to elapsed x instances (the profile evidence)."""
         out: dict[str, dict[str, float]] = {}
         for role, insts in (("prefill", self.prefill), ("decode", self.decode)):
             busy = sum(x.busy_s for x in insts)
             sched = sum(x.sched_s for x in insts)
             comm = sum(x.comm_s for x in insts)
+            imb = sum(x.imbalance_s for x in insts)
+            draft = sum(x.draft_s for x in insts)
             total = elapsed * len(insts)
             out[role] = {"instances": float(len(insts)), "elapsed_s": elapsed,
-                         "compute_s": busy - sched - comm, "communication_s": comm, "scheduling_s": sched,
+                         "compute_s": busy - sched - comm - imb - draft, "communication_s": comm,
+                         "scheduling_s": sched, "imbalance_s": imb, "draft_s": draft,
                          "idle_s": max(0.0, total - busy),
                          "busy_share": busy / total if total > 0 else 0.0}
         return out

@@ -33,6 +33,7 @@ from fastapi.responses import (
 
 from core import profiles
 from core.records import RequestRecord
+from simulator import experts
 from simulator.cluster import Cluster, Event
 from simulator.faults import Faults
 from simulator.prefix_cache import BLOCK
@@ -64,6 +65,7 @@ class SimService:
         self.wake = asyncio.Event()
         self.task: asyncio.Task | None = None
         self.lags: collections.deque[float] = collections.deque(maxlen=100_000)  # wall s late, per wake
+        self.expert_marks: dict[str, dict | None] = {"start": None, "stop": None}  # expert-distribution recorder
 
     def lag_ms(self) -> dict[str, float | int | None]:
         """How late the driver handed out events (wall ms past their virtual due time, per wake): the
@@ -138,6 +140,17 @@ class SimService:
             inst.cache._blocks.clear()  # the cache has no public clear(); its block map is the cache
         return dropped
 
+    def expert_distribution(self, action: str) -> dict:
+        """SGLang's /start_, /stop_, /dump_expert_distribution_record: routed tokens per EP rank since start
+        (or since launch), frozen at stop; the dump answers the record (core.records.EXPERT_LOAD's shape)."""
+        self.advance()
+        now = experts.record(self.cluster.decode)
+        if action == "start":
+            self.expert_marks = {"start": now, "stop": None}
+        elif action == "stop":
+            self.expert_marks["stop"] = now
+        return experts.since(self.expert_marks["start"], self.expert_marks["stop"] or now)
+
     def metrics(self) -> str:
         self.advance()
         return (self.cluster.metrics_text() + "# TYPE tuneloop_sim_requests_total counter\n"
@@ -164,6 +177,20 @@ def create_app(svc: SimService, model: str, healthy: bool = True) -> FastAPI:
     @app.post("/reset_prefix_cache")
     async def reset_prefix_cache():
         return {"success": True, "dropped_blocks": svc.reset_prefix_cache()}  # vLLM's answer: {"success": bool}
+
+    @app.post("/start_expert_distribution_record")
+    async def start_expert_record():
+        svc.expert_distribution("start")
+        return {"recording": True}
+
+    @app.post("/stop_expert_distribution_record")
+    async def stop_expert_record():
+        svc.expert_distribution("stop")
+        return {"recording": False}
+
+    @app.post("/dump_expert_distribution_record")
+    async def dump_expert_record():
+        return svc.expert_distribution("dump")
 
     @app.get("/v1/models")
     async def models():
