@@ -112,7 +112,7 @@ class Executor:
         transport = self.transports(target, self.root)
         journal = RunJournal(self.store, spec.run_id, spec.target, earlier)
         lease = TargetLease(self.store, journal, self.settings, transport)
-        return TrialRun(spec, target, self.root / spec.run_id, transport, journal, lease, self.settings, self.root)
+        return TrialRun(spec, target, self.root / spec.run_id, transport, journal, lease, self.settings)
 
     async def arestore(self, station: str) -> dict[str, Any]:
         old, st = self.find_station(station)

@@ -69,21 +69,52 @@ def test_valid_run_records_every_phase_and_is_idempotent(ex, scenario):
         ex.run_trial(spec(scenario, "r1", n=25))
 
 
+A = {"concurrency": 8, "request_rate": "inf"}
+B = {"concurrency": 4, "request_rate": "inf"}
+C = B | {"max_num_seqs": 64}
+D = C | {"expert_layout": "static_eplb"}
+
+
+def deploy_of(ex: Executor, run_id: str) -> dict:
+    return [x for x in journal(ex, run_id) if x.phase == "deploy" and x.event == "outcome"][0].detail
+
+
 def test_hot_change_reuses_the_warm_service_restart_change_restarts(ex, scenario):
-    ex.run_trial(spec(scenario, "a"))
-    hot = ex.run_trial(spec(scenario, "b", knobs={"concurrency": 4, "request_rate": "inf"}))
-    dep = [x for x in journal(ex, "b") if x.phase == "deploy" and x.event == "outcome"][0]
-    assert dep.detail["restarted"] is False and dep.detail["cost_class"] == "hot"
+    # as the loop does: each spec names the warm station (the store's history) as its parent_knobs
+    ex.run_trial(spec(scenario, "a", knobs=A))
+    hot = ex.run_trial(spec(scenario, "b", knobs=B, parent_knobs=A))
+    dep = deploy_of(ex, "b")
+    assert dep["restarted"] is False and dep["cost_class"] == "hot"
     assert "restart" not in {c.what for c in hot.costs}
-    cold = ex.run_trial(spec(scenario, "c", knobs={"concurrency": 4, "request_rate": "inf", "max_num_seqs": 64}))
-    dep = [x for x in journal(ex, "c") if x.phase == "deploy" and x.event == "outcome"][0]
-    assert dep.detail["restarted"] is True and dep.detail["cost_class"] == "restart"
+    cold = ex.run_trial(spec(scenario, "c", knobs=C, parent_knobs=B))
+    dep = deploy_of(ex, "c")
+    assert dep["restarted"] is True and dep["cost_class"] == "restart"
     assert "restart" in {c.what for c in cold.costs}
-    relay = ex.run_trial(spec(scenario, "d", knobs={"concurrency": 4, "request_rate": "inf", "max_num_seqs": 64,
-                                                    "expert_layout": "static_eplb"}))
-    dep = [x for x in journal(ex, "d") if x.phase == "deploy" and x.event == "outcome"][0]
-    assert dep.detail["cost_class"] == "relayout" and dep.detail["relayout_steps"][0] == "collect_expert_stats"
+    relay = ex.run_trial(spec(scenario, "d", knobs=D, parent_knobs=C))
+    dep = deploy_of(ex, "d")
+    assert dep["cost_class"] == "relayout" and dep["relayout_steps"][0] == "collect_expert_stats"
     assert "relayout" in {c.what for c in relay.costs}
+
+
+def test_the_warm_station_is_the_specs_parent_not_a_file_of_the_executor(ex, scenario):
+    """One source of truth for the warm station: the spec's parent_knobs (the store's history). A file where the
+    executor once kept its own copy, corrupt here, is never read, and the same services on the target give
+    the cost class the spec's parent says."""
+    ex.run_trial(spec(scenario, "a", knobs=A))
+    for junk in (ex.root / "_targets" / "sim.station.json", ex.root / "_targets" / "sim" / "station.json"):
+        junk.parent.mkdir(parents=True, exist_ok=True)
+        junk.write_text("{not json")
+    assert ex.run_trial(spec(scenario, "b", knobs=B, parent_knobs=A)).verdict.kind == "valid"
+    assert deploy_of(ex, "b")["restarted"] is False and deploy_of(ex, "b")["cost_class"] == "hot"
+    ex.run_trial(spec(scenario, "c", knobs=C, parent_knobs=B))
+    # the target runs C's services either way; only the parent the spec names decides the class of the change
+    ex.run_trial(spec(scenario, "d1", knobs=D, parent_knobs=C))
+    assert deploy_of(ex, "d1")["cost_class"] == "relayout"
+    ex.run_trial(spec(scenario, "c2", knobs=C, parent_knobs=D))
+    ex.run_trial(spec(scenario, "d2", knobs=D, parent_knobs=D | {"concurrency": 2}))  # a parent with D's layout
+    assert deploy_of(ex, "d2")["restarted"] is True and deploy_of(ex, "d2")["cost_class"] == "restart"
+    assert deploy_of(ex, "d2")["relayout_steps"] == []
+    assert (ex.root / "_targets" / "sim.station.json").read_text() == "{not json"  # never written either
 
 
 def test_launch_failure_is_an_orchestration_fault_with_the_server_text(ex, scenario):
