@@ -169,14 +169,25 @@ def test_profile_capture_returns_the_sim_breakdown(ex, scenario):
 
 
 def test_unknown_target_refuses_work(ex, scenario, tmp_path):
-    (ex.root / "_unknown").mkdir()
-    (ex.root / "_unknown" / "sim.txt").write_text("run x: process gone\n")
+    """One record of UNKNOWN: the store's run status. A run whose load was claimed with no process, rc or done marker
+    makes its target UNKNOWN there (registered even though no loop created the run); every executor on that
+    store refuses the target, whatever its runs root holds, until a person clears it."""
     from executor.phases import TargetUnknown
 
-    with pytest.raises(TargetUnknown, match="UNKNOWN"):
+    s = spec(scenario, "x")
+    (ex.root / "_targets" / "sim" / "runs" / "x.load").mkdir(parents=True)  # what a crash between claim and rc leaves
+    r = ex.run_trial(s)
+    assert [c.code for c in r.verdict.reasons] == ["unknown_state"]
+    assert ex.store.get_run("x").status == "unknown" and set(ex.store.unknown_targets()) == {"sim"}
+    assert not (ex.root / "_unknown").exists()  # no file of the executor's own
+    with pytest.raises(TargetUnknown, match="UNKNOWN: run x"):
         ex.run_trial(spec(scenario, "u1"))
-    ex.clear_unknown("sim")
-    assert ex.run_trial(spec(scenario, "u1")).verdict.kind == "valid"
+    other = Executor(ex.store, settings=ExecSettings(runs_root=tmp_path / "elsewhere", holder="t:ex2"))
+    with pytest.raises(TargetUnknown):
+        other.run_trial(spec(scenario, "u2"))
+    assert ex.clear_unknown("sim", "alice", "checked by hand") == ["x"]
+    assert ex.store.get_run("x").status == "failed" and "alice" in ex.store.get_run("x").status_reason
+    assert ex.unknown_targets() == {} and other.run_trial(spec(scenario, "u1")).verdict.kind == "valid"
 
 
 def test_targets_example_file_loads():
