@@ -83,12 +83,12 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
         except LookupError:  # restored from a run directory, never stored: the service runs a station we cannot name
             warm = None
     negatives = [Negative(knob=n.knob, value=n.value, scenario=n.conditions.scenario,
-                          data_version=n.conditions.data_version or "", parent_station=n.conditions.parent_hash or "",
+                          data_version=n.conditions.data_version or "", parent_knobs_hash=n.conditions.parent_hash or "",
                           source_identity=n.conditions.source_identity or "", experiment_key=n.run_id or str(n.id),
                           reason=n.reason)
                  for n in store.negatives(scenario=spec.scenario)]
     vetoes = [Veto(knob=v.knob, value=v.value, scenario=v.scenario, data_version=v.data_version or "",
-                   parent_station=v.parent_hash, source_identity=v.source_identity or "", source=v.source, who=v.who,
+                   parent_knobs_hash=v.parent_hash, source_identity=v.source_identity or "", source=v.source, who=v.who,
                    reason=v.reason, candidate_id=v.candidate_id)
               for v in store.vetoes(goal_id)]
     budget = store.budget(goal_id)
