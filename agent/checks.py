@@ -112,7 +112,7 @@ def retry_note(card: CandidateCard, history: History) -> str | None:
     for neg in history.negatives:
         if neg.knob == card.change.knob and _eq(neg.value, card.change.new):
             changed = [name for name, a, b in (
-                ("parent station", neg.parent_station, card.parent_knobs_hash),
+                ("parent station", neg.parent_knobs_hash, card.parent_knobs_hash),
                 ("data version", neg.data_version, history.data_version),
                 ("source identity", neg.source_identity, history.source_identity),
                 ("scenario", neg.scenario, card.scenario)) if a != b]

@@ -10,6 +10,7 @@ layer composes the two; the executor itself never imports the state layer).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -79,15 +80,24 @@ def phases_cmd(run_id: str, store: Optional[str] = StoreOpt) -> None:
 
 
 @app.command("unknown")
-def unknown_cmd(runs_root: Optional[Path] = RootOpt, clear: Optional[str] = typer.Option(None, help="clear this target")) -> None:
-    """List (or clear) targets whose last run's state is UNKNOWN."""
-    from executor.phases import ExecSettings
+def unknown_cmd(store: Optional[str] = StoreOpt,
+                clear: Optional[str] = typer.Option(None, help="clear this target: a person re-verified it"),
+                who: Optional[str] = typer.Option(None, help="who re-verified it (default $USER)"),
+                reason: str = typer.Option("", help="what was checked")) -> None:
+    """List (or clear) targets with a run in the UNKNOWN state; the store's run status is the one record of it."""
+    from state.store import Store, default_url
 
-    root = Path(ExecSettings.from_env(runs_root=runs_root).runs_root) / "_unknown"
-    if clear:
-        (root / f"{clear}.txt").unlink(missing_ok=True)
-    for p in sorted(root.glob("*.txt")) if root.exists() else []:
-        typer.echo(f"{p.stem}: {p.read_text().strip()}")
+    st = Store(store or default_url())
+    try:
+        if clear:
+            if clear not in st.unknown_targets():
+                raise typer.BadParameter(f"target {clear!r} is not UNKNOWN", param_hint="--clear")
+            runs = st.clear_unknown(clear, who or os.environ.get("USER") or "tuneloop exec unknown", reason)
+            typer.echo(f"{clear}: cleared; run(s) {', '.join(runs)} marked failed (a fault, never a result)")
+        for tgt, why in sorted(st.unknown_targets().items()):
+            typer.echo(f"{tgt}: {why}")
+    finally:
+        st.close()
 
 
 def restore_cmd(station: str = typer.Argument(..., help="station hash (or a run id whose station to restore)"),

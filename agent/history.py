@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
 
 from agent.candidates import CandidateCard, station_hash
 from agent.value import CostModel
@@ -68,6 +68,10 @@ class Outcome(BaseModel):
     costs: list[Any] = Field(default_factory=list)
 
 
+# the parent's knobs digest (a card's parent_knobs_hash), not a frozen station hash; its former name is accepted
+PARENT = AliasChoices("parent_knobs_hash", "parent_station")
+
+
 class Negative(BaseModel):
     """A valid negative with the conditions it was found under."""
 
@@ -76,15 +80,15 @@ class Negative(BaseModel):
     value: Any
     scenario: str
     data_version: str
-    parent_station: str
+    parent_knobs_hash: str = Field(validation_alias=PARENT)
     source_identity: str
     experiment_key: str
     reason: str = ""
 
-    def applies(self, knob: str, value: Any, scenario: str, data_version: str, parent_station: str,
+    def applies(self, knob: str, value: Any, scenario: str, data_version: str, parent_knobs_hash: str,
                 source_identity: str) -> bool:
-        return (self.knob, self.value, self.scenario, self.data_version, self.parent_station, self.source_identity) == (
-            knob, value, scenario, data_version, parent_station, source_identity)
+        return (self.knob, self.value, self.scenario, self.data_version, self.parent_knobs_hash,
+                self.source_identity) == (knob, value, scenario, data_version, parent_knobs_hash, source_identity)
 
 
 class Veto(BaseModel):
@@ -97,7 +101,7 @@ class Veto(BaseModel):
     value: Any = None
     scenario: str
     data_version: str
-    parent_station: str
+    parent_knobs_hash: str = Field(validation_alias=PARENT)
     source_identity: str
     source: str = "person"  # person | authorisation
     who: str = ""
@@ -109,7 +113,7 @@ class Veto(BaseModel):
         knob = card.change.knob if card.change is not None else None
         value = card.change.new if card.change is not None else None
         return (self.knob == knob and canon(self.value) == canon(value) and self.scenario == card.scenario
-                and self.parent_station == card.parent_station and self.data_version == data_version
+                and self.parent_knobs_hash == card.parent_knobs_hash and self.data_version == data_version
                 and self.source_identity == source_identity)
 
     def refusal(self) -> str:

@@ -54,7 +54,7 @@ def render_prompt(history: History) -> list[dict[str, str]]:
     ref = history.latest_valid(history.best_knobs)
     diag = diagnosis_for(history)
     outcomes = "\n".join(f"- {o.card.title()} -> {o.verdict}/{o.decision}: {o.reason}" for o in history.outcomes) or "none"
-    negatives = "\n".join(f"- {n.knob}={_fmt(n.value)} (parent {n.parent_station}, data {n.data_version}): {n.reason}"
+    negatives = "\n".join(f"- {n.knob}={_fmt(n.value)} (parent {n.parent_knobs_hash}, data {n.data_version}): {n.reason}"
                           for n in history.negatives) or "none"
     user = prompts.render(
         "propose", objective=goal.objective.model_dump_json(), scenario=goal.scenario,

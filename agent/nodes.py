@@ -42,7 +42,7 @@ def wants_profile(diag: Any, card: CandidateCard, history: History) -> bool:
     """Profile only when the queues cannot separate the explanations, and once per parent station."""
     if diag is None or not diag.propose_profile or card.stage == "baseline" and not history.outcomes:
         return False
-    return not any(o.card.profile_capture and o.card.parent_station == card.parent_station for o in history.outcomes)
+    return not any(o.card.profile_capture and o.card.parent_knobs_hash == card.parent_knobs_hash for o in history.outcomes)
 
 
 class LoopState(TypedDict, total=False):
@@ -254,7 +254,7 @@ class Loop:
                                        data={"source": source, "who": by, "reason": reason,
                                              "knob": card.change.knob if card.change else None,
                                              "value": card.change.new if card.change else None,
-                                             "parent_station": card.parent_station,
+                                             "parent_knobs_hash": card.parent_knobs_hash,
                                              "data_version": history.data_version})
         self.event("authorise", card=cand.card, why=why, rejected=True)
         return Command(goto="observe", update={"candidate_id": None})
@@ -342,7 +342,7 @@ class Loop:
                                    station_hash=res.station_hash, changed=outcome in CHANGED, text=text,
                                    data=outcome_data(outcome, res.verdict.kind, figures, knobs))
         known = card.change is not None and any(
-            n.applies(card.change.knob, card.change.new, card.scenario, history.data_version, card.parent_station,
+            n.applies(card.change.knob, card.change.new, card.scenario, history.data_version, card.parent_knobs_hash,
                       history.source_identity) for n in history.negatives)
         if outcome == "negative" and card.change is not None and not known:  # (an instruction may repeat one)
             self.store.add_negative(card.change.knob, card.change.new, conditions(card, history), goal_id=self.goal_id,

@@ -2,7 +2,9 @@
 
 The store is the record of truth (LangGraph checkpoints are not): every planning step rebuilds the
 History from here, so a restarted `tuneloop run` sees exactly what finished, what was approved and
-what is still open.
+what is still open. The warm station (History.warm_knobs) is derived here and only here: the station of the
+last run that left its service healthy, or of a later healthy "go back to the best"; the loop hands it to
+the executor as TrialSpec.parent_knobs, and the executor keeps no copy of its own.
 """
 from __future__ import annotations
 
@@ -54,8 +56,12 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
     warm = None
     data_version, source = _scenario_version(spec.scenario), "sim"
     results = {r.run_id: r for r in store.results(goal_id)}  # one read, however many decisions there are
+    restored = None  # the last "go back to the best" that came back healthy after the last warm run
     for d in decisions:
         data = d.data or {}
+        if d.kind == "restore" and d.station_hash and ((data.get("result") or {}).get("healthy")):
+            restored = d.station_hash
+            continue
         if "outcome" not in data or d.candidate_id not in cands:
             continue
         card = card_of(cands[d.candidate_id].card)
@@ -65,19 +71,24 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
             data_version = tr.data_version or data_version
             source = tr.source_identity or source
             if tr.healthy_after and data["verdict"] != "orchestration_fault":
-                warm = card.knobs
+                warm, restored = card.knobs, None
         figs = Figures.model_validate(data["figures"]) if data.get("figures") else None
         outcomes.append(Outcome(card=card, verdict=data["verdict"], decision=data["outcome"], figures=figs,
                                 reason=d.text, run_id=d.run_id, summary=tr.summary if tr else None,
                                 evidence=tr.evidence if tr else {}, costs=list(tr.costs) if tr else [],
                                 card_hours=tr.card_hours if tr else 0.0))
+    if restored is not None:  # one read, whatever the number of decisions
+        try:
+            warm = dict(store.get_station(restored).knobs)
+        except LookupError:  # restored from a run directory, never stored: the service runs a station we cannot name
+            warm = None
     negatives = [Negative(knob=n.knob, value=n.value, scenario=n.conditions.scenario,
-                          data_version=n.conditions.data_version or "", parent_station=n.conditions.parent_hash or "",
+                          data_version=n.conditions.data_version or "", parent_knobs_hash=n.conditions.parent_hash or "",
                           source_identity=n.conditions.source_identity or "", experiment_key=n.run_id or str(n.id),
                           reason=n.reason)
                  for n in store.negatives(scenario=spec.scenario)]
     vetoes = [Veto(knob=v.knob, value=v.value, scenario=v.scenario, data_version=v.data_version or "",
-                   parent_station=v.parent_hash, source_identity=v.source_identity or "", source=v.source, who=v.who,
+                   parent_knobs_hash=v.parent_hash, source_identity=v.source_identity or "", source=v.source, who=v.who,
                    reason=v.reason, candidate_id=v.candidate_id)
               for v in store.vetoes(goal_id)]
     budget = store.budget(goal_id)

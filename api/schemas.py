@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.progress import Progress, Ranking
+from state import snapshots
 
 
 class _In(BaseModel):
@@ -77,18 +78,8 @@ class InstructionIn(_In):
     text: str | None = Field(None, max_length=500)
 
 
-class InstructionOut(BaseModel):
-    id: int
-    goal_id: str
-    kind: str
-    count: int | None = None
-    remaining: int | None = None
-    knobs: dict[str, Any] = {}
-    restore: str | None = None
-    who: str
-    text: str | None = None
-    active: bool
-    created_at: datetime
+class InstructionOut(snapshots.Instruction):
+    """An instruction as the store keeps it (state/snapshots.py: one field list for both)."""
 
 
 class DecisionOut(BaseModel):
@@ -133,14 +124,8 @@ class PhaseOut(BaseModel):
     at: datetime | None = None
 
 
-class StationOut(BaseModel):
-    hash: str
-    engine: str
-    scenario: str
-    target: str
-    data_version: str
-    source_identity: str
-    knobs: dict[str, Any]
+class StationOut(snapshots.Station):
+    """A frozen station as the store keeps it (state/snapshots.py: one field list for both)."""
 
 
 class BestOut(StationOut):

@@ -1,6 +1,6 @@
-"""What the executor needs from durable storage: a phase journal and fenced leases.
+"""What the executor needs from durable storage: a phase journal, fenced leases and the targets' UNKNOWN state.
 
-`state.store.Store` implements both protocols; the executor only ever sees these names, so the
+`state.store.Store` implements these protocols; the executor only ever sees these names, so the
 import rule (executor never imports state) holds and a test can pass any implementation.
 """
 from __future__ import annotations
@@ -51,6 +51,20 @@ class Leases(Protocol):
     def release_lease(self, target: str, holder: str, epoch: int) -> None: ...
 
     def current_epoch(self, target: str) -> int: ...
+
+
+@runtime_checkable
+class TargetStates(Protocol):
+    """The UNKNOWN state of targets, kept by the store (its run status) and nowhere else."""
+
+    def unknown_targets(self) -> dict[str, str]:
+        """Target -> why it is UNKNOWN; no work is issued to these until a person clears them."""
+
+    def mark_unknown(self, spec: Any, why: str) -> Any:
+        """The run (a TrialSpec) and so its target are UNKNOWN after an unclear fault."""
+
+    def clear_unknown(self, target: str, who: str, why: str = "") -> list[str]:
+        """A person re-verified the target; the ids of the runs that were UNKNOWN on it."""
 
 
 def is_stale_epoch(exc: BaseException) -> bool:

@@ -44,23 +44,29 @@ class DeployPhases:
         return {"station_hash": self.station.hash, "server_hash": self.station.server_hash, "source_identity": source,
                 "data_version": scenario.data_version, "services": [s.name for s in self.rendered.services]}
 
-    def _warm_station_file(self):
-        return self.state_root / "_targets" / f"{self.target.name}.station.json"
-
-    def _running_knobs(self) -> dict | None:
-        p = self._warm_station_file()
-        return json.loads(p.read_text()) if p.exists() else self.spec.parent_knobs
+    def _parent_knobs(self) -> dict | None:
+        """The warm service's station as the spec names it, with the engine's defaults filled in like the station."""
+        if self.spec.parent_knobs is None:
+            return None
+        try:
+            return full_knobs(self.spec.parent_knobs, ENGINE_KEY[self.target.engine])
+        except KnobError:
+            return dict(self.spec.parent_knobs)
 
     async def deploy(self) -> dict:
         assert self.station and self.rendered
         states = [await self.transport.service_state(s) for s in self.rendered.services]
         warm = all(st.alive and st.station == self.service_key(s) for s, st in zip(self.rendered.services, states))
-        cost = change_cost(self._running_knobs(), self.station.knobs)
+        # the warm station is the spec's parent_knobs, which the planner takes from the store's history (the one
+        # source of truth); the executor keeps no file of its own. Whether the running services ARE this station
+        # is read from the target itself (service_key), never assumed.
+        cost = change_cost(self._parent_knobs(), self.station.knobs)
         # a deploy that an earlier invocation of this run began (and crashed in) may have started these very
         # services already: it still counts as this run's restart, and its relayout steps are read back
         resumed = self.journal.began_before("deploy") and needs_restart(cost)
-        if warm and not resumed:
-            return {"restarted": False, "cost_class": cost or "none", "reused": self.station.server_hash}
+        if warm and not resumed:  # with no parent named, the running server IS this station: at most a hot change
+            cls = (cost or "none") if self.spec.parent_knobs is not None else "hot"
+            return {"restarted": False, "cost_class": cls, "reused": self.station.server_hash}
         cost = cost if needs_restart(cost) else "restart"
         steps: list = []
         if self.rendered.relayout:  # a static layout: the target's collect -> fit, then the restart loads it
@@ -70,9 +76,7 @@ class DeployPhases:
             await self.transport.spread_file(layout_files(self.target, self.station)["{layout}"], self.rendered.services)
         elif cost == "relayout":  # virtual or undeclared: the restart alone changes the layout
             steps = ["collect_expert_stats", "fit_layout", "load_layout"]
-        if warm:  # started by the crashed invocation: do not start it twice
-            self.note_running_station()
-        else:
+        if not warm:  # else started by the crashed invocation: do not start it twice
             await self.start_services()
         return {"restarted": True, "cost_class": cost, "relayout_steps": steps,
                 "services": [s.name for s in self.rendered.services], **({"resumed": True} if warm else {})}
@@ -106,11 +110,6 @@ class DeployPhases:
             await self.retry(lambda svc=svc: self.transport.start_service(svc, self.service_key(svc), self.epoch))
             if i == 0:
                 crashpoint("deploy", "mid")
-        self.note_running_station()
-
-    def note_running_station(self) -> None:
-        self._warm_station_file().parent.mkdir(parents=True, exist_ok=True)
-        rec.write_atomic(self._warm_station_file(), json.dumps(self.station.knobs, sort_keys=True, default=str))
 
     async def health(self) -> dict:
         assert self.rendered

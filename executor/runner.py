@@ -32,7 +32,7 @@ from executor.transports import make_transport
 from executor.transports.base import StaleLaunch
 from executor.trialrun import TrialRun
 
-__all__ = ["Executor", "LostLease", "dump_result", "load_result"]
+__all__ = ["Executor", "LostLease", "dump_result", "is_unknown", "load_result"]
 
 log = logging.getLogger("tuneloop.executor")
 RESULT, SPEC = "result.json", "spec.json"
@@ -70,24 +70,24 @@ class Executor:
             recs = [as_record(r) for r in self.store.phases(spec.run_id)]
             if finished(recs) and (spec_file.parent / RESULT).exists():
                 continue
-            if self.unknown_targets().get(spec.target):
+            unknown = self.unknown_targets()
+            if spec.target in unknown:
                 log.warning("target %s is UNKNOWN; not resuming %s", spec.target, spec.run_id)
-                out.append(_unknown_result(spec, self.unknown_targets()[spec.target]))
+                out.append(_unknown_result(spec, unknown[spec.target]))
                 continue
             out.append(await self.arun_trial(spec))
         return out
 
     def unknown_targets(self) -> dict[str, str]:
-        """Targets on which a run's state could not be read: no work is issued to them until cleared."""
-        d = self.root / "_unknown"
-        return {p.stem: p.read_text() for p in d.glob("*.txt")} if d.exists() else {}
+        """Targets on which a run's state could not be read: no work is issued to them until cleared. The store
+        keeps this (a run with status "unknown" on the target), so every executor and the loop read one record."""
+        return self.store.unknown_targets()
 
-    def clear_unknown(self, target: str) -> None:
-        (self.root / "_unknown" / f"{target}.txt").unlink(missing_ok=True)
+    def clear_unknown(self, target: str, who: str = "executor", why: str = "") -> list[str]:
+        return self.store.clear_unknown(target, who, why)
 
-    def mark_unknown(self, target: str, why: str) -> None:
-        self.root.joinpath("_unknown").mkdir(exist_ok=True)
-        rec.write_atomic(self.root / "_unknown" / f"{target}.txt", why + "\n")
+    def mark_unknown(self, spec: TrialSpec, why: str) -> None:
+        self.store.mark_unknown(spec, why)
 
     def evaluate_quality(self, target: str, knobs: dict[str, Any], seed: int = 0) -> Any:
         """The accuracy evaluation behind the quality gate, where the target offers one (else None)."""
@@ -112,7 +112,7 @@ class Executor:
         transport = self.transports(target, self.root)
         journal = RunJournal(self.store, spec.run_id, spec.target, earlier)
         lease = TargetLease(self.store, journal, self.settings, transport)
-        return TrialRun(spec, target, self.root / spec.run_id, transport, journal, lease, self.settings, self.root)
+        return TrialRun(spec, target, self.root / spec.run_id, transport, journal, lease, self.settings)
 
     async def arestore(self, station: str) -> dict[str, Any]:
         old, st = self.find_station(station)
@@ -153,14 +153,17 @@ class Executor:
             rec.write_atomic(sp, spec.model_dump_json(indent=1))
         recs = [as_record(r) for r in self.store.phases(spec.run_id)]
         res = work / RESULT
+        unknown = self.unknown_targets()
         if finished(recs) and res.exists():
             stored = load_result(res)
-            if stored.verdict.kind != "collection_fault":
+            # a collection fault is re-collected; an UNKNOWN run resumes its phases once a person has cleared the
+            # target (a load claim still there without its process is UNKNOWN again)
+            if stored.verdict.kind != "collection_fault" and not (is_unknown(stored) and spec.target not in unknown):
                 return stored
         if spec.target not in self.targets:
             raise ValueError(f"target: {spec.target!r} is not defined (known: {sorted(self.targets)})")
-        if spec.target in self.unknown_targets():
-            raise TargetUnknown(f"target {spec.target!r} is UNKNOWN: {self.unknown_targets()[spec.target]}")
+        if spec.target in unknown:
+            raise TargetUnknown(f"target {spec.target!r} is UNKNOWN: {unknown[spec.target]}")
         run = self._open(spec, recs)
         try:
             return await self._execute(run)
@@ -175,7 +178,7 @@ class Executor:
         except (LostLease, StaleLaunch):
             raise  # a newer holder owns the target: write nothing more, release nothing
         except UnknownState as e:
-            self.mark_unknown(run.spec.target, f"run {run.spec.run_id}: {e}")
+            self.mark_unknown(run.spec, str(e))
             log.error("target %s UNKNOWN after run %s: %s; no further work is issued to it",
                       run.spec.target, run.spec.run_id, e)
             result = _unknown_result(run.spec, str(e))
@@ -190,6 +193,10 @@ class Executor:
 def _unknown_result(spec: TrialSpec, why: str) -> TrialResult:
     v = Verdict(kind="orchestration_fault", reasons=[Reason(code="unknown_state", message=f"UNKNOWN: {why}")])
     return TrialResult(run_id=spec.run_id, verdict=v, healthy_after=False, failed_phase="load", error=f"UNKNOWN: {why}")
+
+
+def is_unknown(result: TrialResult) -> bool:
+    return any(r.code == "unknown_state" for r in result.verdict.reasons)
 
 
 def dump_result(result: TrialResult) -> str:

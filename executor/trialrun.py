@@ -57,10 +57,9 @@ SIDE_EFFECT_PHASES = (
 
 class TrialRun(DeployPhases, LoadPhases, CollectPhases):
     def __init__(self, spec: TrialSpec, target: Target, work: Path, transport: Any, journal: RunJournal,
-                 lease: TargetLease, settings: ExecSettings, state_root: Path):
+                 lease: TargetLease, settings: ExecSettings):
         self.spec, self.target, self.work, self.transport = spec, target, work, transport
         self.journal, self.lease, self.s = journal, lease, settings
-        self.state_root = state_root  # the executor's own files: warm stations, UNKNOWN markers
         self.ok_before = journal.ok_before()
         self.costs: list[CostEntry] = []
         self._progress_at = 0.0  # when the load's requests were last counted (note_progress)

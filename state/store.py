@@ -191,6 +191,30 @@ class Store(Fencing, Candidates, Instructions, Negatives, Steering):
                 row.station_hash = station_hash
             return snap(Run, row)
 
+    # -- UNKNOWN targets: the store's run status is the one record of them --------------------------------
+    def unknown_targets(self) -> dict[str, str]:
+        """Targets with a run in the UNKNOWN state, each with its latest such run and why: no work is issued to
+        them until a person re-verifies the target (clear_unknown)."""
+        q = select(RunRow).where(RunRow.status == "unknown").order_by(RunRow.updated_at, RunRow.id)
+        with self._db.read() as s:
+            return {r.target: f"run {r.id}: {r.status_reason or 'state unknown'}" for r in s.execute(q).scalars()}
+
+    def mark_unknown(self, spec: TrialSpec, why: str) -> Run:
+        """After an unclear fault: the run (registered here if nobody did) is UNKNOWN, and so is its target."""
+        self.create_run(spec)
+        return self.set_run_status(spec.run_id, "unknown", why)
+
+    def clear_unknown(self, target: str, who: str, why: str = "") -> list[str]:
+        """A person re-verified the target: its UNKNOWN runs become failed (a fault, never a result); their ids."""
+        with self._db.write() as s:
+            rows = s.execute(select(RunRow).where(RunRow.target == target, RunRow.status == "unknown")
+                             .with_for_update()).scalars().all()
+            for row in rows:
+                lifecycle.check("run", row.status, "failed")
+                row.status, row.updated_at = "failed", utcnow()
+                row.status_reason = f"UNKNOWN cleared: target {target} re-verified by {who}" + (f" ({why})" if why else "")
+            return [r.id for r in rows]
+
     def record_result(self, result: TrialResult, goal_id: str | None = None) -> Result:
         """Store (or replace, after a re-collection) a run's result and charge its costs to the ledger."""
         with self._db.write() as s:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_api_support import ROOT, ServerProcess, auth, service_env
+from test_api_support import ROOT, ServerProcess, auth, service_env, small_goal, wait_until  # noqa: F401 (re-exported)
+
+from state.workqueue import QueueStore  # noqa: F401 (re-exported: what the steering tests share comes from here)
 
 WAIT_WINDOW_S = 30.0  # the window of waiting for a person
 MAX_CPU_SHARE = 0.05

@@ -69,21 +69,52 @@ def test_valid_run_records_every_phase_and_is_idempotent(ex, scenario):
         ex.run_trial(spec(scenario, "r1", n=25))
 
 
+A = {"concurrency": 8, "request_rate": "inf"}
+B = {"concurrency": 4, "request_rate": "inf"}
+C = B | {"max_num_seqs": 64}
+D = C | {"expert_layout": "static_eplb"}
+
+
+def deploy_of(ex: Executor, run_id: str) -> dict:
+    return [x for x in journal(ex, run_id) if x.phase == "deploy" and x.event == "outcome"][0].detail
+
+
 def test_hot_change_reuses_the_warm_service_restart_change_restarts(ex, scenario):
-    ex.run_trial(spec(scenario, "a"))
-    hot = ex.run_trial(spec(scenario, "b", knobs={"concurrency": 4, "request_rate": "inf"}))
-    dep = [x for x in journal(ex, "b") if x.phase == "deploy" and x.event == "outcome"][0]
-    assert dep.detail["restarted"] is False and dep.detail["cost_class"] == "hot"
+    # as the loop does: each spec names the warm station (the store's history) as its parent_knobs
+    ex.run_trial(spec(scenario, "a", knobs=A))
+    hot = ex.run_trial(spec(scenario, "b", knobs=B, parent_knobs=A))
+    dep = deploy_of(ex, "b")
+    assert dep["restarted"] is False and dep["cost_class"] == "hot"
     assert "restart" not in {c.what for c in hot.costs}
-    cold = ex.run_trial(spec(scenario, "c", knobs={"concurrency": 4, "request_rate": "inf", "max_num_seqs": 64}))
-    dep = [x for x in journal(ex, "c") if x.phase == "deploy" and x.event == "outcome"][0]
-    assert dep.detail["restarted"] is True and dep.detail["cost_class"] == "restart"
+    cold = ex.run_trial(spec(scenario, "c", knobs=C, parent_knobs=B))
+    dep = deploy_of(ex, "c")
+    assert dep["restarted"] is True and dep["cost_class"] == "restart"
     assert "restart" in {c.what for c in cold.costs}
-    relay = ex.run_trial(spec(scenario, "d", knobs={"concurrency": 4, "request_rate": "inf", "max_num_seqs": 64,
-                                                    "expert_layout": "static_eplb"}))
-    dep = [x for x in journal(ex, "d") if x.phase == "deploy" and x.event == "outcome"][0]
-    assert dep.detail["cost_class"] == "relayout" and dep.detail["relayout_steps"][0] == "collect_expert_stats"
+    relay = ex.run_trial(spec(scenario, "d", knobs=D, parent_knobs=C))
+    dep = deploy_of(ex, "d")
+    assert dep["cost_class"] == "relayout" and dep["relayout_steps"][0] == "collect_expert_stats"
     assert "relayout" in {c.what for c in relay.costs}
+
+
+def test_the_warm_station_is_the_specs_parent_not_a_file_of_the_executor(ex, scenario):
+    """One source of truth for the warm station: the spec's parent_knobs (the store's history). A file where the
+    executor once kept its own copy, corrupt here, is never read, and the same services on the target give
+    the cost class the spec's parent says."""
+    ex.run_trial(spec(scenario, "a", knobs=A))
+    for junk in (ex.root / "_targets" / "sim.station.json", ex.root / "_targets" / "sim" / "station.json"):
+        junk.parent.mkdir(parents=True, exist_ok=True)
+        junk.write_text("{not json")
+    assert ex.run_trial(spec(scenario, "b", knobs=B, parent_knobs=A)).verdict.kind == "valid"
+    assert deploy_of(ex, "b")["restarted"] is False and deploy_of(ex, "b")["cost_class"] == "hot"
+    ex.run_trial(spec(scenario, "c", knobs=C, parent_knobs=B))
+    # the target runs C's services either way; only the parent the spec names decides the class of the change
+    ex.run_trial(spec(scenario, "d1", knobs=D, parent_knobs=C))
+    assert deploy_of(ex, "d1")["cost_class"] == "relayout"
+    ex.run_trial(spec(scenario, "c2", knobs=C, parent_knobs=D))
+    ex.run_trial(spec(scenario, "d2", knobs=D, parent_knobs=D | {"concurrency": 2}))  # a parent with D's layout
+    assert deploy_of(ex, "d2")["restarted"] is True and deploy_of(ex, "d2")["cost_class"] == "restart"
+    assert deploy_of(ex, "d2")["relayout_steps"] == []
+    assert (ex.root / "_targets" / "sim.station.json").read_text() == "{not json"  # never written either
 
 
 def test_launch_failure_is_an_orchestration_fault_with_the_server_text(ex, scenario):
@@ -138,14 +169,25 @@ def test_profile_capture_returns_the_sim_breakdown(ex, scenario):
 
 
 def test_unknown_target_refuses_work(ex, scenario, tmp_path):
-    (ex.root / "_unknown").mkdir()
-    (ex.root / "_unknown" / "sim.txt").write_text("run x: process gone\n")
+    """One record of UNKNOWN: the store's run status. A run whose load was claimed with no process, rc or done marker
+    makes its target UNKNOWN there (registered even though no loop created the run); every executor on that
+    store refuses the target, whatever its runs root holds, until a person clears it."""
     from executor.phases import TargetUnknown
 
-    with pytest.raises(TargetUnknown, match="UNKNOWN"):
+    s = spec(scenario, "x")
+    (ex.root / "_targets" / "sim" / "runs" / "x.load").mkdir(parents=True)  # what a crash between claim and rc leaves
+    r = ex.run_trial(s)
+    assert [c.code for c in r.verdict.reasons] == ["unknown_state"]
+    assert ex.store.get_run("x").status == "unknown" and set(ex.store.unknown_targets()) == {"sim"}
+    assert not (ex.root / "_unknown").exists()  # no file of the executor's own
+    with pytest.raises(TargetUnknown, match="UNKNOWN: run x"):
         ex.run_trial(spec(scenario, "u1"))
-    ex.clear_unknown("sim")
-    assert ex.run_trial(spec(scenario, "u1")).verdict.kind == "valid"
+    other = Executor(ex.store, settings=ExecSettings(runs_root=tmp_path / "elsewhere", holder="t:ex2"))
+    with pytest.raises(TargetUnknown):
+        other.run_trial(spec(scenario, "u2"))
+    assert ex.clear_unknown("sim", "alice", "checked by hand") == ["x"]
+    assert ex.store.get_run("x").status == "failed" and "alice" in ex.store.get_run("x").status_reason
+    assert ex.unknown_targets() == {} and other.run_trial(spec(scenario, "u1")).verdict.kind == "valid"
 
 
 def test_targets_example_file_loads():

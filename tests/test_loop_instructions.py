@@ -5,6 +5,7 @@ import pytest
 
 from agent.diagnosis import diagnose
 from agent.planner import DeterministicPlanner, Plan
+from agent.record import build_history
 from agent.session import run_session
 from core.summary import Dist, Summary, WindowFigures
 from state.goal import load_goal
@@ -25,6 +26,7 @@ def test_go_back_to_the_best_restores_it_through_the_executor_and_records_who_as
     try:
         best = st.best_station(first.goal_id)
         assert best is not None
+        assert build_history(st, first.goal_id).warm_knobs != best.knobs  # the cap-2 screen runs warm
         st.add_instruction(first.goal_id, "restore", "carol")
     finally:
         st.close()
@@ -39,6 +41,8 @@ def test_go_back_to_the_best_restores_it_through_the_executor_and_records_who_as
         assert out["restarted"]  # the warm service ran the cap-2 screen: going back needed a restart
         assert st.current_instruction(res.goal_id) is None  # carried out once, no longer in force
         assert len([r for r in st.runs(res.goal_id) if r.stage != "restore"]) == 3  # no experiment was run
+        # the store's history (the one source of the warm station) knows the service now runs the best again
+        assert build_history(st, res.goal_id).warm_knobs == best.knobs
     finally:
         st.close()
 

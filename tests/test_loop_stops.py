@@ -9,6 +9,7 @@ from agent.session import run_session
 from state.goal import load_goal
 from state.store import Store
 from tests.test_loop import goal_file, url
+from tests.test_loop_cli import tuneloop
 
 
 @pytest.fixture(autouse=True)
@@ -66,6 +67,19 @@ def test_unknown_run_state_stops_the_loop_and_no_new_work_is_issued(tmp_path):
         assert again.status == "stopped" and "UNKNOWN" in again.reason
         assert len(st.runs(first.goal_id)) == 1
         assert "UNKNOWN" in Path(again.state_path or "").read_text()
+        # the store's run status is the one record: the executor refuses the target from it, no file of its own
+        assert set(st.unknown_targets()) == {"sim"} and not (tmp_path / "runs" / "_unknown").exists()
+        listed = tuneloop(tmp_path, "exec", "unknown", "--db", url(tmp_path))
+        assert listed.returncode == 0 and listed.stdout.startswith(f"sim: run {run_id}"), listed
+        # a person re-verifies the target (the stale claim removed) and clears it: the loop finishes that run
+        (tmp_path / "runs" / "_targets" / "sim" / "runs" / f"{run_id}.load").rmdir()
+        cleared = tuneloop(tmp_path, "exec", "unknown", "--db", url(tmp_path), "--clear", "sim", "--who", "bob")
+        assert cleared.returncode == 0 and f"run(s) {run_id}" in cleared.stdout, cleared
+        assert st.unknown_targets() == {} and "bob" in (st.get_run(run_id).status_reason or "")
+        bad = tuneloop(tmp_path, "exec", "unknown", "--db", url(tmp_path), "--clear", "../sim")
+        assert bad.returncode == 2 and "--clear" in bad.stderr and "is not UNKNOWN" in bad.stderr, bad
+        done = run_session(spec, url(tmp_path), auto_approve=True)
+        assert st.get_run(run_id).status == "done" and st.get_result(run_id).verdict == "valid", done
     finally:
         st.close()
 

@@ -68,7 +68,7 @@ def test_checks_refuse_bad_proposals_with_reasons():
     dep = screen("num_speculative_tokens", 2, parent=no_mtp)
     assert any(r.startswith("dependencies") for r in check(dep, h_no_mtp))
     neg = Negative(knob="max_prefill_reqs", value=2, scenario=GOAL16.scenario, data_version="dv1",
-                   parent_station=station_hash(GOAL16.start_station()), source_identity="sim", experiment_key="x")
+                   parent_knobs_hash=station_hash(GOAL16.start_station()), source_identity="sim", experiment_key="x")
     assert any(r.startswith("known_negative") for r in check(screen("max_prefill_reqs", 2), history(
         [outcome(baseline(), summary(), "reference")], negatives=[neg])))
     assert any(r.startswith("affordable") for r in check(screen("max_prefill_reqs", 2), history(
@@ -79,7 +79,7 @@ def test_checks_refuse_bad_proposals_with_reasons():
 def test_negative_may_be_retried_when_conditions_changed_saying_which():
     best = GOAL16.start_station() | {"max_prefill_reqs": 2}
     neg = Negative(knob="max_num_batched_tokens", value=16384, scenario=GOAL16.scenario, data_version="dv1",
-                   parent_station=station_hash(GOAL16.start_station()), source_identity="sim", experiment_key="x")
+                   parent_knobs_hash=station_hash(GOAL16.start_station()), source_identity="sim", experiment_key="x")
     h = history([outcome(baseline(best), summary(), "reference")], negatives=[neg], best=best)
     card = screen("max_num_batched_tokens", 16384, parent=best)
     assert check(card, h) == []

@@ -146,7 +146,7 @@ def test_a_negative_is_proposed_again_once_its_conditions_changed():
     """max_num_seqs up was negative at C128 (C capped the batch); at C160 decode runs at its cap with waiting."""
     start = GOAL16.start_station() | {"max_num_seqs": 128}
     neg = Negative(knob="max_num_seqs", value=256, scenario=GOAL16.scenario, data_version="dv1",
-                   parent_station=station_hash(start), source_identity="sim", experiment_key="x")
+                   parent_knobs_hash=station_hash(start), source_identity="sim", experiment_key="x")
     at_cap = DECODE_BOUND | {"decode_running_max": 128.0, "decode_batch_limit": 128.0}
     best = start | {"concurrency": 160}
     h = history([outcome(baseline(best), summary(tpot=12.0), "reference", at_cap),
@@ -155,7 +155,7 @@ def test_a_negative_is_proposed_again_once_its_conditions_changed():
     plan = DeterministicPlanner().ask(h)
     assert plan.card is not None and (plan.card.change.knob, plan.card.change.new) == ("max_num_seqs", 256)
     assert "parent station changed" in (plan.card.note or "")
-    same = history(h.outcomes, negatives=[neg.model_copy(update={"parent_station": station_hash(best)})], best=best,
+    same = history(h.outcomes, negatives=[neg.model_copy(update={"parent_knobs_hash": station_hash(best)})], best=best,
                    budget=400.0, experiments=40)
     assert all(c != ("max_num_seqs", 256) for c in [(p.card.change.knob, p.card.change.new)
                                                     for p in [DeterministicPlanner().ask(same)] if p.card])

@@ -6,21 +6,8 @@ from __future__ import annotations
 
 import time
 
-from steering_support import (  # noqa: F401
-    MAX_CPU_SHARE,
-    WAIT_WINDOW_S,
-    awaiting,
-    change,
-    cpu_seconds,
-    get,
-    post,
-    say,
-    served,
-    tuneloop,
-)
-from test_api_support import ROOT, ServerProcess, auth, service_env, small_goal, wait_until  # noqa: F401
-
-from state.workqueue import QueueStore  # noqa: F401
+from steering_support import (MAX_CPU_SHARE, WAIT_WINDOW_S, QueueStore, awaiting, change, cpu_seconds, get,  # noqa: F401
+                              post, say, served, small_goal, tuneloop, wait_until)  # (served: a fixture)
 
 
 def test_rejections_by_rest_chat_and_cli_are_vetoes_the_loop_moves_on_and_waits_without_cpu(served, tmp_path):

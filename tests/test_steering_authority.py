@@ -7,21 +7,8 @@ import time
 
 import httpx
 import pytest
-from steering_support import (  # noqa: F401
-    MAX_CPU_SHARE,
-    WAIT_WINDOW_S,
-    awaiting,
-    change,
-    cpu_seconds,
-    get,
-    post,
-    say,
-    served,
-    tuneloop,
-)
-from test_api_support import ROOT, ServerProcess, auth, service_env, small_goal, wait_until  # noqa: F401
-
-from state.workqueue import QueueStore  # noqa: F401
+from steering_support import (QueueStore, auth, awaiting, get, post, say, served, small_goal,  # noqa: F401 (a fixture)
+                              tuneloop, wait_until)
 
 
 def extension_goal(name: str) -> dict:
