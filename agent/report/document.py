@@ -21,6 +21,8 @@ from agent.report.blocks import (
 )
 from agent.report.build import Report
 from agent.report.content import Content, Experiment, objective_of
+from agent.report.hypotheses import points
+from agent.report.hypotheses import section as hypotheses_section
 from agent.report.tradeoffs import TradeRow
 
 LAYOUT_KNOBS = ("num_prefill_instances", "num_decode_instances", "expert_layout", "parallel")
@@ -52,7 +54,8 @@ def document(rep: Report) -> list[Block]:
                         Para(f"Status: {g.status}" + (f" — {g.status_reason}" if g.status_reason else ""), "status"),
                         Para(f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC from the store "
                              f"{_redacted(c.store_url)}.", "muted")]
-    out += _goal(c) + _definitions(c) + _best(c) + _pending(c) + _log(c) + _tradeoffs(c) + _plots(rep) + _kpis(c)
+    out += _goal(c) + _definitions(c) + _best(c) + _pending(c) + _log(c) + _tradeoffs(c) + hypotheses_section(c.hypotheses) \
+        + _plots(rep) + _kpis(c)
     return out
 
 
@@ -233,7 +236,10 @@ def _kpis(c: Content) -> list[Block]:
             ("invalid runs recorded as negatives (must be 0)", k.invalid_negatives),
             ("baseline objective", fmt(k.baseline_objective)), ("best objective", fmt(k.best_objective)),
             ("improvement", pct or ""), ("card-hours used", fmt(k.card_hours_used, 3)),
-            ("card-hours per point of improvement", fmt(k.card_hours_per_point, 3))]
+            ("card-hours per point of improvement", fmt(k.card_hours_per_point, 3)),
+            ("median absolute prediction error", f"{points(k.median_abs_prediction_error)} over "
+                                                 f"{k.predictions_scored} scored prediction(s)"
+             if k.median_abs_prediction_error is not None else "none scored yet")]
     by_kind = sorted(c.ledger_summary["by_kind"].items())
     return [Heading(2, "Loop KPIs", "kpis"), kv(rows, "kv kpis"),
             Heading(2, "Budget ledger", "ledger"),
