@@ -9,7 +9,7 @@ effects (0.05 = 5 percentage points); the KPI is their median.
 from __future__ import annotations
 
 import statistics
-from typing import Iterable, Literal
+from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -108,3 +108,18 @@ def relative(new: float | None, old: float | None) -> float | None:
     if new is None or old is None or old <= 0:
         return None
     return new / old - 1.0
+
+
+def drift_line(d: dict[str, Any] | None) -> str | None:
+    """One line for the card, the report and STATE.md from a run's drift record (executor.drift)."""
+    if not d:
+        return None
+    if "error" in d:
+        return f"DRIFT: {d['error']} — {d['suggestion']}"
+    p, m, dr = d["predicted"], d["measured"], d["drift"]
+    fig = lambda v, f: "—" if v is None else f.format(v)  # noqa: E731
+    text = (f"simulator ({d['profile']}) predicted {fig(p['output_tok_s'], '{:.1f}')} tok/s, "
+            f"TPOT {fig(p['tpot_mean_ms'], '{:.1f}')} ms; measured {fig(m['output_tok_s'], '{:.1f}')} tok/s, "
+            f"TPOT {fig(m['tpot_mean_ms'], '{:.1f}')} ms (drift {fig(dr['output_tok_s'], '{:+.0%}')} / "
+            f"{fig(dr['tpot_mean_ms'], '{:+.0%}')}, limit {d['threshold']:.0%})")
+    return ("DRIFT: " + text + " — " + d["suggestion"]) if d["flagged"] else "drift within limit: " + text

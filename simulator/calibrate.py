@@ -31,6 +31,7 @@ from core import profiles
 from core import records as rec
 from core.profiles import Profile
 from core.records import PrefillBatch, RequestRecord, RunInfo
+from simulator.stations import sim_knobs
 
 DECODE = ("a", "b", "c", "a_draft", "b_draft")
 PREFILL = ("a", "b", "c")
@@ -66,7 +67,7 @@ def load_run(path: Path, base: Profile) -> Run:
     spec = path.parent / "spec.json"
     if not knobs and spec.exists():
         knobs = dict(json.loads(spec.read_text()).get("knobs") or {})
-    knobs = base.knobs({k: v for k, v in knobs.items() if k not in ("concurrency", "request_rate")})
+    knobs = base.knobs(sim_knobs({k: v for k, v in knobs.items() if k not in ("concurrency", "request_rate")})[0])
     records = [r for r in rec.read_jsonl(path / rec.REQUESTS, RequestRecord) if r.ok and len(r.chunk_times) >= 2]
     if not records:
         raise CalibrationError(f"{path}: no finished request with two or more streamed chunks")
@@ -78,14 +79,15 @@ def load_run(path: Path, base: Profile) -> Run:
 
 
 def decode_steps(run: Run, index: int) -> np.ndarray:
-    """Rows (dt, B, KV, run index), one per decode step (shared stamps) or per request interval."""
+    """Rows (dt, B, KV, run index, group), one per decode step (shared stamps: each its own group) or per request
+    interval (grouped by request: a client's stamps may bunch, so a request's intervals are fitted as their sum)."""
     recs = run.records
     owners: dict[float, list[int]] = {}
     for i, r in enumerate(recs):
         for t in r.chunk_times[1:]:
             owners.setdefault(t, []).append(i)
     shared = sum(1 for v in owners.values() if len(v) > 1) / max(1, len(owners))
-    rows: list[tuple[float, float, float]] = []
+    rows: list[tuple[float, float, float, int]] = []
     run.shared_steps = shared >= 0.5 or all(len(v) == 1 for v in owners.values()) and _serial(recs)
     if run.shared_steps:
         prev: dict[tuple[int, float], tuple[float, int]] = {}  # (request, step end) -> (step start, tokens before)
@@ -98,20 +100,20 @@ def decode_steps(run: Run, index: int) -> np.ndarray:
         for t, who in owners.items():
             start = max(prev[(i, t)][0] for i in who)  # one start in a shared step
             kv = sum((recs[i].n_in or 0) + prev[(i, t)][1] for i in who)
-            rows.append((t - start, float(len(who)), float(kv)))
+            rows.append((t - start, float(len(who)), float(kv), len(rows)))
     else:
         inst = max(1, int(run.knobs["num_decode_instances"]))
-        spans = sorted((r.chunk_times[0], r.chunk_times[-1], r) for r in recs)
+        spans = sorted(((r.chunk_times[0], r.chunk_times[-1], r) for r in recs), key=lambda s: s[:2])
         starts = np.array([s[0] for s in spans])
         ends = np.array([s[1] for s in spans])
-        for r in recs:
+        for g, r in enumerate(recs):
             for j in range(1, len(r.chunk_times)):
                 mid = 0.5 * (r.chunk_times[j - 1] + r.chunk_times[j])
                 live = (starts <= mid) & (ends > mid)
                 b = float(live.sum())
                 kv = sum((s[2].n_in or 0) + _emitted_before(s[2], mid) for s, on in zip(spans, live) if on)
-                rows.append((r.chunk_times[j] - r.chunk_times[j - 1], b / inst, kv / inst))
-    out = np.array([(dt, b, kv, index) for dt, b, kv in rows if dt > 0], dtype=float)
+                rows.append((r.chunk_times[j] - r.chunk_times[j - 1], b / inst, kv / inst, g))
+    out = np.array([(dt, b, kv, index, g) for dt, b, kv, g in rows if dt > 0 or not run.shared_steps], dtype=float)
     if len(out) == 0:
         raise CalibrationError(f"{run.path}: no decode step with a positive duration")
     return out
@@ -187,6 +189,11 @@ class Problem:
         dc = base.decode_cost
         rows = np.vstack([decode_steps(r, i) for i, r in enumerate(runs)])
         self.d_dt, self.d_run = rows[:, 0], rows[:, 3].astype(int)
+        _, self.d_group = np.unique(rows[:, [3, 4]], axis=0, return_inverse=True)  # steps fitted as sums per group
+        self.d_group = self.d_group.ravel()
+        self.g_obs = np.bincount(self.d_group, weights=self.d_dt)
+        self.g_run = np.zeros(len(self.g_obs), dtype=int)
+        self.g_run[self.d_group] = self.d_run
         self.ks = np.array([r.k for r in runs], dtype=float)[self.d_run]
         self.B, self.KV = rows[:, 1], rows[:, 2]
         self.n_tok = self.B * (self.ks + 1)
@@ -211,10 +218,11 @@ class Problem:
                 dts.append(dt)
                 ranks.append(rk)
                 idx.append(i)
-        if not dts:
-            raise CalibrationError("no prefill step could be observed in any run (no batch records, no idle prefill)")
-        self.prefill_source = ", ".join(sorted(sources))
-        width = max(len(rk) for rk in ranks)
+        if not dts:  # the prefill coefficients keep the base values, said so
+            self.held |= {f"prefill.{n}": "no prefill step observed (no batch records, no request found the prefill "
+                                          "idle)" for n in PREFILL}
+        self.prefill_source = ", ".join(sorted(sources)) if dts else "nothing observed"
+        width = max((len(rk) for rk in ranks), default=1)
         self.p_dt, self.p_run = np.array(dts), np.array(idx)
         self.p_n, self.p_att = np.zeros((len(dts), width)), np.zeros((len(dts), width))
         self.p_cnt, self.p_mask = np.ones((len(dts), width)), np.zeros((len(dts), width), dtype=bool)
@@ -225,7 +233,7 @@ class Problem:
                 self.p_mask[j, q] = True
         batches = sum(len({(b.instance.split(".dp")[0], b.t_start) for b in r.batches}) for r in runs)
         self.sched["prefill"] = _sched(runs, "prefill", batches) if batches else None
-        self.names = [f"prefill.{n}" for n in PREFILL] + [f"decode.{n}" for n in self.d_names]
+        self.names = [f"prefill.{n}" for n in PREFILL if dts] + [f"decode.{n}" for n in self.d_names]
         self.scale = np.array([max(self._base(n), 1e-12) for n in self.names])
 
     def _base(self, name: str) -> float:
@@ -240,14 +248,16 @@ class Problem:
 
     def residuals(self, x: np.ndarray) -> np.ndarray:
         p, f = self.unpack(x)
-        t = p["prefill.a"] * self.p_cnt + p["prefill.b"] * self.p_n + p["prefill.c"] * self.p_att
-        tp = np.where(self.p_mask, t, -np.inf).max(axis=1) * f[self.p_run]
+        pc = self.base.prefill_cost
+        pa, pb, pcc = (p.get(f"prefill.{n}", getattr(pc, n)) for n in PREFILL)
+        t = pa * self.p_cnt + pb * self.p_n + pcc * self.p_att
+        tp = np.where(self.p_mask, t, -np.inf).max(axis=1) * f[self.p_run] if len(self.p_dt) else np.ones(0)
         dc = self.base.decode_cost
         ad, bd = p.get("decode.a_draft", dc.a_draft), p.get("decode.b_draft", dc.b_draft)
         td = (self.d_sched + (p["decode.a"] * (1 - self.save) + p["decode.b"] * self.n_tok
                               + p["decode.c"] * (1 - self.save) * self.KV) * self.imb
               + self.ks * (ad + bd * self.B)) * f[self.d_run]
-        return np.concatenate([self.p_dt / tp - 1.0, self.d_dt / td - 1.0])
+        return np.concatenate([self.p_dt / tp - 1.0, self.g_obs / np.bincount(self.d_group, weights=td) - 1.0])
 
     def solve(self) -> tuple[dict[str, float], dict[str, float | None], np.ndarray, np.ndarray]:
         x0 = np.concatenate([np.ones(len(self.names)), np.zeros(max(0, len(self.runs) - 1))])
@@ -266,7 +276,7 @@ class Problem:
 
     def per_run(self, r: np.ndarray, role: str) -> dict[str, dict[str, float]]:
         n_p = len(self.p_dt)
-        res, idx = (r[:n_p], self.p_run) if role == "prefill" else (r[n_p:], self.d_run)
+        res, idx = (r[:n_p], self.p_run) if role == "prefill" else (r[n_p:], self.g_run)
         out = {}
         for i, run in enumerate(self.runs):
             m = idx == i
@@ -311,7 +321,7 @@ def calibrate(run_dirs: list[Path], base: Profile, name: str | None = None) -> C
         fitted[role] = Fitted(role, mine, {k: values[f"{role}.{k}"] for k in mine},
                               {k: stderr[f"{role}.{k}"] for k in mine},
                               {k.split(".")[1]: v for k, v in prob.held.items() if k.startswith(role)},
-                              prob.per_run(r, role), int(len(prob.p_dt) if role == "prefill" else len(prob.d_dt)))
+                              prob.per_run(r, role), int(len(prob.p_dt) if role == "prefill" else len(prob.g_obs)))
     dec, pre = fitted["decode"], fitted["prefill"]
     d_s, p_s = prob.sched["decode"], prob.sched["prefill"]
     dc = base.decode_cost.model_copy(update=dec.values | ({"sched_s": d_s} if d_s is not None else {}))

@@ -2,8 +2,10 @@
 errors per source of prediction (value model, explorer, calibrated simulator)."""
 from __future__ import annotations
 
-from core.ledger import Interval, Scored, by_source, median_abs_error
+from typing import Any
+
 from agent.report.blocks import Block, Cell, Heading, Para, Table
+from core.ledger import Interval, Scored, by_source, drift_line, median_abs_error
 
 
 def pct(x: float | None) -> str:
@@ -49,3 +51,9 @@ def section(rows: list[Scored]) -> list[Block]:
     out.append(Para(f"Median absolute prediction error: {points(median_abs_error(rows)) or 'none scored yet'}.",
                     "hypotheses kpi"))
     return out
+
+
+def drift_paras(drifts: list[tuple[str, dict[str, Any] | None]]) -> list[Block]:
+    """A warning at the top of the report for each run whose simulator prediction drifted past the limit."""
+    return [Para(f"Simulator drift in run {rid}: {drift_line(d)}", "drift flagged") for rid, d in drifts
+            if d and d.get("flagged")]
