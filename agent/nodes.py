@@ -200,7 +200,7 @@ class Loop:
                 continue
             # a person's say-so covers the budget and what the loop would not repeat by itself (a known negative,
             # an earlier veto); not a card that breaks the protocol or the search space
-            said = ("affordable", "known_negative", "rejected:")
+            said = ("affordable", "known_negative", "rejected:", "predicted_negative")
             refusals = [r for r in check(card, history) if not r.startswith(said)]
             if not refusals:
                 overridden = [r for r in check(card, history) if r.startswith(said[1:])]

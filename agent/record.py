@@ -71,6 +71,8 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
                                 reason=d.text, run_id=d.run_id, summary=tr.summary if tr else None,
                                 evidence=tr.evidence if tr else {}, costs=list(tr.costs) if tr else [],
                                 card_hours=tr.card_hours if tr else 0.0))
+    predicted = {d.data["predicted_negative"]["experiment_key"]: d.text for d in decisions
+                 if d.kind == "note" and isinstance((d.data or {}).get("predicted_negative"), dict)}
     negatives = [Negative(knob=n.knob, value=n.value, scenario=n.conditions.scenario,
                           data_version=n.conditions.data_version or "", parent_station=n.conditions.parent_hash or "",
                           source_identity=n.conditions.source_identity or "", experiment_key=n.run_id or str(n.id),
@@ -90,7 +92,7 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
     return History(goal_id=goal_id, goal=spec, data_version=data_version, source_identity=source,
                    best_knobs=best_knobs, warm_knobs=warm, outcomes=outcomes, negatives=negatives, vetoes=vetoes,
                    budget_left_card_hours=budget.card_hours_left, experiments_left=budget.experiments_left,
-                   cost=cost, planner_notes=list(extra_notes or []))
+                   cost=cost, planner_notes=list(extra_notes or []), predicted_negatives=predicted)
 
 
 def frozen_stations(store: Any, goal_id: str) -> dict[str, str]:

@@ -39,5 +39,6 @@ def predict(profile: Profile, scenario: str, knobs: dict[str, Any], n: int, warm
                           burstiness=burstiness)
     s = summarize(run.records, run.info)
     return {"profile": profile.name, "output_tok_s": s.whole.output_tok_s if s.whole else None,
+            "output_tok_s_per_card": s.whole.output_tok_s_per_card if s.whole else None,
             "tpot_mean_ms": s.tpot_ms.mean, "ttft_mean_ms": s.ttft_ms.mean, "knobs_used": mapped,
             "knobs_not_modelled": left}

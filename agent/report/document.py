@@ -21,7 +21,7 @@ from agent.report.blocks import (
 )
 from agent.report.build import Report
 from agent.report.content import Content, Experiment, objective_of
-from agent.report.hypotheses import drift_paras, points
+from agent.report.hypotheses import drift_paras, points, predicted_negatives
 from agent.report.hypotheses import section as hypotheses_section
 from agent.report.tradeoffs import TradeRow
 from core.ledger import drift_line
@@ -57,7 +57,7 @@ def document(rep: Report) -> list[Block]:
                              f"{_redacted(c.store_url)}.", "muted")]
     out += drift_paras([(e.run.id, (e.result.evidence if e.result else {}).get("drift")) for e in c.experiments])
     out += _goal(c) + _definitions(c) + _best(c) + _pending(c) + _log(c) + _tradeoffs(c) + hypotheses_section(c.hypotheses) \
-        + _plots(rep) + _kpis(c)
+        + predicted_negatives(c.notes) + _plots(rep) + _kpis(c)
     return out
 
 

@@ -57,3 +57,18 @@ def drift_paras(drifts: list[tuple[str, dict[str, Any] | None]]) -> list[Block]:
     """A warning at the top of the report for each run whose simulator prediction drifted past the limit."""
     return [Para(f"Simulator drift in run {rid}: {drift_line(d)}", "drift flagged") for rid, d in drifts
             if d and d.get("flagged")]
+
+
+def predicted_negatives(notes: list[Any]) -> list[Block]:
+    """Screens the calibrated simulator set aside unrun: predictions, never measured negatives."""
+    rows = [(n, n.data["predicted_negative"]) for n in notes if isinstance((n.data or {}).get("predicted_negative"), dict)]
+    if not rows:
+        return []
+    return [Heading(3, "Set aside unrun: predicted negative (a prediction, not a measured negative)", "predicted-negatives"),
+            Table(("candidate", "change", "why", "predicted objective", "predicted SLO", "run it anyway"),
+                  tuple((Cell(str(n.candidate_id)), Cell(f"{p['knob']}={p['value']!r}"), Cell(p["why"]),
+                         Cell(interval(Interval.model_validate(p["prediction"]["objective_effect"]))),
+                         Cell(interval(Interval.model_validate(p["prediction"]["slo_effect"]))
+                              if p["prediction"].get("slo_effect") else ""),
+                         Cell(n.text.rsplit("to run it anyway: ", 1)[-1], "command")) for n, p in rows),
+                  "predicted-negatives", tuple(str(n.candidate_id) for n, _ in rows))]
