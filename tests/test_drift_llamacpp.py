@@ -10,12 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
 from executor.drift import drift_check
 from executor.targets import Target
 from state.store import Store
+from tests.test_api_support import ServerProcess, auth, service_env
 from tests.test_llamacpp_loop import BASE, SCENARIO, _executor, _stop_all, _target, _trial
 from tests.test_llamacpp_loop import engine as engine  # noqa: F401  (the fixture: built llama-server, generated model)
 
@@ -86,6 +88,12 @@ def test_a_profile_thirty_percent_off_raises_the_drift_flag_on_the_first_real_ru
     assert "simulator drift" in state and "DRIFT:" in state and "re-calibrate" in state
     md = next(tmp_path.rglob("report.md")).read_text()
     assert "Simulator drift in run" in md and "| simulator drift | DRIFT:" in md
+    srv = ServerProcess(tmp_path, service_env(tmp_path, db))  # the API shows it with the experiment
+    try:
+        exps = httpx.get(f"{srv.url}/goals/{g.id}/experiments", headers=auth("viewer"), timeout=60).json()
+    finally:
+        srv.stop()
+    assert [e["drift"]["flagged"] for e in exps] == [True] and exps[0]["drift"]["worst"] == pytest.approx(d["worst"])
 
 
 def test_the_drift_fields_of_a_target_are_checked():
