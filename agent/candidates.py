@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from core.canonical import digest as canonical_digest
 from core.knobs import catalog
+from core.ledger import Prediction
 
 Stage = Literal["screen", "confirm", "baseline"]
 
@@ -61,6 +62,7 @@ class CandidateCard(BaseModel):
     est_card_hours: float | None = None
     profile_capture: bool = False  # ask the executor for a profile: the queues could not separate the hypotheses
     attempt: int = 1  # > 1: the same experiment again after its earlier attempt(s) ended in a tooling fault
+    prediction: Prediction | None = None  # the hypothesis ledger's numeric prediction (core.ledger)
 
     @property
     def knobs(self) -> dict[str, Any]:
@@ -92,7 +94,8 @@ class CandidateCard(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def content_hash(self) -> str:
-        skip = {"parent_knobs_hash", "knobs_hash", "experiment_key", "content_hash", "score", "est_card_hours"}
+        skip = {"parent_knobs_hash", "knobs_hash", "experiment_key", "content_hash", "score", "est_card_hours",
+                "prediction"}
         if not self.profile_capture:
             skip.add("profile_capture")  # cards without a profile keep the hashes they always had
         if self.attempt == 1:
@@ -271,5 +274,5 @@ def build_card(goal_id: str, scenario: str, parent: dict[str, Any], knob: str | 
 
 def with_stage(card: CandidateCard, stage: Stage, n: int) -> CandidateCard:
     """The same change re-staged (screen -> confirm at the goal's confirm N)."""
-    return card.model_copy(update={"stage": stage, "n": n, "score": None})
+    return card.model_copy(update={"stage": stage, "n": n, "score": None, "prediction": None})
 

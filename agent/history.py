@@ -148,6 +148,8 @@ class History(BaseModel):
     experiments_left: int
     cost: CostModel = CostModel()
     planner_notes: list[str] = Field(default_factory=list)
+    # experiment key -> why the calibrated simulator set it aside unrun (agent/prescreen.py): never a negative
+    predicted_negatives: dict[str, str] = Field(default_factory=dict)
 
     @property
     def best_knobs_hash(self) -> str:

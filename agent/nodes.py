@@ -16,6 +16,7 @@ from agent.checks import check, estimate, with_attempt
 from agent.history import Figures, History
 from agent.judgement import decide as judge_run
 from agent.planner import DeterministicPlanner, diagnosis_for
+from agent.prediction import observed, predict
 from agent.record import (
     CHANGED,
     KIND,
@@ -155,7 +156,7 @@ class Loop:
         if card is None:
             reason = (plan.stop_reason if plan else None) or "the planner has nothing to propose"
             return Command(goto="stop", update={"stop_status": "done", "stop_reason": reason})
-        card = with_attempt(card, history)
+        card = predict(with_attempt(card, history), history)  # every card carries a numeric prediction
         if plan is not None and wants_profile(plan.diagnosis, card, history):
             card = card.model_copy(update={"profile_capture": True})
         rec = card_record(card)
@@ -185,7 +186,6 @@ class Loop:
     def _instructed_card(self, history: History) -> tuple[CandidateCard | None, str]:
         """"One more round at C90": that one change from the best station, screened or confirmed as the protocol
         says; (None, why) when it cannot run (the loop stops and says so rather than run something else)."""
-
         ins = self.store.current_instruction(self.goal_id)
         knob, value = next(iter(sorted(ins.knobs.items())))
         proto = history.goal.protocol
@@ -200,7 +200,7 @@ class Loop:
                 continue
             # a person's say-so covers the budget and what the loop would not repeat by itself (a known negative,
             # an earlier veto); not a card that breaks the protocol or the search space
-            said = ("affordable", "known_negative", "rejected:")
+            said = ("affordable", "known_negative", "rejected:", "predicted_negative")
             refusals = [r for r in check(card, history) if not r.startswith(said)]
             if not refusals:
                 overridden = [r for r in check(card, history) if r.startswith(said[1:])]
@@ -337,10 +337,10 @@ class Loop:
         outcome, reason = judge_run(card, res.verdict.kind, figures, history)
         reasons = "; ".join(r.message for r in res.verdict.reasons)
         text = f"{card.title()}: {reason}" + (f" [{reasons}]" if reasons else "")
-        knobs = card.knobs
+        knobs, seen = card.knobs, observed(card, figures, res.summary, history)  # the ledger's observed effect
         self.store.record_decision(self.goal_id, KIND[outcome], candidate_id=cand.id, run_id=res.run_id,
                                    station_hash=res.station_hash, changed=outcome in CHANGED, text=text,
-                                   data=outcome_data(outcome, res.verdict.kind, figures, knobs))
+                                   data=outcome_data(outcome, res.verdict.kind, figures, knobs) | seen)
         known = card.change is not None and any(
             n.applies(card.change.knob, card.change.new, card.scenario, history.data_version, card.parent_knobs_hash,
                       history.source_identity) for n in history.negatives)

@@ -82,6 +82,8 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
             warm = dict(store.get_station(restored).knobs)
         except LookupError:  # restored from a run directory, never stored: the service runs a station we cannot name
             warm = None
+    predicted = {d.data["predicted_negative"]["experiment_key"]: d.text for d in decisions
+                 if d.kind == "note" and isinstance((d.data or {}).get("predicted_negative"), dict)}
     negatives = [Negative(knob=n.knob, value=n.value, scenario=n.conditions.scenario,
                           data_version=n.conditions.data_version or "", parent_knobs_hash=n.conditions.parent_hash or "",
                           source_identity=n.conditions.source_identity or "", experiment_key=n.run_id or str(n.id),
@@ -101,7 +103,7 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
     return History(goal_id=goal_id, goal=spec, data_version=data_version, source_identity=source,
                    best_knobs=best_knobs, warm_knobs=warm, outcomes=outcomes, negatives=negatives, vetoes=vetoes,
                    budget_left_card_hours=budget.card_hours_left, experiments_left=budget.experiments_left,
-                   cost=cost, planner_notes=list(extra_notes or []))
+                   cost=cost, planner_notes=list(extra_notes or []), predicted_negatives=predicted)
 
 
 def frozen_stations(store: Any, goal_id: str) -> dict[str, str]:

@@ -175,7 +175,9 @@ def kpi_lines(store: Any, goal_id: str) -> list[str]:
             f"  share of experiments that changed a decision {fmt(k.decision_changing_share, '{:.0%}')}",
             f"  repeated negatives {k.repeated_negatives}, invalid runs recorded as negatives {k.invalid_negatives}",
             f"  objective {fmt(k.baseline_objective)} -> {fmt(k.best_objective)} "
-            f"({fmt(k.improvement_pct, '{:+.2f}')} %), card-hours per point {fmt(k.card_hours_per_point)}"]
+            f"({fmt(k.improvement_pct, '{:+.2f}')} %), card-hours per point {fmt(k.card_hours_per_point)}",
+            f"  median absolute prediction error {fmt(k.median_abs_prediction_error, '{:.1%}')} "
+            f"over {k.predictions_scored} scored prediction(s)"]
 
 
 def summary_text(res: SessionResult, store_url: str) -> str:
@@ -185,7 +187,7 @@ def summary_text(res: SessionResult, store_url: str) -> str:
     try:
         lines = [f"goal {res.goal_id}: {res.status} — {res.reason}"]
         for d in st.decisions(res.goal_id):
-            if d.kind != "note" or "fell back" in d.text:
+            if d.kind != "note" or "fell back" in d.text or "predicted_negative" in (d.data or {}):
                 lines.append(f"  [{d.kind}] {d.text}")
         best = st.best_station(res.goal_id)
         if best is not None:

@@ -13,6 +13,7 @@ from agent.graph import build_graph, checkpointer, run_config
 from agent.llm import LLMPlanner
 from agent.nodes import Loop
 from agent.planner import DeterministicPlanner
+from agent.prescreen import Prescreened, calibrated
 from executor.phases import crashpoint
 from executor.runner import Executor
 from state.statefile import write_state
@@ -120,7 +121,10 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
         def state_file(st: Any, gid: str, **info: Any) -> None:
             state_path[:] = [str(write_state(st, gid, runs_root=runs_root))]
 
-        loop = Loop(store=store, executor=executor, goal_id=goal.id, planner=planner or DeterministicPlanner(),
+        planner = planner or DeterministicPlanner()
+        if calibrated(executor, goal.spec.target):  # a calibrated profile: screens are simulated before they run
+            planner = Prescreened(planner, executor, store)
+        loop = Loop(store=store, executor=executor, goal_id=goal.id, planner=planner,
                     auto_approve=auto_approve, who=who, faults=faults,
                     on_event=on_event or (lambda phase, info: None), state_file=state_file)
         with checkpointer(store.url if hasattr(store, "url") else store_url) as saver:

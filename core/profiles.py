@@ -100,6 +100,7 @@ class Profile(BaseModel):
     quality: QualityModel
     noise_run_sigma: float = Field(0.012, ge=0)
     noise_step_sigma: float = Field(0.01, ge=0)
+    calibration: dict[str, Any] | None = None  # provenance of fitted coefficients (simulator.calibrate)
 
     @model_validator(mode="after")
     def _knobs_in_catalog(self) -> "Profile":

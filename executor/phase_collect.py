@@ -13,6 +13,7 @@ from core import records as rec
 from core.summary import Reason, Summary, Verdict
 from core.trial import TrialResult
 from executor.collect import CollectionError, summarize_run
+from executor.drift import drift_check
 from executor.evidence import digest_run
 from executor.phases import PhaseFailure
 
@@ -51,6 +52,9 @@ class CollectPhases:
         evidence = self.evidence(run_dir)
         if profile:
             evidence = evidence | {"profile": profile.get("summary")}
+        drift = drift_check(self.target, self.spec, summary, str(run_dir)) if verdict.kind == "valid" else None
+        if drift is not None:  # a real run of a target with a calibrated profile: the simulator predicted it too
+            evidence = evidence | {"drift": drift}
         self.costs = self.transport.costs(self.journal.ok_detail("deploy"), self.journal.ok_detail("load"), summary,
                                           cards or self.target.cards or 1, self.spec.profile_capture)
 

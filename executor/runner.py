@@ -31,6 +31,7 @@ from executor.targets import Target, builtin_sim
 from executor.transports import make_transport
 from executor.transports.base import StaleLaunch
 from executor.trialrun import TrialRun
+from executor.transports.sim import predict_station
 
 __all__ = ["Executor", "LostLease", "dump_result", "is_unknown", "load_result"]
 
@@ -88,6 +89,15 @@ class Executor:
 
     def mark_unknown(self, spec: TrialSpec, why: str) -> None:
         self.store.mark_unknown(spec, why)
+
+    def predict_station(self, target: str, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0,
+                        seed: int = 0) -> dict[str, Any] | None:
+        """The calibrated simulator's prediction of one station on a target (None: the target has no
+        `calibrated_profile`): output tok/s, per card, mean TPOT and TTFT (executor.transports.sim)."""
+        t = self.targets.get(target)
+        if t is None or not t.calibrated_profile:
+            return None
+        return predict_station(t.calibrated_profile, scenario, knobs, n, warmup=warmup, seed=seed)
 
     def evaluate_quality(self, target: str, knobs: dict[str, Any], seed: int = 0) -> Any:
         """The accuracy evaluation behind the quality gate, where the target offers one (else None)."""

@@ -88,6 +88,8 @@ class Target(BaseModel):
     relayout: Relayout | None = None  # expert-layout steps; without it a relayout is a plain restart
     env: dict[str, str] = {}
     profiler_seconds: float = Field(5.0, gt=0)
+    calibrated_profile: str | None = None  # a simulator profile fitted to this target (`tuneloop sim calibrate`)
+    drift_threshold: float = Field(0.15, gt=0)  # relative gap between its prediction and a measured run that flags
 
     @field_validator("name")
     @classmethod
@@ -96,7 +98,7 @@ class Target(BaseModel):
             raise ValueError(f"name: {v!r} may only hold letters, digits and _ . : -")
         return v
 
-    @field_validator("run_root", "model", "image_digest", "python")
+    @field_validator("run_root", "model", "image_digest", "python", "calibrated_profile")
     @classmethod
     def _paths(cls, v: str | None, info: Any) -> str | None:
         return None if v is None else check_safe(info.field_name, v)

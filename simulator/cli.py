@@ -129,3 +129,47 @@ def quality(
                f"score {res.score:.4f} baseline {res.baseline:.4f} {'PASS' if res.passed else 'FAIL'} {res.detail}")
     if not res.passed:
         raise typer.Exit(1)
+
+
+@app.command()
+def calibrate(
+    run_dirs: list[Path] = typer.Argument(..., help="measured run directories (a load's run.json + requests.jsonl, "
+                                                    "or an executor run directory holding load/)"),
+    out: Path = typer.Option(..., "--out", help="write the calibrated profile YAML here"),
+    base: Optional[str] = typer.Option(None, help="profile (name or YAML) whose layout and shapes are kept; default: "
+                                                  "the one the runs recorded"),
+    name: Optional[str] = typer.Option(None, help="the calibrated profile's name (default: BASE-calibrated)"),
+    json_out: bool = typer.Option(False, "--json", help="print coefficients, uncertainties and residuals as JSON"),
+) -> None:
+    """Fit the profile's step-time coefficients (prefill a/b/c, decode a/b/c, draft costs, scheduling) to measured
+    runs by least squares; print each with its standard error and the residuals per run."""
+    import yaml
+
+    from core.records import write_atomic
+    from simulator import calibrate as cal
+
+    try:
+        prof = cal.base_profile(run_dirs, base)
+        res = cal.calibrate(run_dirs, prof, name)
+    except (cal.CalibrationError, FileNotFoundError, ValueError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out, yaml.safe_dump(res.profile.model_dump(), sort_keys=False))
+    rows = res.table()
+    per_run = [(p, res.prefill.residuals.get(p), res.decode.residuals.get(p), f) for p, f in zip(res.runs, res.run_factors)]
+    if json_out:
+        typer.echo(json.dumps({"profile": str(out), "coefficients": [
+            {"name": n, "value": v, "stderr": se, "note": note} for n, v, se, note in rows],
+            "prefill_from": res.prefill_source, "runs": [
+                {"run": p, "prefill": pr, "decode": dr, "run_factor": f} for p, pr, dr, f in per_run]}, indent=1))
+        return
+    typer.echo(f"calibrated {res.profile.name} from {len(res.runs)} run(s) (base {prof.name}; prefill from "
+               f"{res.prefill_source}) -> {out}")
+    for n, v, se, note in rows:
+        rel = f"± {se / v:.1%}" if se is not None and v else "      "
+        typer.echo(f"  {n:18} {v:12.5g} {rel:>9}  {note}")
+    typer.echo("residuals per run (relative step time: rms / mean; steps), run time factor:")
+    for p, pr, dr, f in per_run:
+        fmt = lambda r: "—" if r is None else f"{r['rms']:.2%} / {r['mean']:+.2%} ({r['steps']})"  # noqa: E731
+        typer.echo(f"  {p}: prefill {fmt(pr)}, decode {fmt(dr)}, factor {f:.4f}")

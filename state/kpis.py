@@ -2,7 +2,8 @@
 
 time to the first valid decision; the share of experiments that changed a decision; negatives
 repeated under the same conditions (must be 0); invalid runs recorded as negatives (must be 0);
-device time (card-hours) per percentage point of improvement over the baseline.
+device time (card-hours) per percentage point of improvement over the baseline; the median absolute error of the
+cards' predictions (the hypothesis ledger, core.ledger).
 """
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from core.ledger import median_abs_error
+from state.hypotheses import hypothesis_ledger
 from state.memory import CONDITION_FIELDS
 
 
@@ -28,6 +31,8 @@ class LoopKPIs(BaseModel):
     best_objective: float | None
     improvement_pct: float | None
     card_hours_per_point: float | None  # None when there was no improvement
+    predictions_scored: int = 0  # runs whose card's prediction met an observed effect (core.ledger)
+    median_abs_prediction_error: float | None = None  # on the objective, as a relative effect (0.05 = 5 points)
 
 
 def _key(n: Any) -> tuple[Any, ...]:
@@ -76,10 +81,13 @@ def compute_kpis(store: Any, goal_id: str) -> LoopKPIs:
     base = next((b for b in bases if b is not None), None)
     used = sum(e.card_hours for e in ledger)
     pct = (best - base) / base * 100.0 if base and best is not None else None
+    rows = hypothesis_ledger(store, goal_id)
     return LoopKPIs(
         goal_id=goal_id, experiments=len(runs), valid_experiments=sum(1 for r in runs if results[r.id].valid),
         seconds_to_first_valid_decision=secs, card_hours_to_first_valid_decision=ch_first,
         decision_changing_share=share, repeated_negatives=repeated, invalid_negatives=invalid,
         card_hours_used=used, baseline_objective=base, best_objective=best, improvement_pct=pct,
         card_hours_per_point=(used / pct) if pct and pct > 0 else None,
+        predictions_scored=sum(1 for r in rows if r.objective_error is not None),
+        median_abs_prediction_error=median_abs_error(rows),
     )

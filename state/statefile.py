@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.engine import make_url
 
+from core.ledger import drift_line
 from core.records import default_runs_root, write_atomic
 from state.db import canon
 
@@ -136,6 +137,9 @@ def render_state(store: Any, goal_id: str) -> str:
         lines.append(f"  - restore: tuneloop restore {st.hash}")
     else:
         lines.append("- best station: none yet")
+    drifts = [(rid, r.result.evidence.get("drift")) for rid, r in results.items() if r.result.evidence.get("drift")]
+    if drifts:  # the latest real run's simulator cross-check (a target with a calibrated profile)
+        lines.append(f"- simulator drift (run {drifts[-1][0]}): {drift_line(drifts[-1][1])}")
     lines += ["", "## Frontier (valid stations; whole and native in separate columns, empty = no valid window)", "",
               "| station | decision | run | N | whole tok/s/card | native tok/s/card | native N | native s "
               "| mean TPOT ms | TTFT P90 ms |", "|---|---|---|---|---|---|---|---|---|---|"]

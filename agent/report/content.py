@@ -17,6 +17,8 @@ from agent.report.tradeoffs import TradeRow, tradeoffs
 from core.metrics import DEFINITIONS
 from core.scenarios import load
 from core.summary import Summary
+from core.ledger import Scored
+from state.hypotheses import hypothesis_ledger
 from state.kpis import LoopKPIs, compute_kpis
 from state.ledger import BudgetState, summarize_ledger
 from state.snapshots import Decision, Goal, LedgerEntry
@@ -54,6 +56,7 @@ class Content:
     ledger_summary: dict[str, Any]
     stop: Decision | None
     notes: list[Decision] = field(default_factory=list)
+    hypotheses: list[Scored] = field(default_factory=list)  # the hypothesis ledger (state.hypotheses)
 
 
 def objective_of(goal: Goal, s: Summary | None) -> float | None:
@@ -113,7 +116,7 @@ def gather(store: Any, goal_id: str, base: str | Path | None = None) -> Content:
         pending=pending, quality_failed=failed, tradeoffs=tradeoffs(goal, experiments),
         kpis=compute_kpis(store, goal_id), budget=store.budget(goal_id), ledger=ledger,
         ledger_summary=summarize_ledger(ledger), stop=stops[-1] if stops else None,
-        notes=[d for d in decisions if d.kind == "note"])
+        notes=[d for d in decisions if d.kind == "note"], hypotheses=hypothesis_ledger(store, goal_id))
 
 
 def definitions(goal: Goal, results: list[Any]) -> tuple[dict[str, str], str]:

@@ -21,7 +21,10 @@ from agent.report.blocks import (
 )
 from agent.report.build import Report
 from agent.report.content import Content, Experiment, objective_of
+from agent.report.hypotheses import drift_paras, points, predicted_negatives
+from agent.report.hypotheses import section as hypotheses_section
 from agent.report.tradeoffs import TradeRow
+from core.ledger import drift_line
 
 LAYOUT_KNOBS = ("num_prefill_instances", "num_decode_instances", "expert_layout", "parallel")
 PLOT_ORDER = ("tput_tpot", "tput_ttft", "queues", "prefill_batches", "progress")
@@ -52,7 +55,9 @@ def document(rep: Report) -> list[Block]:
                         Para(f"Status: {g.status}" + (f" — {g.status_reason}" if g.status_reason else ""), "status"),
                         Para(f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC from the store "
                              f"{_redacted(c.store_url)}.", "muted")]
-    out += _goal(c) + _definitions(c) + _best(c) + _pending(c) + _log(c) + _tradeoffs(c) + _plots(rep) + _kpis(c)
+    out += drift_paras([(e.run.id, (e.result.evidence if e.result else {}).get("drift")) for e in c.experiments])
+    out += _goal(c) + _definitions(c) + _best(c) + _pending(c) + _log(c) + _tradeoffs(c) + hypotheses_section(c.hypotheses) \
+        + predicted_negatives(c.notes) + _plots(rep) + _kpis(c)
     return out
 
 
@@ -146,7 +151,9 @@ def _experiment(c: Content, e: Experiment) -> list[Block]:
             ("a negative would rule out", card.get("negative_rules_out")), ("cost class", card.get("cost_class")),
             ("quality risk", card.get("quality_risk")), ("planner", card.get("planner"))]
            + ([("diagnosis (lead)", f"{lead.get('name')} ({lead.get('likelihood', 0):.2f}): "
-                + "; ".join(lead.get("evidence_for") or []))] if lead.get("name") else []), f"kv card run-{e.run.id}"),
+                + "; ".join(lead.get("evidence_for") or []))] if lead.get("name") else [])
+           + [("simulator drift", drift_line(d)) for d in [(e.result.evidence if e.result else {}).get("drift")] if d],
+           f"kv card run-{e.run.id}"),
         Para(f"Verdict: {e.verdict}", f"verdict run-{e.run.id}"),
     ]
     reasons = [f"{r.code}: {r.message}" for r in e.result.verdict.reasons] if e.result else []
@@ -233,7 +240,10 @@ def _kpis(c: Content) -> list[Block]:
             ("invalid runs recorded as negatives (must be 0)", k.invalid_negatives),
             ("baseline objective", fmt(k.baseline_objective)), ("best objective", fmt(k.best_objective)),
             ("improvement", pct or ""), ("card-hours used", fmt(k.card_hours_used, 3)),
-            ("card-hours per point of improvement", fmt(k.card_hours_per_point, 3))]
+            ("card-hours per point of improvement", fmt(k.card_hours_per_point, 3)),
+            ("median absolute prediction error", f"{points(k.median_abs_prediction_error)} over "
+                                                 f"{k.predictions_scored} scored prediction(s)"
+             if k.median_abs_prediction_error is not None else "none scored yet")]
     by_kind = sorted(c.ledger_summary["by_kind"].items())
     return [Heading(2, "Loop KPIs", "kpis"), kv(rows, "kv kpis"),
             Heading(2, "Budget ledger", "ledger"),

@@ -25,7 +25,8 @@ def experiment_out(svc: Any, r: Any) -> ExperimentOut:
                          status=r.status, status_reason=r.status_reason, station_hash=r.station_hash, card=card,
                          verdict=res.verdict if res else None,
                          verdict_reasons=[x.message for x in res.result.verdict.reasons] if res else [],
-                         figures=actions.figures(svc, r.id), summary=summary, run_dir=_run_dir(svc, r.id))
+                         figures=actions.figures(svc, r.id), summary=summary, run_dir=_run_dir(svc, r.id),
+                         drift=res.result.evidence.get("drift") if res else None)
 
 
 def _run_dir(svc: Any, run_id: str) -> str | None:

@@ -14,7 +14,9 @@ from api.deps import ServiceDep, StoreDep
 from api.failures import shown_status
 from api.routes.budget import budget_out
 from api.schemas import DecisionOut, GoalOut, InstructionIn, InstructionOut
+from core.ledger import by_source, median_abs_error
 from state.errors import GoalError, NotFound
+from state.hypotheses import hypothesis_ledger
 from state.goal import parse_goal
 
 router = APIRouter(prefix="/goals", tags=["goals"])
@@ -122,3 +124,14 @@ def list_decisions(goal_id: str, store: StoreDep, _: Viewer) -> list[DecisionOut
     """The decision log, oldest first."""
     store.get_goal(goal_id)
     return [DecisionOut.model_validate(d, from_attributes=True) for d in store.decisions(goal_id)]
+
+
+@router.get("/{goal_id}/hypotheses")
+def hypotheses(goal_id: str, store: StoreDep, _: Viewer) -> dict[str, Any]:
+    """The hypothesis ledger: each judged card's prediction (source, objective and binding-SLO effect with an
+    interval) beside the effect its run observed, the errors, and the median absolute prediction error (overall
+    and per source). Effects are relative (0.05 = +5 %), errors absolute differences of them."""
+    store.get_goal(goal_id)
+    rows = hypothesis_ledger(store, goal_id)
+    return {"goal_id": goal_id, "median_abs_prediction_error": median_abs_error(rows),
+            "by_source": by_source(rows), "cards": [r.model_dump(mode="json") for r in rows]}

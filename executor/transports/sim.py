@@ -34,8 +34,16 @@ from executor.transports.base import (
     ServiceState,
     StaleLaunch,
 )
-from simulator import engine, quality
+from simulator import engine, quality, stations
 from simulator.faults import Faults
+
+
+def predict_station(profile: str, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0, seed: int = 0,
+                    arrival: str = "constant", burstiness: float = 1.0) -> dict[str, Any]:
+    """The executor's door to a simulated prediction of one station with a (calibrated) profile, name or YAML path:
+    output tok/s, mean TPOT and TTFT (simulator.stations.predict)."""
+    return stations.predict(profiles.load(profile), scenario, knobs, n, warmup=warmup, seed=seed, arrival=arrival,
+                            burstiness=burstiness)
 
 
 def _faults(argv: tuple[str, ...]) -> list[str]:

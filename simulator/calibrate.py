@@ -1,0 +1,351 @@
+"""Fit a profile's step-time coefficients to measured runs (`tuneloop sim calibrate RUN_DIR... --out P.yaml`).
+
+Decode steps are read from the per-request records: each streamed chunk after the first is one decode step, so a
+chunk interval is a step's duration. Requests whose chunk times coincide (the simulator; any engine that stamps
+chunks per step) share their steps exactly, and the step's batch B and resident KV are counted from the
+requests resident in it; where stamps never coincide (a real engine seen from the client) every request's own
+interval is a step and B, KV are the requests in decode at its midpoint, spread evenly over the decode
+instances. Prefill steps are the engine's per-step batch records where the run has them (tokens per request per
+rank; the attention context of a request's later chunks follows from its earlier ones), else the TTFT of
+requests that found the prefill idle (prefilled alone: ceil(U / budget) steps over their U uncached tokens).
+
+The shapes are the profile's own (core.profiles): t_D = sched + (a + b·B(k+1) + c·KV)·IF + k(a_draft + b_draft·B),
+t_P = max over DP ranks of a + b·Σn + c·Σ n(ctx + n/2). scipy.optimize.least_squares fits the coefficients as
+multiples of the base profile's on relative residuals (the noise is multiplicative); each coefficient's standard
+error is from the Jacobian at the solution, s²·(JᵀJ)⁻¹. A coefficient the runs cannot separate (the draft costs
+without a speculative run) keeps the base value and says so. The scheduling share per step is read from the
+run's time breakdown when it has one (scheduling seconds / steps), else kept.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from core import profiles
+from core import records as rec
+from core.profiles import Profile
+from core.records import PrefillBatch, RequestRecord, RunInfo
+from simulator.stations import sim_knobs
+
+DECODE = ("a", "b", "c", "a_draft", "b_draft")
+PREFILL = ("a", "b", "c")
+
+
+class CalibrationError(ValueError):
+    """A run directory that cannot be calibrated from (named, with the reason)."""
+
+
+@dataclass
+class Run:
+    path: Path
+    info: RunInfo
+    knobs: dict[str, Any]
+    records: list[RequestRecord]
+    batches: list[PrefillBatch]
+    breakdown: dict[str, Any] | None
+    k: int = 0
+    decode_steps: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))  # dt, B, KV, run index
+    prefill_steps: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)  # dt, [(n, attn) per rank]
+    prefill_source: str = ""
+    shared_steps: bool = False  # decode steps read exactly from shared chunk stamps
+
+
+def load_run(path: Path, base: Profile) -> Run:
+    path = Path(path)
+    if not (path / rec.RUN_INFO).exists() and (path / "load" / rec.RUN_INFO).exists():
+        path = path / "load"  # an executor's run directory: its load lies under load/
+    if not (path / rec.RUN_INFO).exists():
+        raise CalibrationError(f"{path}: no {rec.RUN_INFO} (not a run directory)")
+    info = RunInfo.model_validate_json((path / rec.RUN_INFO).read_text())
+    knobs = dict(getattr(info, "knobs", None) or {})
+    spec = path.parent / "spec.json"
+    if not knobs and spec.exists():
+        knobs = dict(json.loads(spec.read_text()).get("knobs") or {})
+    knobs = base.knobs(sim_knobs({k: v for k, v in knobs.items() if k not in ("concurrency", "request_rate")})[0])
+    records = [r for r in rec.read_jsonl(path / rec.REQUESTS, RequestRecord) if r.ok and len(r.chunk_times) >= 2]
+    if not records:
+        raise CalibrationError(f"{path}: no finished request with two or more streamed chunks")
+    br = json.loads((path / rec.BREAKDOWN).read_text()) if (path / rec.BREAKDOWN).exists() else None
+    run = Run(path=path, info=info, knobs=knobs, records=records,
+              batches=list(rec.read_jsonl(path / rec.PREFILL_BATCHES, PrefillBatch)), breakdown=br)
+    run.k = int(knobs["num_speculative_tokens"]) if knobs.get("speculative_method", "none") != "none" else 0
+    return run
+
+
+def decode_steps(run: Run, index: int) -> np.ndarray:
+    """Rows (dt, B, KV, run index, group), one per decode step (shared stamps: each its own group) or per request
+    interval (grouped by request: a client's stamps may bunch, so a request's intervals are fitted as their sum)."""
+    recs = run.records
+    owners: dict[float, list[int]] = {}
+    for i, r in enumerate(recs):
+        for t in r.chunk_times[1:]:
+            owners.setdefault(t, []).append(i)
+    shared = sum(1 for v in owners.values() if len(v) > 1) / max(1, len(owners))
+    rows: list[tuple[float, float, float, int]] = []
+    run.shared_steps = shared >= 0.5 or all(len(v) == 1 for v in owners.values()) and _serial(recs)
+    if run.shared_steps:
+        prev: dict[tuple[int, float], tuple[float, int]] = {}  # (request, step end) -> (step start, tokens before)
+        for i, r in enumerate(recs):
+            toks = r.chunk_tokens or [1] * len(r.chunk_times)
+            done = 0
+            for j in range(1, len(r.chunk_times)):
+                prev[(i, r.chunk_times[j])] = (r.chunk_times[j - 1], done)
+                done += toks[j]
+        for t, who in owners.items():
+            start = max(prev[(i, t)][0] for i in who)  # one start in a shared step
+            kv = sum((recs[i].n_in or 0) + prev[(i, t)][1] for i in who)
+            rows.append((t - start, float(len(who)), float(kv), len(rows)))
+    else:
+        inst = max(1, int(run.knobs["num_decode_instances"]))
+        spans = sorted(((r.chunk_times[0], r.chunk_times[-1], r) for r in recs), key=lambda s: s[:2])
+        starts = np.array([s[0] for s in spans])
+        ends = np.array([s[1] for s in spans])
+        for g, r in enumerate(recs):
+            for j in range(1, len(r.chunk_times)):
+                mid = 0.5 * (r.chunk_times[j - 1] + r.chunk_times[j])
+                live = (starts <= mid) & (ends > mid)
+                b = float(live.sum())
+                kv = sum((s[2].n_in or 0) + _emitted_before(s[2], mid) for s, on in zip(spans, live) if on)
+                rows.append((r.chunk_times[j] - r.chunk_times[j - 1], b / inst, kv / inst, g))
+    out = np.array([(dt, b, kv, index, g) for dt, b, kv, g in rows if dt > 0 or not run.shared_steps], dtype=float)
+    if len(out) == 0:
+        raise CalibrationError(f"{run.path}: no decode step with a positive duration")
+    return out
+
+
+def _serial(recs: list[RequestRecord]) -> bool:
+    return all(a.chunk_times[-1] <= b.chunk_times[0] for a, b in zip(recs, recs[1:]))
+
+
+def _emitted_before(r: RequestRecord, t: float) -> int:
+    """Tokens of the request generated by steps ended before t (its first token came with prefill)."""
+    toks = r.chunk_tokens or [1] * len(r.chunk_times)
+    return sum(n for ct, n in zip(r.chunk_times[1:], toks[1:]) if ct < t)
+
+
+def prefill_steps(run: Run) -> tuple[list[tuple[float, list[tuple[int, float]]]], str]:
+    """(dt, [(tokens, attention term) per DP rank]) per prefill step, and where they came from."""
+    cached = [r.n_cached or 0 for r in run.records]
+    ctx0 = float(np.mean(cached)) if cached else 0.0
+    budget = int(run.knobs["max_num_batched_tokens"])
+    cap = run.knobs.get("max_prefill_reqs")
+    if run.batches:
+        steps: dict[tuple[str, float], tuple[float, list[tuple[int, float]]]] = {}
+        carry: dict[str, float | None] = {}
+        for b in sorted(run.batches, key=lambda x: (x.t_start, x.instance)):
+            ctxs = [carry.get(b.instance) if i == 0 and carry.get(b.instance) is not None else ctx0
+                    for i in range(len(b.chunks))]
+            attn = sum(n * (c + n / 2) for n, c in zip(b.chunks, ctxs))
+            full = sum(b.chunks) >= budget and not (cap is not None and len(b.chunks) >= cap and sum(b.chunks) < budget)
+            carry[b.instance] = ctxs[-1] + b.chunks[-1] if full else None
+            key = (b.instance.split(".dp")[0], b.t_start)
+            dt, ranks = steps.get(key, (b.t_end - b.t_start, []))
+            steps[key] = (dt, ranks + [(sum(b.chunks), attn)])
+        return [v for v in steps.values() if v[0] > 0], "per-step batch records"
+    out = []
+    spans = sorted((r.t_send, r.chunk_times[0]) for r in run.records if r.t_send is not None)
+    for r in run.records:
+        if r.t_send is None or r.n_in is None:
+            continue
+        others = sum(1 for s, f in spans if s < r.chunk_times[0] and f > r.t_send) - 1
+        if others > 0:
+            continue  # queued behind or beside another prefill: not a clean observation
+        u = r.n_in - (r.n_cached or 0)
+        n_steps = max(1, math.ceil(u / budget))
+        out.append((r.chunk_times[0] - r.t_send, [(u, (r.n_cached or 0) * u + u * u / 2, n_steps)]))
+    return out, "TTFT of requests that found the prefill idle"
+
+
+@dataclass
+class Fitted:
+    role: str
+    names: tuple[str, ...]
+    values: dict[str, float]
+    stderr: dict[str, float | None]
+    held: dict[str, str]  # coefficient -> why it kept the base value
+    residuals: dict[str, dict[str, float]]  # run path -> {rms, mean, steps} of the relative residuals
+    steps: int
+
+
+def _sched(runs: list[Run], role: str, steps: int) -> float | None:
+    """Scheduling seconds per step from the runs' time breakdowns (None when a run has none)."""
+    if any(r.breakdown is None or role not in r.breakdown for r in runs):
+        return None
+    total = sum(float(r.breakdown[role].get("scheduling_s", 0.0)) for r in runs)
+    return total / steps if steps else None
+
+
+class Problem:
+    """The decode and prefill step observations of every run, and the profile's step-time shapes over them."""
+
+    def __init__(self, runs: list[Run], base: Profile):
+        self.runs, self.base = runs, base
+        dc = base.decode_cost
+        rows = np.vstack([decode_steps(r, i) for i, r in enumerate(runs)])
+        self.d_dt, self.d_run = rows[:, 0], rows[:, 3].astype(int)
+        _, self.d_group = np.unique(rows[:, [3, 4]], axis=0, return_inverse=True)  # steps fitted as sums per group
+        self.d_group = self.d_group.ravel()
+        self.g_obs = np.bincount(self.d_group, weights=self.d_dt)
+        self.g_run = np.zeros(len(self.g_obs), dtype=int)
+        self.g_run[self.d_group] = self.d_run
+        self.ks = np.array([r.k for r in runs], dtype=float)[self.d_run]
+        self.B, self.KV = rows[:, 1], rows[:, 2]
+        self.n_tok = self.B * (self.ks + 1)
+        self.imb = np.ones_like(self.B)
+        if dc.ep > 1:
+            layout = np.array([dc.if_static.get(str(r.knobs["expert_layout"]), 1.0) for r in runs])[self.d_run]
+            self.imb = layout * (1 + np.sqrt(2 * math.log(dc.ep) * dc.ep / (np.maximum(self.n_tok, 1) * dc.topk)))
+        self.save = np.array([dc.index_cache_reuse_saving if r.knobs.get("index_cache_reuse") else 0.0
+                              for r in runs])[self.d_run]
+        d_sched = _sched(runs, "decode", len(rows)) if all(r.shared_steps for r in runs) else None
+        self.d_sched = dc.sched_s if d_sched is None else d_sched
+        self.sched = {"decode": d_sched}
+        spec = bool(self.ks.any())
+        self.d_names = ["a", "b", "c"] + (["a_draft", "b_draft"] if spec else [])
+        self.held = {} if spec else {f"decode.{n}": "no run with speculative decoding: the draft costs cannot be "
+                                                    "separated" for n in ("a_draft", "b_draft")}
+        dts, ranks, idx, sources = [], [], [], set()
+        for i, r in enumerate(runs):
+            steps, src = prefill_steps(r)
+            sources.add(src)
+            for dt, rk in steps:
+                dts.append(dt)
+                ranks.append(rk)
+                idx.append(i)
+        if not dts:  # the prefill coefficients keep the base values, said so
+            self.held |= {f"prefill.{n}": "no prefill step observed (no batch records, no request found the prefill "
+                                          "idle)" for n in PREFILL}
+        self.prefill_source = ", ".join(sorted(sources)) if dts else "nothing observed"
+        width = max((len(rk) for rk in ranks), default=1)
+        self.p_dt, self.p_run = np.array(dts), np.array(idx)
+        self.p_n, self.p_att = np.zeros((len(dts), width)), np.zeros((len(dts), width))
+        self.p_cnt, self.p_mask = np.ones((len(dts), width)), np.zeros((len(dts), width), dtype=bool)
+        for j, rk in enumerate(ranks):
+            for q, item in enumerate(rk):
+                self.p_n[j, q], self.p_att[j, q] = item[0], item[1]
+                self.p_cnt[j, q] = item[2] if len(item) > 2 else 1
+                self.p_mask[j, q] = True
+        batches = sum(len({(b.instance.split(".dp")[0], b.t_start) for b in r.batches}) for r in runs)
+        self.sched["prefill"] = _sched(runs, "prefill", batches) if batches else None
+        self.names = [f"prefill.{n}" for n in PREFILL if dts] + [f"decode.{n}" for n in self.d_names]
+        self.scale = np.array([max(self._base(n), 1e-12) for n in self.names])
+
+    def _base(self, name: str) -> float:
+        role, k = name.split(".")
+        return getattr(self.base.prefill_cost if role == "prefill" else self.base.decode_cost, k)
+
+    def unpack(self, x: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
+        """Coefficients and each run's time factor (their logs sum to 0: the factors carry no overall scale)."""
+        p = dict(zip(self.names, x[:len(self.names)] * self.scale))
+        logs = np.concatenate([x[len(self.names):], [-x[len(self.names):].sum()]]) if len(self.runs) > 1 else np.zeros(1)
+        return p, np.exp(logs)
+
+    def residuals(self, x: np.ndarray) -> np.ndarray:
+        p, f = self.unpack(x)
+        pc = self.base.prefill_cost
+        pa, pb, pcc = (p.get(f"prefill.{n}", getattr(pc, n)) for n in PREFILL)
+        t = pa * self.p_cnt + pb * self.p_n + pcc * self.p_att
+        tp = np.where(self.p_mask, t, -np.inf).max(axis=1) * f[self.p_run] if len(self.p_dt) else np.ones(0)
+        dc = self.base.decode_cost
+        ad, bd = p.get("decode.a_draft", dc.a_draft), p.get("decode.b_draft", dc.b_draft)
+        td = (self.d_sched + (p["decode.a"] * (1 - self.save) + p["decode.b"] * self.n_tok
+                              + p["decode.c"] * (1 - self.save) * self.KV) * self.imb
+              + self.ks * (ad + bd * self.B)) * f[self.d_run]
+        return np.concatenate([self.p_dt / tp - 1.0, self.g_obs / np.bincount(self.d_group, weights=td) - 1.0])
+
+    def solve(self) -> tuple[dict[str, float], dict[str, float | None], np.ndarray, np.ndarray]:
+        x0 = np.concatenate([np.ones(len(self.names)), np.zeros(max(0, len(self.runs) - 1))])
+        lo = np.concatenate([np.zeros(len(self.names)), np.full(max(0, len(self.runs) - 1), -1.0)])
+        hi = np.concatenate([np.full(len(self.names), np.inf), np.full(max(0, len(self.runs) - 1), 1.0)])
+        sol = least_squares(self.residuals, x0, bounds=(lo, hi), x_scale="jac", method="trf")
+        r = sol.fun
+        s2 = float(r @ r) / max(1, len(r) - len(x0))
+        try:
+            se = np.sqrt(np.clip(np.diag(np.linalg.inv(sol.jac.T @ sol.jac) * s2), 0, None))[:len(self.names)]
+            stderr: dict[str, float | None] = {n: float(e * sc) for n, e, sc in zip(self.names, se, self.scale)}
+        except np.linalg.LinAlgError:
+            stderr = {n: None for n in self.names}
+        p, f = self.unpack(sol.x)
+        return p, stderr, f, r
+
+    def per_run(self, r: np.ndarray, role: str) -> dict[str, dict[str, float]]:
+        n_p = len(self.p_dt)
+        res, idx = (r[:n_p], self.p_run) if role == "prefill" else (r[n_p:], self.g_run)
+        out = {}
+        for i, run in enumerate(self.runs):
+            m = idx == i
+            if m.any():
+                out[str(run.path)] = {"rms": float(np.sqrt(np.mean(res[m] ** 2))), "mean": float(np.mean(res[m])),
+                                      "steps": int(m.sum())}
+        return out
+
+
+@dataclass
+class Calibration:
+    profile: Profile
+    decode: Fitted
+    prefill: Fitted
+    sched: dict[str, float | None]
+    prefill_source: str
+    runs: list[str]
+    run_factors: list[float] = field(default_factory=list)  # each run's common time factor (logs sum to 0)
+
+    def table(self) -> list[tuple[str, float, float | None, str]]:
+        """(coefficient, value, standard error, note) for every fitted or held coefficient."""
+        out = []
+        for f, names in ((self.prefill, PREFILL), (self.decode, DECODE)):
+            cost = self.profile.prefill_cost if f.role == "prefill" else self.profile.decode_cost
+            for n in names:
+                out.append((f"{f.role}.{n}", getattr(cost, n), f.stderr.get(n), f.held.get(n, "fitted")))
+            s = self.sched[f.role]
+            out.append((f"{f.role}.sched_s", cost.sched_s, None,
+                        "from the time breakdown (scheduling s / steps)" if s is not None else "kept: no breakdown"))
+        return out
+
+
+def calibrate(run_dirs: list[Path], base: Profile, name: str | None = None) -> Calibration:
+    if not run_dirs:
+        raise CalibrationError("no run directory given")
+    runs = [load_run(p, base) for p in run_dirs]
+    prob = Problem(runs, base)
+    values, stderr, factors, r = prob.solve()
+    fitted = {}
+    for role in ("prefill", "decode"):
+        mine = tuple(n.split(".")[1] for n in prob.names if n.startswith(role))
+        fitted[role] = Fitted(role, mine, {k: values[f"{role}.{k}"] for k in mine},
+                              {k: stderr[f"{role}.{k}"] for k in mine},
+                              {k.split(".")[1]: v for k, v in prob.held.items() if k.startswith(role)},
+                              prob.per_run(r, role), int(len(prob.p_dt) if role == "prefill" else len(prob.g_obs)))
+    dec, pre = fitted["decode"], fitted["prefill"]
+    d_s, p_s = prob.sched["decode"], prob.sched["prefill"]
+    dc = base.decode_cost.model_copy(update=dec.values | ({"sched_s": d_s} if d_s is not None else {}))
+    pc = base.prefill_cost.model_copy(update=pre.values | ({"sched_s": p_s} if p_s is not None else {}))
+    info = {"from_runs": [str(x.path) for x in runs], "base_profile": base.name, "stderr": stderr,
+            "held": prob.held, "prefill_from": prob.prefill_source,
+            "run_factors": {str(x.path): float(f) for x, f in zip(runs, factors)}}
+    prof = base.model_copy(update={"name": name or f"{base.name}-calibrated", "decode_cost": dc, "prefill_cost": pc,
+                                   "calibration": info,
+                                   "description": f"{base.description} — step times calibrated from {len(runs)} run(s)"})
+    return Calibration(profile=Profile.model_validate(prof.model_dump()), decode=dec, prefill=pre,
+                       sched=prob.sched, prefill_source=prob.prefill_source, runs=[str(x.path) for x in runs],
+                       run_factors=[float(f) for f in factors])
+
+
+def base_profile(run_dirs: list[Path], name: str | None) -> Profile:
+    """The profile named, else the one the first run recorded (a simulated run does)."""
+    if name:
+        return profiles.load(name)
+    for p in run_dirs:
+        for d in (Path(p), Path(p) / "load"):
+            f = d / rec.RUN_INFO
+            if f.exists():
+                prof = json.loads(f.read_text()).get("profile")
+                if prof:
+                    return profiles.load(prof)
+    raise CalibrationError("--base: the runs do not name a simulator profile; give the profile to start from")

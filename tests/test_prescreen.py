@@ -1,0 +1,105 @@
+"""Offline pre-screening through the real CLI: a target whose calibrated profile predicts a screen negative sets it
+aside unrun (recorded with the prediction, never as a negative: no negative memory, no KPI); a person's
+instruction runs it anyway, and the measurement, not the prediction, decides."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from core import profiles
+from state.kpis import compute_kpis
+from state.store import Store
+
+TUNELOOP = Path(sys.executable).with_name("tuneloop")
+GOAL = {"name": "llama-prescreen", "engine": "sim", "target": "simcal", "sim_profile": "llama70b-h100-p2d2",
+        "scenario": "chat2k", "objective": {"metric": "output_tok_s_per_card", "window": "whole"},
+        "constraints": {"tpot_mean_ms_lt": 200, "all_succeed": True},
+        "start_knobs": {"max_num_seqs": 32, "max_prefill_reqs": 2, "concurrency": 128, "request_rate": float("inf")},
+        "search_space": {"max_prefill_reqs": [1, 2, 4], "max_num_seqs": [32, 64]},
+        "protocol": {"screen_n": 120, "confirm_n": 160, "warmup": 0, "native_min_requests": 16,
+                     "native_min_seconds": 5, "seeds": [0]},
+        "authorisation": {"hot": "auto", "restart": "auto", "budget_extension": "deny"},
+        "budget": {"card_hours": 50, "experiments": 6}, "stop": {"max_without_improvement": 2, "min_gain_pct": 1.0}}
+
+
+def _cli(tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNELOOP_")} | {"TUNELOOP_RUNS_ROOT": str(tmp / "runs")}
+    return subprocess.run([str(TUNELOOP), *args], cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _setup(tmp: Path, calibrated: str) -> tuple[str, str]:
+    (tmp / "goal.yaml").write_text(yaml.safe_dump(GOAL))
+    (tmp / "targets.yaml").write_text(yaml.safe_dump({"targets": [{
+        "name": "simcal", "kind": "sim", "profile": "llama70b-h100-p2d2", "calibrated_profile": calibrated,
+        "run_root": str(tmp / "tgt")}]}))
+    return str(tmp / "goal.yaml"), f"sqlite:///{tmp / 't.db'}"
+
+
+def test_a_predicted_negative_is_set_aside_unrun_and_runs_on_request(tmp_path):
+    # a "calibrated" profile that is wrong about decode: per-token cost only, so a wider batch is predicted to
+    # gain nothing and to break the TPOT limit (the target's truth gains ~17 %)
+    flat = profiles.load("llama70b-h100-p2d2").model_dump()
+    flat["name"], flat["decode_cost"]["a"], flat["decode_cost"]["b"] = "llama-flat-decode", 0.0, 5e-3
+    (tmp_path / "flat.yaml").write_text(yaml.safe_dump(flat, sort_keys=False))
+    goal, db = _setup(tmp_path, str(tmp_path / "flat.yaml"))
+    run = _cli(tmp_path, "run", goal, "--targets", "targets.yaml", "--db", db, "--auto-approve")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "predicted negative by the calibrated simulator" in run.stdout
+    store = Store(db)
+    try:
+        (g,) = store.goals()
+        notes = [d for d in store.decisions(g.id) if (d.data or {}).get("predicted_negative")]
+        assert len(notes) == 1
+        pn = notes[0].data["predicted_negative"]
+        assert (pn["knob"], pn["value"]) == ("max_num_seqs", 64) and "TPOT limit" in pn["why"]
+        assert pn["prediction"]["source"] == "simulator" and pn["prediction"]["predicted"]["tpot_mean_ms"] >= 200
+        cand = store.get_candidate(notes[0].candidate_id)
+        assert cand.status == "cancelled" and cand.status_reason.startswith("predicted negative (simulated, not measured)")
+        assert not any(r.candidate_id == cand.id for r in store.runs(g.id))  # no device time spent on it
+        assert store.negatives(goal_id=g.id) == []  # never a measured negative
+        assert [d.kind for d in store.decisions(g.id) if d.kind == "negative"] == []
+        k = compute_kpis(store, g.id)
+        assert k.experiments == len(store.runs(g.id)) and k.invalid_negatives == k.repeated_negatives == 0
+        report = next((tmp_path / "reports").glob("*/report.md")).read_text()
+        assert "predicted negative (a prediction, not a measured negative)" in report
+        assert f"tuneloop instruct {g.id} one_more_round --knob max_num_seqs=64" in report
+        gid = g.id
+    finally:
+        store.close()
+    ins = _cli(tmp_path, "instruct", gid, "one_more_round", "--knob", "max_num_seqs=64", "--db", db)
+    assert ins.returncode == 0, ins.stderr
+    again = _cli(tmp_path, "run", goal, "--targets", "targets.yaml", "--db", db, "--auto-approve")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    store = Store(db)
+    try:
+        ran = [d for d in store.decisions(gid) if d.run_id and "max_num_seqs 32 -> 64" in d.text]
+        assert len(ran) == 1 and ran[0].kind == "promising", [d.text for d in store.decisions(gid)]
+        card = store.get_candidate(ran[0].candidate_id).card
+        assert card["planner"] == "instruction"
+    finally:
+        store.close()
+
+
+def test_a_right_profile_passes_the_screen_with_the_simulators_prediction(tmp_path):
+    goal, db = _setup(tmp_path, "llama70b-h100-p2d2")  # the target's own truth as its calibration
+    run = _cli(tmp_path, "run", goal, "--targets", "targets.yaml", "--db", db, "--auto-approve")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    store = Store(db)
+    try:
+        (g,) = store.goals()
+        skipped = [d.data["predicted_negative"] for d in store.decisions(g.id) if (d.data or {}).get("predicted_negative")]
+        assert all(p["knob"] == "max_prefill_reqs" for p in skipped)  # the prefill cap does not bind: no gain
+        ran = {r.candidate_id for r in store.runs(g.id)}
+        screens = [c.card for c in store.candidates(g.id) if c.card.get("stage") == "screen" and c.id in ran]
+        assert screens and all(c["prediction"]["source"] == "simulator" for c in screens)
+        assert screens[0]["change"]["knob"] == "max_num_seqs"
+        sc = screens[0]["prediction"]
+        assert sc["objective_effect"]["value"] > 0.05  # the wider decode batch is predicted to gain
+        obs = next(d for d in store.decisions(g.id) if d.kind == "promising").data["observed"]
+        assert abs(obs["objective_effect"] - sc["objective_effect"]["value"]) < 0.05  # same model: close
+    finally:
+        store.close()
