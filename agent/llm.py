@@ -17,6 +17,7 @@ import prompts
 from agent.candidates import build_card, rule_for
 from agent.checks import check, estimate, retry_note
 from agent.history import History
+from agent.rules import prompt_lines
 from agent.planner import DeterministicPlanner, Plan, diagnosis_for
 from agent.value import value_of
 from core.knobs import KnobError, catalog
@@ -49,6 +50,11 @@ def _fmt(v: Any) -> str:
     return json.dumps(v) if not isinstance(v, str) else v
 
 
+def system_prompt() -> str:
+    """The system prompt, its hypotheses built from the rule list (agent.rules.RULES)."""
+    return prompts.render("system", rules=prompt_lines())
+
+
 def render_prompt(history: History) -> list[dict[str, str]]:
     goal = history.goal
     ref = history.latest_valid(history.best_knobs)
@@ -68,7 +74,7 @@ def render_prompt(history: History) -> list[dict[str, str]]:
         space="\n".join(f"{k}: {[_fmt(v) for v in vs]}" for k, vs in goal.space().items()),
         outcomes=outcomes, negatives=negatives, budget_left=f"{history.budget_left_card_hours:.2f}",
         experiments_left=history.experiments_left)
-    return [{"role": "system", "content": prompts.render("system")}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": system_prompt()}, {"role": "user", "content": user}]
 
 
 def _value_from_text(knob: str, text: str, space: dict[str, tuple[Any, ...]]) -> Any:
