@@ -35,7 +35,8 @@ class PrefillCost(BaseModel):
 
 
 class DecodeCost(BaseModel):
-    """t_D = (a + b·B·(k+1) + c·ΣKV)·IF + k·(a_draft + b_draft·B), IF = MoE imbalance."""
+    """t_D = (a + b·B·(k+1) + c·ΣKV)·IF + k·(a_draft + b_draft·B), IF = MoE imbalance (max/mean EP-rank load:
+    if_static[layout], the layout's persistent routing skew, times the expected max of a step's routings)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     a: float = Field(ge=0)
@@ -91,7 +92,9 @@ class Profile(BaseModel):
     prefill_cost: PrefillCost
     decode_cost: DecodeCost
     transfer: Transfer
-    acceptance: dict[str, float]  # per-position MTP acceptance α by task type
+    acceptance: dict[str, float]  # MTP acceptance α of the first draft position, by task type
+    # conditional acceptance of draft position i is α·decay^(i-1): 1.0 = the same α at every position
+    acceptance_decay: float = Field(1.0, gt=0, le=1)
     costs: Costs
     quality: QualityModel
     noise_run_sigma: float = Field(0.012, ge=0)

@@ -8,6 +8,7 @@ fsyncs before the done marker, so a crash loses no finished request; summarising
     metrics.jsonl         one EngineSample per line (engine Prometheus scrape, ~1 per second)
     prefill_batches.jsonl one PrefillBatch per line (simulator only: tokens/requests per batch)
     breakdown.json        time per stage per role (the "profile" evidence)
+    expert_load.json      MoE: routed token-expert assignments per EP rank, per role and instance (optional)
     pid / rc / done       process id; exit code (written by atomic rename); done marker (last)
     summary.json          written by `tuneloop load summarize`, re-runnable
 
@@ -30,6 +31,7 @@ REQUESTS = "requests.jsonl"
 METRICS = "metrics.jsonl"
 PREFILL_BATCHES = "prefill_batches.jsonl"
 BREAKDOWN = "breakdown.json"
+EXPERT_LOAD = "expert_load.json"  # {role: {instance: {"per_rank_tokens": [...], ...}}}
 PID, RC, DONE = "pid", "rc", "done"
 SUMMARY = "summary.json"
 

@@ -21,6 +21,7 @@ import httpx
 
 from core import records as rec
 from core.records import EngineSample, JsonlWriter, PrefillBatch, RunInfo
+from executor.evidence_decode import expert_load, expert_load_spread, spec_accept_per_position
 
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
@@ -124,9 +125,11 @@ def _accept_length(samples: Sequence[EngineSample]) -> float | None:
 
 
 def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], breakdown: dict | None,
-           info: RunInfo | None, knobs: dict[str, Any] | None) -> dict[str, Any]:
-    """The evidence the planner reads (pinned keys; None where the evidence is missing)."""
+           info: RunInfo | None, knobs: dict[str, Any] | None, expert_record: dict | None = None) -> dict[str, Any]:
+    """The evidence the planner reads (pinned keys; None where the evidence is missing). `expert_record`: the
+    run's expert-load record (core.records.EXPERT_LOAD), when the engine produced one."""
     knobs = knobs or {}
+    load = expert_load(expert_record)
     pw = [v for _, v in role_series(samples, "prefill", WAITING)]
     dw = [v for _, v in role_series(samples, "decode", WAITING)]
     dr_total = [v for _, v in role_series(samples, "decode", RUNNING)]
@@ -153,6 +156,9 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
         "decode_instances": len({s.instance for r in _rounds(samples, "decode") for s in r}) or None,
         "kv_usage_max": max(kv) if kv else None,
         "spec_accept_length": _accept_length(samples),
+        "spec_accept_per_position": spec_accept_per_position(samples),
+        "expert_load": load,
+        "expert_load_spread": expert_load_spread(load),
         "prefill_batch_reqs_mean": _mean([b.n_reqs for b in batches]),
         "prefill_batch_tokens_mean": _mean([b.n_tokens for b in batches]),
         "prefill_tail_batch_share": tail,
@@ -169,9 +175,11 @@ def digest_run(run_dir: Path, info: RunInfo | None = None, knobs: dict[str, Any]
     batches = list(rec.read_jsonl(run_dir / rec.PREFILL_BATCHES, PrefillBatch))
     bd = run_dir / rec.BREAKDOWN
     breakdown = json.loads(bd.read_text()) if bd.exists() else {}
+    el = run_dir / rec.EXPERT_LOAD
+    expert_record = json.loads(el.read_text()) if el.exists() else None
     if knobs is None and info is not None:
         knobs = (info.model_extra or {}).get("knobs") or {}
-    return digest(samples, batches, breakdown, info, knobs)
+    return digest(samples, batches, breakdown, info, knobs, expert_record)
 
 
 def parse_endpoints(specs: Iterable[str]) -> list[tuple[str, str]]:

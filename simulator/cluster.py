@@ -62,7 +62,8 @@ class Cluster:
         ]
         self.decode = [
             DecodeInstance(f"d{i}", dc, int(k["max_num_seqs"]), kv_cap, spec_k, profile.acceptance[self.task],
-                           str(k["expert_layout"]), bool(k["index_cache_reuse"]), np.random.default_rng([seed, i]))
+                           str(k["expert_layout"]), bool(k["index_cache_reuse"]), np.random.default_rng([seed, i]),
+                           decay=profile.acceptance_decay, layout_seed=i)
             for i in range(int(k["num_decode_instances"]))
         ]
         self.now = 0.0
@@ -268,7 +269,9 @@ class Cluster:
             gen = d.generated_tokens()
             drafts = steps if d.k else 0
             accepted = max(0.0, gen - d.success - d.batch - steps) if d.k else 0.0
-            out.append(("decode", d.name, {
+            per_pos = {f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}': float(v)
+                       for i, v in enumerate(d.accepted_per_position())}
+            out.append(("decode", d.name, per_pos | {
                 "vllm:num_requests_running": float(d.batch),
                 "vllm:num_requests_waiting": float(len(d.waiting)),
                 "vllm:kv_cache_usage_perc": d.kv_usage(),
@@ -297,7 +300,9 @@ class Cluster:
         series: dict[str, list[str]] = {}
         for role, name, values in self.snapshot():
             for metric, v in values.items():
-                series.setdefault(metric, []).append(f'{metric}{{role="{role}",instance="{name}"}} {v:.6g}')
+                base, _, extra = metric.partition("{")  # a series' own labels (position="i") follow role, instance
+                labels = f'role="{role}",instance="{name}"' + (f",{extra[:-1]}" if extra else "")
+                series.setdefault(base, []).append(f"{base}{{{labels}}} {v:.6g}")
         lines: list[str] = []
         for metric, rows in series.items():
             lines.append(f"# TYPE {metric} {'counter' if metric.endswith('_total') else 'gauge'}")
@@ -305,15 +310,19 @@ class Cluster:
         return "\n".join(lines) + "\n"
 
     def breakdown(self, elapsed: float) -> dict[str, dict[str, float]]:
-        """Instance-seconds per role: compute / communication / scheduling / idle (the profile evidence)."""
+        """Instance-seconds per role: compute / communication / scheduling / imbalance (waiting on the most
+        loaded EP rank) / draft (MTP passes) / idle, which add up to elapsed x instances (the profile evidence)."""
         out: dict[str, dict[str, float]] = {}
         for role, insts in (("prefill", self.prefill), ("decode", self.decode)):
             busy = sum(x.busy_s for x in insts)
             sched = sum(x.sched_s for x in insts)
             comm = sum(x.comm_s for x in insts)
+            imb = sum(x.imbalance_s for x in insts)
+            draft = sum(x.draft_s for x in insts)
             total = elapsed * len(insts)
             out[role] = {"instances": float(len(insts)), "elapsed_s": elapsed,
-                         "compute_s": busy - sched - comm, "communication_s": comm, "scheduling_s": sched,
+                         "compute_s": busy - sched - comm - imb - draft, "communication_s": comm,
+                         "scheduling_s": sched, "imbalance_s": imb, "draft_s": draft,
                          "idle_s": max(0.0, total - busy),
                          "busy_share": busy / total if total > 0 else 0.0}
         return out

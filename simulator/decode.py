@@ -2,6 +2,12 @@
 
 No running request is touched on a step: B, ΣKV and the finish heap are kept incrementally, and a
 request's chunk times are the slice of the step-end array over the steps it was resident for.
+
+Speculative decoding: draft position i is accepted with conditional probability α·decay^(i-1) (the profile's
+`acceptance` and `acceptance_decay`), so survival P(accepted >= i) falls with i; accepted tokens per position
+are counted exactly over finished requests (vLLM's `spec_decode_num_accepted_tokens_per_pos`). MoE: each step
+pays the most loaded EP rank (`IF` = max/mean rank load); the per-rank routed-token counts follow the layout's
+persistent skew (simulator.experts).
 """
 from __future__ import annotations
 
@@ -12,20 +18,32 @@ from collections import deque
 import numpy as np
 
 from core.profiles import DecodeCost
+from simulator.experts import rank_shares
 from simulator.request import SimRequest
 
 
 class DecodeInstance:
     def __init__(self, name: str, cost: DecodeCost, max_num_seqs: int, kv_capacity: int, k: int,
-                 alpha: float, layout: str, index_cache_reuse: bool, rng: np.random.Generator):
+                 alpha: float, layout: str, index_cache_reuse: bool, rng: np.random.Generator,
+                 decay: float = 1.0, layout_seed: int = 0):
         self.name = name
         self.cost = cost
         self.max_num_seqs = max_num_seqs
         self.kv_capacity = kv_capacity
         self.k = k
         self.alpha = alpha
-        self.al = (1 - alpha ** (k + 1)) / (1 - alpha) if k else 1.0  # expected tokens per step
+        self.decay = decay
+        # survival[i-1] = P(draft position i accepted) = Π_{j<=i} α·decay^(j-1)
+        self.survival = np.cumprod(alpha * decay ** np.arange(k)) if k else np.zeros(0)
+        if decay == 1.0:
+            self.al = (1 - alpha ** (k + 1)) / (1 - alpha) if k else 1.0  # expected tokens per step
+        else:
+            self.al = 1.0 + float(self.survival.sum())
+        self.layout = layout
         self.if_static = cost.if_static.get(layout, 1.0)
+        # persistent share of routed tokens per EP rank under this layout (max/mean = if_static)
+        self.rank_share = rank_shares(cost.ep, self.if_static, layout_seed) if cost.ep > 1 else np.ones(1)
+        self.routed = 0.0  # routed token-expert assignments (tokens x topk), all ranks
         self.saving = cost.index_cache_reuse_saving if index_cache_reuse else 0.0
         self.rng = rng
         self.waiting: deque[SimRequest] = deque()
@@ -46,6 +64,9 @@ class DecodeInstance:
         self.busy_s = 0.0
         self.sched_s = 0.0
         self.comm_s = 0.0
+        self.imbalance_s = 0.0  # step time spent waiting on the most loaded EP rank
+        self.draft_s = 0.0  # step time of the draft (MTP) passes
+        self.accepted_pos = np.zeros(k, dtype=np.int64)  # finished requests: steps whose position i+1 was accepted
 
     # -- KV and batch figures ---------------------------------------------------------------
     def kv_used(self) -> float:
@@ -72,7 +93,10 @@ class DecodeInstance:
         log_a = math.log(self.alpha)
         while True:
             u = self.rng.random(m)
-            acc = np.minimum(np.floor(np.log(u) / log_a), self.k).astype(np.int64)
+            if self.decay == 1.0:  # geometric: P(acc >= i) = α^i
+                acc = np.minimum(np.floor(np.log(u) / log_a), self.k).astype(np.int64)
+            else:  # acc = the number of positions whose survival exceeds u
+                acc = (u[:, None] < self.survival[None, :]).sum(axis=1).astype(np.int64)
             toks = acc + 1
             csum = np.cumsum(toks)
             if csum[-1] >= n:
@@ -109,7 +133,9 @@ class DecodeInstance:
             heapq.heappush(self._finish, (req.s_end, self._seq, req))
         return out
 
-    def step_time(self) -> float:
+    def step_parts(self) -> tuple[float, float, float, float]:
+        """(step time, core time, IF, draft time): the step pays the most loaded EP rank (IF = max/mean rank
+        load: the layout's persistent skew times the expected max of B·(k+1)·topk routings over EP ranks)."""
         c = self.cost
         b = self.batch
         n_tok = b * (self.k + 1)
@@ -117,18 +143,26 @@ class DecodeInstance:
         if c.ep > 1 and n_tok:
             imb = self.if_static * (1 + math.sqrt(2 * math.log(c.ep) * c.ep / (n_tok * c.topk)))
         core = (c.a * (1 - self.saving) + c.b * n_tok + c.c * (1 - self.saving) * self.kv_used()) * imb
-        return c.sched_s + core + self.k * (c.a_draft + c.b_draft * b)
+        draft = self.k * (c.a_draft + c.b_draft * b)
+        return c.sched_s + core + draft, core, imb, draft
+
+    def step_time(self) -> float:
+        return self.step_parts()[0]
 
     def start_step(self, t: float, noise: float) -> float | None:
         if self.batch == 0:
             return None
-        dt = self.step_time() * noise
+        total, core, imb, draft = self.step_parts()
+        dt = total * noise
         self.step_end.append(t + dt)
         self.busy_until = t + dt
         self.busy_s += dt
         s = min(self.cost.sched_s, dt)
         self.sched_s += s
         self.comm_s += (dt - s) * self.cost.comm_share
+        self.imbalance_s += core * noise * (1.0 - 1.0 / imb)
+        self.draft_s += draft * noise
+        self.routed += self.batch * (self.k + 1) * self.cost.topk
         return self.busy_until
 
     def end_step(self) -> list[SimRequest]:
@@ -146,8 +180,25 @@ class DecodeInstance:
             self.done_tokens += req.n_out
             self.done_steps += req.s_end - req.s0
             self.success += 1
+            if self.k:
+                self._count_accepted(req.tokens)
             done.append(req)
         return done
+
+    def _count_accepted(self, tokens: np.ndarray) -> None:
+        """Add a finished request's steps to the per-position accepted counts (position i: accepted >= i)."""
+        per = np.bincount(tokens - 1, minlength=self.k + 1)[: self.k + 1]
+        self.accepted_pos += np.cumsum(per[::-1])[::-1][1:]
+
+    def accepted_per_position(self) -> list[float]:
+        """Accepted drafts per position (0-based, as vLLM labels them): exact for finished requests, the
+        survival times resident steps for running ones."""
+        running = self.batch * self.step - self.sum_s0
+        return (self.accepted_pos + running * self.survival).tolist()
+
+    def expert_load(self) -> list[float]:
+        """Routed token-expert assignments per EP rank so far (an expert-distribution record, per rank)."""
+        return (self.routed * self.rank_share).tolist()
 
     def chunks(self, req: SimRequest) -> tuple[list[float], list[int]]:
         """Chunk times and tokens of a finished request: first token at admission, then one per step."""

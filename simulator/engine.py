@@ -17,6 +17,7 @@ from core import scenarios as sc
 from core.arrivals import schedule
 from core.profiles import Profile
 from core.records import EngineSample, PrefillBatch, RequestRecord, RunInfo
+from simulator import experts
 from simulator import truth as truth_mod
 from simulator.cluster import Cluster
 from simulator.faults import STATS_FAILURE_MARKER, Faults, SimHealthError
@@ -32,6 +33,7 @@ class SimRun:
     breakdown: dict[str, Any]
     truth: dict[str, Any]
     cards: int
+    expert_load: dict[str, Any] = field(default_factory=dict)  # simulator.experts.record (empty: dense model)
     knobs: dict[str, Any] = field(default_factory=dict)
     rc: int = 0
     faults: Faults = field(default_factory=Faults)
@@ -115,7 +117,7 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
     tr["crashed"] = crashed
     return SimRun(info=info, records=records, samples=samples, batches=cluster.batches,
                   breakdown=cluster.breakdown(end), truth=tr, cards=cluster.cards, knobs=eff,
-                  rc=1 if crashed else 0, faults=faults)
+                  rc=1 if crashed else 0, faults=faults, expert_load=experts.record(cluster.decode))
 
 
 def write_run_dir(run: SimRun, run_dir: Path) -> None:
@@ -128,6 +130,8 @@ def write_run_dir(run: SimRun, run_dir: Path) -> None:
         rec.write_atomic(run_dir / name, "".join(r.model_dump_json() + "\n" for r in rows))
     rec.write_atomic(run_dir / rec.BREAKDOWN, json.dumps(run.breakdown, indent=1))
     rec.write_atomic(run_dir / "truth.json", json.dumps(run.truth, indent=1, default=str))
+    if run.expert_load:
+        rec.write_atomic(run_dir / rec.EXPERT_LOAD, json.dumps(run.expert_load, indent=1))
     if run.faults.stats_failure:
         rec.write_atomic(run_dir / STATS_FAILURE_MARKER, "injected stats_failure\n")
     rec.mark_done(run_dir, run.rc)

@@ -9,6 +9,9 @@ from simulator.request import SimRequest
 
 
 class PrefillInstance:
+    imbalance_s = 0.0  # the prefill step model has no EP imbalance or draft term (breakdown keys shared with decode)
+    draft_s = 0.0
+
     def __init__(self, name: str, dp: int, cost: PrefillCost, budget: int, cap: int | None,
                  long_threshold: int, cache: PrefixCache):
         self.name = name

@@ -92,7 +92,9 @@ def test_write_run_dir_then_summarize(tmp_path):
     bd = run.breakdown
     assert set(bd) == {"prefill", "decode"}
     for role in bd.values():
-        parts = role["compute_s"] + role["communication_s"] + role["scheduling_s"] + role["idle_s"]
+        parts = (role["compute_s"] + role["communication_s"] + role["scheduling_s"] + role["imbalance_s"]
+                 + role["draft_s"] + role["idle_s"])
+        assert min(role["compute_s"], role["imbalance_s"], role["draft_s"]) >= 0
         assert parts == pytest.approx(role["elapsed_s"] * role["instances"], rel=1e-6)
 
 

@@ -1,0 +1,93 @@
+"""Decode-side evidence for the digest: spec-decode acceptance per draft position, expert load per EP rank.
+
+* Acceptance per position: vLLM's `vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}` over
+  `vllm:spec_decode_num_drafts_total` (llama.cpp exports the same pair under `llamacpp:`): entry i is the share
+  of drafts whose position i+1 was accepted (a survival, falling with i). Counters are differenced over the
+  run per instance (first to last scrape), summed over instances.
+* Expert load: the run directory's expert_load.json (core.records.EXPERT_LOAD: routed token-expert
+  assignments per EP rank, per instance, as SGLang's expert-distribution recorder and vLLM's EPLB load window
+  count them). Per role: `per_rank` = each rank's share summed over the role's instances, `max_over_mean` =
+  the worst instance's max/mean rank load (that rank sets every step of its instance).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+from core.records import EngineSample
+
+DRAFTS = ("vllm:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_drafts_total")
+PER_POS = ("vllm:spec_decode_num_accepted_tokens_per_pos_total", "llamacpp:spec_decode_num_accepted_tokens_per_pos_total")
+_POSITION = re.compile(r'[{,]\s*position="(\d+)"')
+
+
+def _positions(values: dict[str, float]) -> dict[int, float] | None:
+    for name in PER_POS:
+        got: dict[int, float] = {}
+        for key, v in values.items():
+            if key.startswith(name + "{") and (m := _POSITION.search(key)):
+                got[int(m.group(1))] = got.get(int(m.group(1)), 0.0) + v
+        if got:
+            return got
+    return None
+
+
+def _drafts(values: dict[str, float]) -> float | None:
+    for name in DRAFTS:
+        hits = [v for k, v in values.items() if k == name or k.startswith(name + "{")]
+        if hits:
+            return float(sum(hits))
+    return None
+
+
+def spec_accept_per_position(samples: Sequence[EngineSample]) -> list[float] | None:
+    """[share of drafts whose position i+1 was accepted for i = 0..k-1], or None without the counters."""
+    first: dict[str, tuple[float, dict[int, float]]] = {}
+    last: dict[str, tuple[float, dict[int, float]]] = {}
+    for s in sorted(samples, key=lambda s: s.t):
+        d, pos = _drafts(s.values), _positions(s.values)
+        if d is None or pos is None:
+            continue
+        first.setdefault(s.instance, (d, pos))
+        last[s.instance] = (d, pos)
+    if not last:
+        return None
+    k = 1 + max(i for _, pos in last.values() for i in pos)
+    drafts = sum(last[i][0] - first[i][0] for i in last)
+    if drafts > 0:
+        acc = [sum(last[i][1].get(p, 0.0) - first[i][1].get(p, 0.0) for i in last) for p in range(k)]
+    else:  # one scrape per instance (or counters reset): the totals since start
+        drafts = sum(last[i][0] for i in last)
+        acc = [sum(last[i][1].get(p, 0.0) for i in last) for p in range(k)]
+    if drafts <= 0:
+        return None
+    return [max(0.0, a) / drafts for a in acc]
+
+
+def expert_load(raw: dict[str, Any] | None) -> dict[str, dict[str, Any]] | None:
+    """{role: {"per_rank": [shares, sum 1], "max_over_mean": float}} from an expert-load record, or None."""
+    out: dict[str, dict[str, Any]] = {}
+    for role, insts in (raw or {}).items():
+        if not isinstance(insts, dict):
+            continue
+        total: list[float] = []
+        worst = None
+        for rec in insts.values():
+            load = [float(x) for x in (rec or {}).get("per_rank_tokens") or []]
+            if not load or sum(load) <= 0:
+                continue
+            if len(total) < len(load):
+                total += [0.0] * (len(load) - len(total))
+            for r, x in enumerate(load):
+                total[r] += x
+            mom = max(load) / (sum(load) / len(load))
+            worst = mom if worst is None else max(worst, mom)
+        if worst is not None:
+            s = sum(total)
+            out[role] = {"per_rank": [x / s for x in total], "max_over_mean": worst}
+    return out or None
+
+
+def expert_load_spread(load: dict[str, dict[str, Any]] | None) -> float | None:
+    """Max over roles of max_over_mean (1.0 = perfectly balanced), or None without expert-load evidence."""
+    return max(v["max_over_mean"] for v in load.values()) if load else None
