@@ -108,8 +108,10 @@ class LLMPlanner:
 
     def ask(self, history: History) -> Plan:
         base = self.fallback.ask(history)
-        # Baselines, confirmations and stops are protocol, not choices: they stay deterministic.
-        if base.card is None or base.card.stage != "screen":
+        # Baselines, confirmations of promising screens, recoveries and stops are protocol, not choices: they stay
+        # deterministic. The model chooses the move (at the stage the protocol gives it: a screen, or confirm N
+        # at once where the deterministic planner would skip the screen).
+        if base.card is None or not base.move:
             return base
         try:
             proposal = self._propose(history)
@@ -118,7 +120,7 @@ class LLMPlanner:
         try:
             new = _value_from_text(proposal.knob, proposal.value, history.goal.space())
             card = build_card(history.goal_id, history.goal.scenario, history.best_knobs, proposal.knob, new,
-                              stage="screen", n=history.goal.protocol.screen_n, planner="llm",
+                              stage=base.card.stage, n=base.card.n, planner="llm",
                               hypothesis=proposal.hypothesis, mechanism=proposal.mechanism,
                               decision=proposal.decision, expected_effect=proposal.expected_effect,
                               negative_rules_out=proposal.negative_rules_out)

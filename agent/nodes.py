@@ -15,7 +15,7 @@ from agent.candidates import CandidateCard, Change, build_card, direction_of
 from agent.checks import check, estimate, with_attempt
 from agent.history import Figures, History
 from agent.judgement import decide as judge_run
-from agent.planner import DeterministicPlanner, diagnosis_for
+from agent.planner import DeterministicPlanner, closes_hypothesis, diagnosis_for
 from agent.record import (
     CHANGED,
     KIND,
@@ -336,11 +336,11 @@ class Loop:
             return Command(goto="decide")
         outcome, reason = judge_run(card, res.verdict.kind, figures, history)
         reasons = "; ".join(r.message for r in res.verdict.reasons)
-        text = f"{card.title()}: {reason}" + (f" [{reasons}]" if reasons else "")
-        knobs = card.knobs
+        closed = closes_hypothesis(outcome, card, history)  # a negative that closes a hypothesis changes a decision
+        text = f"{card.title()}: {reason}" + (f"; closes {closed}" if closed else "") + (f" [{reasons}]" if reasons else "")
         self.store.record_decision(self.goal_id, KIND[outcome], candidate_id=cand.id, run_id=res.run_id,
-                                   station_hash=res.station_hash, changed=outcome in CHANGED, text=text,
-                                   data=outcome_data(outcome, res.verdict.kind, figures, knobs))
+                                   station_hash=res.station_hash, changed=outcome in CHANGED or closed is not None,
+                                   text=text, data=outcome_data(outcome, res.verdict.kind, figures, card.knobs))
         known = card.change is not None and any(
             n.applies(card.change.knob, card.change.new, card.scenario, history.data_version, card.parent_station,
                       history.source_identity) for n in history.negatives)

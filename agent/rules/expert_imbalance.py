@@ -7,8 +7,8 @@ from typing import Any
 from agent.rules.base import OPEN_LOW, Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp, num, role_terms
 
 MOE_SHARE = 0.5  # share of a step spent in expert layers, when only the load spread is known
-RECOVERABLE = 0.8  # share of the imbalance loss a static layout wins back
-SIGNIFICANT = 0.1  # imbalance loss of device time worth a relayout's cost
+RECOVERABLE = 0.8  # share of the skew loss a fitted static layout wins back (its own fit is imperfect)
+SIGNIFICANT = 0.05  # recoverable share of device time that makes imbalance a candidate explanation
 
 
 def legacy_share(breakdown: dict[str, Any] | None) -> float | None:
@@ -28,19 +28,27 @@ def legacy_share(breakdown: dict[str, Any] | None) -> float | None:
 
 
 def imbalance_loss(ev: dict[str, Any]) -> tuple[float | None, str | None]:
-    """Share of device time lost to expert imbalance, and the evidence it is read from."""
-    terms = role_terms(ev, "imbalance_s")
-    if terms:
-        role, share = max(terms.items(), key=lambda kv: kv[1])
-        return share, f"breakdown: {share:.0%} of {role} device time spent waiting on the most loaded EP rank"
+    """Share of device time a balanced layout would win back, and the evidence it is read from. The load spread
+    (max over mean routed tokens per EP rank, summed over the run) is the layout's persistent skew: the most
+    loaded rank sets every step, so expert-layer time shrinks by 1 - 1/spread when the skew is flattened; the
+    expert-layer share of decode time is compute + imbalance in the breakdown. Without a load record, the
+    breakdown's imbalance time (which also holds the per-step routing noise no layout removes) counts half."""
+    spread = num(ev, "expert_load_spread")
+    terms = {t: role_terms(ev, t).get("decode") for t in ("compute_s", "imbalance_s")}
+    if spread is not None and spread >= 1.0:
+        known = terms["compute_s"] is not None and terms["imbalance_s"] is not None
+        moe = (terms["compute_s"] or 0.0) + (terms["imbalance_s"] or 0.0) if known else MOE_SHARE
+        loss = moe * (1.0 - 1.0 / spread)
+        return loss, (f"expert load per EP rank: the most loaded rank carries {spread:.2f}× the mean; expert layers "
+                      f"take {moe:.0%} of decode time" + ("" if known else " (assumed)") +
+                      f": ~{loss:.0%} of it is lost to the skew")
+    if terms["imbalance_s"] is not None:
+        share = terms["imbalance_s"]
+        return share * 0.5, (f"breakdown: {share:.0%} of decode device time spent waiting on the most loaded EP "
+                             f"rank (no load record: half counted as layout skew)")
     legacy = legacy_share(ev.get("breakdown"))
     if legacy is not None:
         return legacy, f"breakdown: {legacy:.0%} of device time lost to expert imbalance"
-    spread = num(ev, "expert_load_spread")
-    if spread is not None and spread >= 1.0:
-        loss = (1.0 - 1.0 / spread) * MOE_SHARE
-        return loss, (f"expert load per EP rank: the most loaded rank carries {spread:.2f}× the mean, ~{loss:.0%} "
-                      f"of step time at an expert-layer share of {MOE_SHARE:.0%}")
     return None, None
 
 
@@ -50,7 +58,7 @@ def score(ctx: Ctx) -> Hypothesis:
         return Hypothesis(name="expert_imbalance", likelihood=0.1,
                           evidence_against=["no expert load or imbalance time observed"])
     if loss >= SIGNIFICANT:
-        return Hypothesis(name="expert_imbalance", likelihood=clamp(0.4 + 2 * loss), evidence_for=[line])
+        return Hypothesis(name="expert_imbalance", likelihood=clamp(0.45 + 2 * loss), evidence_for=[line])
     return Hypothesis(name="expert_imbalance", likelihood=0.1, evidence_against=[line + ": too little to pay a relayout"])
 
 

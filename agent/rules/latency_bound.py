@@ -1,7 +1,13 @@
 """Latency bound: mean TPOT at (or over) its limit; get feasible first, then trade latency for throughput."""
 from __future__ import annotations
 
-from agent.rules.base import Ctx, Hypothesis, MoveRule, Rule, clamp
+from typing import Any
+
+from agent.rules.base import Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp
+
+FEASIBLE_GAIN = 0.3  # a move that may bring an infeasible best inside the TPOT limit: feasibility is the gain
+FEASIBLE_CONFIDENCE = 0.7
+TPOT_DOWN = {("concurrency", False), ("request_rate", False), ("max_num_seqs", False), ("speculative_method", True)}
 
 
 def score(ctx: Ctx) -> Hypothesis:
@@ -23,11 +29,20 @@ def headroom(ctx: Ctx) -> float | None:
     return 1.0 - s.tpot_ms.mean / limit
 
 
+def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjusted | None:
+    """Get feasible first: while the best breaks the TPOT limit, a move that lowers TPOT is worth what a
+    feasible station is worth, whatever it costs in throughput."""
+    if diag.tpot_headroom is None or diag.tpot_headroom >= 0 or (change.knob, up) not in TPOT_DOWN:
+        return None
+    return Adjusted(max(conf, FEASIBLE_CONFIDENCE), max(gain, FEASIBLE_GAIN),
+                    f" (mean TPOT {-diag.tpot_headroom:.0%} over its limit: feasibility first)")
+
+
 RULE = Rule(
     name="latency_bound",
     prompt=("latency_bound: mean TPOT at or over its limit: get feasible first (fewer requests in flight, a decode "
             "batch cap); trade-offs are results, kept on the frontier."),
-    score=score, separable=False,
+    score=score, value=value, separable=False,
     moves={
         ("concurrency", "down"): MoveRule(
             hypotheses=("latency_bound",), gain=0.03, tradeoff=True,
@@ -40,6 +55,11 @@ RULE = Rule(
             mechanism="fewer arrivals per second shorten the queues: lower TTFT and E2E, fewer requests in flight",
             decision="the throughput/latency trade-off point", expected="lower throughput, lower latency",
             rules_out="a free latency win at this arrival rate"),
+        ("max_num_seqs", "down"): MoveRule(
+            hypotheses=("latency_bound",), gain=0.03, tradeoff=True,
+            mechanism="a smaller decode batch shortens every decode step: lower TPOT, less throughput per step",
+            decision="the throughput/latency trade-off point", expected="lower TPOT, lower throughput",
+            rules_out="the decode batch size as the TPOT lever"),
         ("speculative_method", "up"): MoveRule(
             hypotheses=("latency_bound", "decode_capacity"), gain=0.2,
             mechanism="MTP draft heads produce several tokens per decode step",
