@@ -130,7 +130,7 @@ def run_case(case: Case, quick: bool, settings: Settings, cache: Path | None, lo
     if not target["holds"]:
         notes.append(explain_miss(methods, target))
     goal = case.goal_spec(quick, seeds[0])
-    return {"name": case.name, "description": case.description, "profile": goal.sim_profile,
+    return {"name": case.name, "set": case.set, "description": case.description, "profile": goal.sim_profile,
             "scenario": goal.scenario, "objective": f"max {goal.objective.metric} ({goal.objective.window} window)",
             "constraints": goal.constraints.model_dump(exclude_none=True), "space": space,
             "space_size": orc["size"], "feasible_points": orc["feasible"], "near_optimal_points": orc["near"],
@@ -168,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default=str(ROOT / "bench" / "scenarios.yaml"), help="case file (YAML)")
     ap.add_argument("--quick", action="store_true", help="CI-sized: each case's quick_space, quick seeds")
     ap.add_argument("--only", action="append", default=[], help="run only this case (repeatable)")
+    ap.add_argument("--set", choices=("tune", "heldout"), dest="case_set",
+                    help="run only the cases marked `set: tune` (developed against) or `set: heldout` (reported apart)")
     ap.add_argument("--out", default=str(ROOT / "bench" / ".cache" / "tuner_efficiency"), help="output folder")
     ap.add_argument("--cache", default=str(ROOT / "bench" / ".cache" / "evals"),
                     help="measurement cache folder ('' to disable)")
@@ -179,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     except CaseError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    cases = [c for c in cf.cases if not args.only or c.name in args.only]
+    cases = [c for c in cf.cases if (not args.only or c.name in args.only)
+             and (args.case_set is None or c.set == args.case_set)]
     unknown = sorted(set(args.only) - {c.name for c in cf.cases})
     if unknown:
         print(f"error: --only: unknown case(s) {unknown}; known: {[c.name for c in cf.cases]}", file=sys.stderr)

@@ -60,6 +60,7 @@ class Transfer(BaseModel):
     kv_bytes_per_token: float = Field(ge=0)
     bandwidth_gb_s: float = Field(gt=0)
     overlap: float = Field(0.5, ge=0, le=1)  # share of the transfer hidden behind the last chunk
+    serial: bool = False  # True: transfers into one decode instance share its link and queue (bandwidth-bound)
 
 
 class Costs(BaseModel):

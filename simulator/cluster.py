@@ -72,6 +72,7 @@ class Cluster:
         self._p_pending = [False] * len(self.prefill)
         self._d_pending = [False] * len(self.decode)
         self._p_inflight = [0] * len(self.prefill)  # prefilled, KV transfer under way
+        self._link_free = [0.0] * len(self.decode)  # transfer.serial: when each decode instance's link frees
         self.requests: dict[int, SimRequest] = {}
         self.finished: list[SimRequest] = []  # drained by batch mode
         self._streaming: dict[int, SimRequest] = {}
@@ -180,7 +181,12 @@ class Cluster:
             self.decode[j].inbound += 1
             self._p_inflight[i] += 1
             dt = tr.latency_s + req.n_in * tr.kv_bytes_per_token / (tr.bandwidth_gb_s * 1e9) * (1 - tr.overlap)
-            self._push(t + dt, "x", req)
+            if tr.serial:  # the decode instance's link carries one KV transfer at a time: later ones queue
+                start = max(t, self._link_free[j])
+                self._link_free[j] = start + dt - tr.latency_s
+                self._push(start + dt, "x", req)
+            else:
+                self._push(t + dt, "x", req)
         self._prefill_start(i, t)
 
     def _transfer_done(self, req: SimRequest, t: float) -> None:

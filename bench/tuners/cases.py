@@ -7,7 +7,7 @@ runs. Knobs outside the space stay at the goal's starting station for every meth
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -37,6 +37,8 @@ class Case(BaseModel):
     goal: dict[str, Any]
     space: dict[str, list[Any]]
     quick_space: dict[str, list[Any]] | None = None
+    # tune: the planner may be developed against it; heldout: reported apart, never tuned on (bench/README.md)
+    set: Literal["tune", "heldout"] | None = None
 
     def space_for(self, quick: bool) -> dict[str, list[Any]]:
         return dict(self.quick_space if quick and self.quick_space else self.space)
