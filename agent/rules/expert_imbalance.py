@@ -66,8 +66,10 @@ def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjuste
     """A relayout gains what the imbalance loses (the recoverable share), and nothing without the evidence."""
     if change.knob != "expert_layout" or not up:
         return None
-    if diag.likelihood("expert_imbalance") < OPEN_LOW or diag.imbalance_loss is None:
+    if diag.imbalance_loss is None:
         return Adjusted(conf, 0.0, " (no imbalance evidence: a relayout is worth nothing)", answered=True)
+    if diag.likelihood("expert_imbalance") < OPEN_LOW:
+        return Adjusted(conf, 0.0, f" (a {diag.imbalance_loss:.0%} imbalance loss does not pay a relayout)", answered=True)
     g = diag.imbalance_loss * RECOVERABLE
     return Adjusted(conf, g, f" (relayout wins back ~{g:.0%}: {RECOVERABLE:.0%} of a {diag.imbalance_loss:.0%} imbalance loss)")
 
