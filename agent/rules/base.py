@@ -106,7 +106,8 @@ def decode_full(ev: dict[str, Any]) -> str | None:
     run_max, limit, kv = num(ev, "decode_running_max"), num(ev, "decode_batch_limit"), num(ev, "kv_usage_max")
     if decode_at_limit(ev) and num(ev, "decode_busy_slots_mean") is None:
         return f"running {run_max:.0f} of a {limit:.0f} batch limit"
-    if kv is not None and kv >= 0.98:
+    waiting = num(ev, "decode_waiting_mean")
+    if kv is not None and kv >= 0.98 and (waiting is None or waiting > 0.5):  # a peak nobody waits behind is not full
         return f"KV cache usage {kv:.0%}"
     return None
 

@@ -18,6 +18,9 @@ def score(ctx: Ctx) -> Hypothesis:
     if dmean is not None and dmean > 0.5:
         pfor.append(f"{dmean:.1f} requests wait for decode")
         s += 0.15
+    elif dmean is not None:
+        pagainst.append(f"decode waiting near zero (mean {dmean:.2f}): the KV peak turns no request away")
+        s -= 0.3
     if decode_at_limit(ev):
         pagainst.append("decode also runs at its batch limit: the limit, not only KV, admits sequences")
         s -= 0.15
