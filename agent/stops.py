@@ -47,7 +47,8 @@ def explore_or_stop(history: History, diag: Diagnosis | None, ranked: list[tuple
         ranked.append((card.title(), v.value, "the best station breaks the SLO: the budget goes on toward feasibility"))
         return Plan(card=card, diagnosis=diag, ranked=ranked, move=True)
     model = (f"the explorer expects at most {best_ei:.2f} % (< min_gain_pct {min_gain:g} %) from "
-             f"{len(props)} proposal(s) over {told} valid run(s)")
+             f"{len(props)} proposal(s) over {told} valid run(s)" if props else
+             f"the explorer has no untried one-change station that passes the checks ({told} valid run(s))")
     if stale:
         return Plan(card=None, diagnosis=diag, ranked=ranked, stop_reason=f"{why}, and {model}")
     if passing:
