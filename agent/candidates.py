@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
+from agent.rules import MOVES as RULES  # the move table, built from the rules' own moves
+from agent.rules.base import MoveRule
 from core.canonical import digest as canonical_digest
 from core.knobs import catalog
 from core.ledger import Prediction
@@ -112,101 +114,6 @@ class CandidateCard(BaseModel):
             return f"{self.stage} N={self.n}: measure the parent station"
         c = self.change
         return f"{self.stage} N={self.n}: {c.knob} {c.old!r} -> {c.new!r}"
-
-
-class MoveRule(BaseModel):
-    """What changing one knob in one direction tests, and how much it might gain if the hypothesis holds."""
-
-    model_config = ConfigDict(frozen=True)
-    hypotheses: tuple[str, ...] = ()
-    gain: float = 0.05  # likely relative gain on the objective if the hypothesis holds
-    mechanism: str = "changes the knob's resource allocation"
-    decision: str = "whether this knob limits the objective here"
-    expected: str = "a small change in output tok/s per card"
-    rules_out: str = "this knob as a lever at the parent station"
-    tradeoff: bool = False  # may lose on the objective but win on latency (kept on the frontier)
-
-
-RULES: dict[tuple[str, str], MoveRule] = {
-    ("max_prefill_reqs", "up"): MoveRule(
-        hypotheses=("prefill_supply",), gain=0.3,
-        mechanism="more requests per prefill pass amortise the fixed per-pass cost and fill the tail chunks",
-        decision="whether prefill batch composition, not decode concurrency, limits throughput",
-        expected="+20-40 % output tok/s per card if prefill supply is the bottleneck; TPOT about unchanged",
-        rules_out="per-pass prefill overhead as the limit: prefill supply would need more P instances or budget"),
-    ("max_num_batched_tokens", "up"): MoveRule(
-        hypotheses=("prefill_supply",), gain=0.12,
-        mechanism="a larger prefill token budget processes more prompt tokens per pass",
-        decision="whether the prefill chunk size limits prefill supply",
-        expected="+5-15 % if prefill is compute-underused per pass; TTFT of long prompts may fall",
-        rules_out="chunk size as the prefill limit"),
-    ("num_prefill_instances", "up"): MoveRule(
-        hypotheses=("prefill_supply",), gain=0.25,
-        mechanism="more prefill instances add prefill capacity", decision="P/D ratio",
-        expected="higher throughput if prefill bound; fewer cards for decode",
-        rules_out="the P/D ratio as the limit"),
-    ("num_decode_instances", "up"): MoveRule(
-        hypotheses=("decode_capacity",), gain=0.25,
-        mechanism="more decode instances add decode capacity", decision="P/D ratio",
-        expected="higher throughput if decode bound", rules_out="the P/D ratio as the limit"),
-    ("max_num_seqs", "up"): MoveRule(
-        hypotheses=("decode_capacity",), gain=0.2,
-        mechanism="a larger decode batch admits waiting requests", decision="whether the decode batch cap binds",
-        expected="+10-25 % if decode runs at its cap with waiting requests; TPOT rises",
-        rules_out="the decode batch cap as the limit"),
-    ("gpu_memory_utilization", "up"): MoveRule(
-        hypotheses=("decode_capacity",), gain=0.1,
-        mechanism="more KV capacity admits more running sequences", decision="whether KV capacity binds",
-        expected="gain only if KV usage is near full", rules_out="KV capacity as the limit"),
-    ("concurrency", "up"): MoveRule(
-        hypotheses=("client_supply", "load_headroom"), gain=0.2,
-        mechanism="a higher concurrency cap keeps more requests in flight: bigger decode batches while TPOT has headroom",
-        decision="whether the offered load, not the server, limits throughput",
-        expected="higher throughput if achieved concurrency ≈ C and decode runs below its batch limit; TPOT rises",
-        rules_out="the concurrency cap as the limit at this station"),
-    ("concurrency", "down"): MoveRule(
-        hypotheses=("latency_bound",), gain=0.03, tradeoff=True,
-        mechanism="fewer requests in flight shorten queues: lower TTFT, TPOT and E2E, a longer steady state",
-        decision="the throughput/latency trade-off point", expected="lower whole-run throughput, lower latency, maybe a valid native window",
-        rules_out="a free latency win at this concurrency"),
-    ("request_rate", "up"): MoveRule(
-        hypotheses=("client_supply",), gain=0.15,
-        mechanism="a higher arrival rate feeds the concurrency cap", decision="whether the sender's rate limits",
-        expected="higher throughput if QPS ≈ r", rules_out="the arrival rate as the limit"),
-    ("request_rate", "down"): MoveRule(
-        hypotheses=("latency_bound",), gain=0.03, tradeoff=True,
-        mechanism="fewer arrivals per second shorten the queues: lower TTFT and E2E, fewer requests in flight",
-        decision="the throughput/latency trade-off point", expected="lower throughput, lower latency",
-        rules_out="a free latency win at this arrival rate"),
-    ("speculative_method", "up"): MoveRule(
-        hypotheses=("latency_bound", "decode_capacity"), gain=0.2,
-        mechanism="MTP draft heads produce several tokens per decode step",
-        decision="whether speculative decoding pays on this task", expected="lower TPOT, higher decode throughput on copy tasks",
-        rules_out="speculative decoding on this task"),
-    ("num_speculative_tokens", "up"): MoveRule(
-        hypotheses=("latency_bound", "decode_capacity"), gain=0.1,
-        mechanism="a wider draft accepts more tokens per step when acceptance is high",
-        decision="the draft width", expected="higher decode throughput if acceptance stays high",
-        rules_out="a wider draft at this acceptance"),
-    ("num_speculative_tokens", "down"): MoveRule(
-        hypotheses=("spec_acceptance",), gain=0.1,
-        mechanism="a narrower draft wastes fewer device cycles on rejected tokens",
-        decision="the draft width", expected="gain only if acceptance length is low", rules_out="draft waste as the limit"),
-    ("index_cache_reuse", "up"): MoveRule(
-        hypotheses=("latency_bound", "decode_capacity"), gain=0.15,
-        mechanism="reusing the index cache across layers cuts decode compute (accuracy risk)",
-        decision="whether the quality-risk speed-up is worth an accuracy evaluation",
-        expected="lower TPOT, higher throughput; quality must be evaluated", rules_out="index cache reuse here"),
-    ("expert_layout", "up"): MoveRule(
-        hypotheses=("expert_imbalance",), gain=0.15,
-        mechanism="a static EPLB layout evens expert load across ranks",
-        decision="whether expert imbalance costs device time", expected="higher decode throughput if imbalance is large",
-        rules_out="expert placement as the limit"),
-    ("parallel", "up"): MoveRule(
-        hypotheses=("client_supply", "decode_capacity"), gain=0.2,
-        mechanism="more server slots batch more sequences per step", decision="the server's batch width",
-        expected="higher throughput, higher TPOT", rules_out="the slot count as the limit"),
-}
 
 
 def rule_for(knob: str, direction: str) -> MoveRule:

@@ -89,6 +89,17 @@ def decide(card: CandidateCard, verdict: str, figures: Figures | None, history: 
     if cmp.gain is None:
         return "negative", "no common window with the reference"
     pct = f"{cmp.gain:+.2%} {cmp.window} vs {against} at N={card.n}"
+    if ref_figs.slo_violations:
+        # the reference breaks the SLO and this run meets it: feasible beats infeasible, whatever the throughput
+        broken = "; ".join(ref_figs.slo_violations)
+        if card.stage == "screen":
+            return "promising", f"screen {pct}: meets the SLO the reference breaks ({broken}): confirm at N={goal.protocol.confirm_n}"
+        if window == "native" and figures.native is None:
+            return "window_pending", (f"confirmed {pct}, meets the SLO the reference breaks, but no valid native "
+                                      f"window at N={card.n}: not the best until a run of it gives one")
+        if card.quality_risk:
+            return "quality_pending", f"confirmed {pct}, meets the SLO the reference breaks; quality pending"
+        return "new_best", f"confirmed {pct}: meets the SLO the reference breaks ({broken}): new best station"
     min_gain = goal.stop.min_gain_pct / 100.0
     if card.stage == "screen" and 0 < cmp.gain < min_gain:
         # a short run's whole window is mostly ramp and drain: a small gain there is not a clear negative

@@ -17,6 +17,7 @@ import prompts
 from agent.candidates import build_card, rule_for
 from agent.checks import check, estimate, retry_note
 from agent.history import History
+from agent.rules import prompt_lines
 from agent.planner import DeterministicPlanner, Plan, diagnosis_for
 from agent.value import value_of
 from core.knobs import KnobError, catalog
@@ -49,6 +50,11 @@ def _fmt(v: Any) -> str:
     return json.dumps(v) if not isinstance(v, str) else v
 
 
+def system_prompt() -> str:
+    """The system prompt, its hypotheses built from the rule list (agent.rules.RULES)."""
+    return prompts.render("system", rules=prompt_lines())
+
+
 def render_prompt(history: History) -> list[dict[str, str]]:
     goal = history.goal
     ref = history.latest_valid(history.best_knobs)
@@ -68,7 +74,7 @@ def render_prompt(history: History) -> list[dict[str, str]]:
         space="\n".join(f"{k}: {[_fmt(v) for v in vs]}" for k, vs in goal.space().items()),
         outcomes=outcomes, negatives=negatives, budget_left=f"{history.budget_left_card_hours:.2f}",
         experiments_left=history.experiments_left)
-    return [{"role": "system", "content": prompts.render("system")}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": system_prompt()}, {"role": "user", "content": user}]
 
 
 def _value_from_text(knob: str, text: str, space: dict[str, tuple[Any, ...]]) -> Any:
@@ -102,8 +108,10 @@ class LLMPlanner:
 
     def ask(self, history: History) -> Plan:
         base = self.fallback.ask(history)
-        # Baselines, confirmations and stops are protocol, not choices: they stay deterministic.
-        if base.card is None or base.card.stage != "screen":
+        # Baselines, confirmations of promising screens, recoveries and stops are protocol, not choices: they stay
+        # deterministic. The model chooses the move (at the stage the protocol gives it: a screen, or confirm N
+        # at once where the deterministic planner would skip the screen).
+        if base.card is None or not base.move:
             return base
         try:
             proposal = self._propose(history)
@@ -112,7 +120,7 @@ class LLMPlanner:
         try:
             new = _value_from_text(proposal.knob, proposal.value, history.goal.space())
             card = build_card(history.goal_id, history.goal.scenario, history.best_knobs, proposal.knob, new,
-                              stage="screen", n=history.goal.protocol.screen_n, planner="llm",
+                              stage=base.card.stage, n=base.card.n, planner="llm",
                               hypothesis=proposal.hypothesis, mechanism=proposal.mechanism,
                               decision=proposal.decision, expected_effect=proposal.expected_effect,
                               negative_rules_out=proposal.negative_rules_out)

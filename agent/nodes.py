@@ -15,18 +15,9 @@ from agent.candidates import CandidateCard, Change, build_card, direction_of
 from agent.checks import check, estimate, with_attempt
 from agent.history import Figures, History
 from agent.judgement import decide as judge_run
-from agent.planner import DeterministicPlanner, diagnosis_for
+from agent.planner import DeterministicPlanner, closes_hypothesis, diagnosis_for
 from agent.prediction import observed, predict
-from agent.record import (
-    CHANGED,
-    KIND,
-    OPEN_STATUSES,
-    build_history,
-    card_of,
-    card_record,
-    conditions,
-    outcome_data,
-)
+from agent.record import CHANGED, KIND, OPEN_STATUSES, build_history, card_of, card_record, conditions, outcome_data
 from agent.restore import go_back
 from core.station import Station
 from core.trial import TrialSpec
@@ -336,11 +327,12 @@ class Loop:
             return Command(goto="decide")
         outcome, reason = judge_run(card, res.verdict.kind, figures, history)
         reasons = "; ".join(r.message for r in res.verdict.reasons)
-        text = f"{card.title()}: {reason}" + (f" [{reasons}]" if reasons else "")
-        knobs, seen = card.knobs, observed(card, figures, res.summary, history)  # the ledger's observed effect
+        closed = closes_hypothesis(outcome, card, history)  # a negative that closes a hypothesis changes a decision
+        text = f"{card.title()}: {reason}" + (f"; closes {closed}" if closed else "") + (f" [{reasons}]" if reasons else "")
+        seen = observed(card, figures, res.summary, history)  # the ledger's observed effect
         self.store.record_decision(self.goal_id, KIND[outcome], candidate_id=cand.id, run_id=res.run_id,
-                                   station_hash=res.station_hash, changed=outcome in CHANGED, text=text,
-                                   data=outcome_data(outcome, res.verdict.kind, figures, knobs) | seen)
+                                   station_hash=res.station_hash, changed=outcome in CHANGED or closed is not None,
+                                   text=text, data=outcome_data(outcome, res.verdict.kind, figures, card.knobs) | seen)
         known = card.change is not None and any(
             n.applies(card.change.knob, card.change.new, card.scenario, history.data_version, card.parent_knobs_hash,
                       history.source_identity) for n in history.negatives)

@@ -8,7 +8,6 @@ None means stop: nothing left is worth its cost, or too many experiments in a ro
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
 
 from agent.candidates import (
     CandidateCard,
@@ -20,7 +19,7 @@ from agent.candidates import (
     with_stage,
 )
 from agent.checks import check, estimate, retry_note
-from agent.diagnosis import LOAD_HEADROOM, OPEN_LOW, Diagnosis, diagnose
+from agent.diagnosis import LOAD_HEADROOM, OPEN_LOW, SUPPORTED, Diagnosis, diagnose
 from agent.history import History
 from agent.recovery import (
     LOAD_UP,
@@ -28,23 +27,12 @@ from agent.recovery import (
     latency_recovery,
     window_recovery,
 )
+from agent.plan import Plan
+from agent.stops import MIN_VALUE, explore_or_stop
 from agent.value import Value, value_of
 from core.station import (
     full_knobs,  # the deployed station: catalog defaults filled in (the token budget)
 )
-
-MIN_VALUE = 0.02  # below this a candidate is not worth its cost
-
-
-class Plan(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    card: CandidateCard | None
-    diagnosis: Diagnosis | None = None
-    ranked: list[tuple[str, float, str]] = []  # (title, value, why or refusal) for the record
-    stop_reason: str | None = None
-    fallback: str | None = None  # why the LLM's proposal was not used (the deterministic one was)
-    llm_hypotheses: list[dict] | None = None
-
 
 def tpot_limit(goal) -> float | None:  # type: ignore[no-untyped-def]
     return goal.constraints.tpot_mean_ms_lt
@@ -61,6 +49,18 @@ def ruled_out(history: History) -> set[str]:
         if not rule.tradeoff:
             out.update(rule.hypotheses)
     return out
+
+
+def closes_hypothesis(outcome: str, card: CandidateCard, history: History) -> str | None:
+    """The hypothesis a valid negative from the best station closes (one no earlier negative from it had tested):
+    a closed hypothesis is a changed decision (the diagnosis, and so the next move, changes). None otherwise."""
+    c = card.change
+    if outcome != "negative" or c is None or card.parent_knobs_hash != history.best_knobs_hash:
+        return None
+    rule = rule_for(c.knob, direction_of(c))
+    if rule.tradeoff:
+        return None
+    return next((h for h in rule.hypotheses if h not in ruled_out(history)), None)
 
 
 def diagnosis_for(history: History) -> Diagnosis | None:
@@ -186,7 +186,11 @@ class DeterministicPlanner:
                 return Plan(card=None, stop_reason="experiment budget spent")
             return self._confirm(conf, history, diagnosis_for(history))  # asks a person to extend the budget
         ref = history.reference(history.best_knobs, goal.protocol.screen_n)
-        if ref is None:
+        # a best confirmed at confirm N only (a recovery, a direct confirm) is compared there; its screen-N
+        # reference is measured only when screens will follow (below)
+        at_confirm = ref is None and goal.protocol.confirm_n != goal.protocol.screen_n \
+            and history.reference(history.best_knobs, goal.protocol.confirm_n) is not None
+        if ref is None and not at_confirm:
             card = build_card(history.goal_id, goal.scenario, history.best_knobs, None, None, stage="baseline",
                               n=goal.protocol.screen_n)
             veto = history.vetoed(card)
@@ -217,28 +221,44 @@ class DeterministicPlanner:
             plan = self._confirm(conf, history, diag)
             if plan is not None:
                 return plan
-        if _stale_streak(history) >= goal.stop.max_without_improvement:
-            return Plan(card=None, diagnosis=diag,
-                        stop_reason=f"{goal.stop.max_without_improvement} experiments in a row changed nothing")
+        # too few experiments left for a reference, a screen and its confirm: every move goes to confirm N at once
+        direct = history.experiments_left < (3 if at_confirm else 2) and (
+            at_confirm or history.reference(history.best_knobs, goal.protocol.confirm_n) is not None)
+        ref_card = build_card(history.goal_id, goal.scenario, history.best_knobs, None, None, stage="baseline",
+                              n=goal.protocol.screen_n)
+        if at_confirm and history.vetoed(ref_card) is not None:
+            direct = True  # a person rejected the reference: the moves go straight to confirm N
+        stale = _stale_streak(history) >= goal.stop.max_without_improvement
         ranked: list[tuple[str, float, str]] = []
         passing: list[tuple[CandidateCard, Value]] = []
+        left = (f"{history.experiments_left} experiment(s) left cannot pay a reference, a screen and its confirm"
+                if direct else None)
         for card, v in candidates(history, diag):
             refusals = check(card, history)
+            why_direct = left or _confident(v, history)
+            if why_direct and not refusals:
+                card = straight_to_confirm(card, history, why_direct)
+                refusals = check(card, history)
             ranked.append((card.title(), v.value, "; ".join(refusals) or v.why))
             if not refusals:
                 passing.append((card, v))
-        if not passing:
-            return Plan(card=None, diagnosis=diag, ranked=ranked, stop_reason=_no_candidate_reason(ranked, history))
-        card, v = passing[0]
-        if v.value < MIN_VALUE:
-            return Plan(card=None, diagnosis=diag, ranked=ranked,
-                        stop_reason=f"nothing left is worth its cost (best value {v.value:.3f} < {MIN_VALUE})")
-        hot = hot_while_warm(passing, history)
-        if hot is not None and hot[0] is not card:
-            card = hot[0]
-            ranked.append((card.title(), hot[1].value, "runs first: a hot move on the warm best station; "
-                                                       "after a restart elsewhere it would cost a restart too"))
-        return Plan(card=card, diagnosis=diag, ranked=ranked)
+        if passing and passing[0][1].value >= MIN_VALUE and not stale:
+            card, v = passing[0]
+            hot = hot_while_warm(passing, history)
+            if hot is not None and hot[0] is not card:
+                card = hot[0]
+                ranked.append((card.title(), hot[1].value, "runs first: a hot move on the warm best station; "
+                                                           "after a restart elsewhere it would cost a restart too"))
+            plan = Plan(card=card, diagnosis=diag, ranked=ranked, move=True)
+        else:
+            restage = (lambda c: straight_to_confirm(c, history, left or "the best station has no screen-N "  # noqa: E731
+                                                     "reference to screen against")) if direct or at_confirm else None
+            plan = explore_or_stop(history, diag, ranked, passing, stale, restage)
+        if at_confirm and plan.card is not None and plan.card.stage == "screen":
+            # the move is screened: the best station (confirmed at confirm N only) needs its screen-N reference
+            return self._checked(ref_card, history, diag, f"reference of the best station at N={ref_card.n}: "
+                                                          f"the screen compares with it")
+        return plan
 
     def _confirm(self, conf: CandidateCard, history: History, diag: Diagnosis | None) -> Plan | None:
         """The confirm of a promising screen (its parent's reference at the confirm N first); when only the budget
@@ -270,6 +290,25 @@ class DeterministicPlanner:
         return Plan(card=card, diagnosis=diag, ranked=[(card.title(), 1.0, why)])
 
 
+def _confident(v: Value, history: History) -> str | None:
+    """Why a move skips its screen: a screen that passes costs a run and then the confirm anyway, so with a
+    supported hypothesis (a screen more likely to pass than not) and a confirm-N reference of the best already
+    measured, the confirm alone is the cheaper experiment. None: screen first."""
+    goal = history.goal
+    if goal.protocol.confirm_n == goal.protocol.screen_n or v.confidence < SUPPORTED \
+            or history.reference(history.best_knobs, goal.protocol.confirm_n) is None:
+        return None
+    return (f"confidence {v.confidence:.2f} >= {SUPPORTED}: a screen would more likely pass than not, and the best "
+            f"station's N={goal.protocol.confirm_n} run is the comparison")
+
+
+def straight_to_confirm(card: CandidateCard, history: History, why: str) -> CandidateCard:
+    """The screen card re-staged as its confirm (the same change at confirm N), saying why."""
+    conf = with_stage(card, "confirm", history.goal.protocol.confirm_n)
+    return conf.model_copy(update={"score": card.score, "est_card_hours": round(estimate(conf, history), 4),
+                                   "note": "; ".join(x for x in (card.note, f"straight to confirm N={conf.n}: {why}") if x)})
+
+
 def hot_while_warm(passing: list[tuple[CandidateCard, Value]],
                    history: History) -> tuple[CandidateCard, Value] | None:
     """The best hot move worth its cost, testing a hypothesis the evidence leaves open, while the service runs
@@ -286,27 +325,3 @@ def _tradeoff(card: CandidateCard) -> bool:
     """A move that may lose on the objective to win on latency."""
     c = card.change
     return c is not None and rule_for(c.knob, direction_of(c)).tradeoff
-
-
-def _no_candidate_reason(ranked: list[tuple[str, float, str]], history: History) -> str:
-    """Why nothing passed: say so plainly when the budget is what refused the candidates left."""
-    vetoed = [r for r in ranked if "rejected:" in r[2]]
-    if vetoed and all("rejected:" in r[2] or "not_finished" in r[2] or "known_negative" in r[2] or "measured:" in r[2]
-                      or "affordable:" in r[2] for r in ranked):
-        return (f"nothing left that was not rejected: {len(vetoed)} of the {len(ranked)} remaining candidate(s) "
-                f"were rejected by a person or denied by the authorisation table")
-    unaffordable = [r for r in ranked if "affordable:" in r[2]]
-    if unaffordable and all("affordable:" in r[2] or "not_finished" in r[2] or "known_negative" in r[2]
-           or "measured:" in r[2]
-                            for r in ranked):
-        return (f"budget spent: none of the {len(unaffordable)} remaining candidate(s) is affordable "
-                f"({history.budget_left_card_hours:.2f} card-h left)")
-    why: dict[str, int] = {}
-    for _, _, reasons in ranked:
-        for r in reasons.split("; "):
-            key = r.split(":", 1)[0].strip() or "refused"
-            why[key] = why.get(key, 0) + 1
-    if not why:
-        return "no candidate passes the checks"
-    detail = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(why.items(), key=lambda kv: -kv[1]))
-    return f"no candidate passes the checks ({len(ranked)} left: {detail})"

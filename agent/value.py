@@ -13,20 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.candidates import CandidateCard, MoveRule, direction_of
 from agent.diagnosis import OPEN_LOW, Diagnosis
+from agent.rules import RULES
 
 CLASS_FACTOR = {"hot": 1.0, "restart": 0.85, "relayout": 0.6, "topology": 0.5, "rebuild": 0.4}
 DEFAULT_SECONDS = {"restart": 300.0, "weight_load": 600.0, "warmup": 60.0, "relayout": 1800.0, "profile": 300.0}
 RESTARTING = ("restart", "relayout", "topology", "rebuild")
-# A move aimed at a limit that does not bind keeps this share of its confidence: a bigger prefill budget when
-# the request cap binds only trims the tail chunks; a higher C while the arrival rate holds the load down (or
-# a higher r while C does) changes nothing in flight. (A higher request cap when batches already fill the
-# token budget is bounded instead: a full batch takes at most the unused share of the budget more tokens,
-# the field report's P cap 2 -> 4 after the budget filled.)
-NOT_BINDING = {("max_num_batched_tokens", "request_cap"): 0.5,
-               ("chunked_prefill_size", "request_cap"): 0.5, ("concurrency", "request_rate"): 0.25,
-               ("request_rate", "concurrency"): 0.25}
-
-
 class CostModel(BaseModel):
     """Card-hour estimates learnt from the executor's CostEntry records."""
 
@@ -93,20 +84,13 @@ def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_c
     conf0, gain = conf, rule.gain
     limit_note, answered = "", False
     if diag is not None and card.change is not None:
-        c = card.change
-        up = direction_of(c) == "up"
-        for limit, limit_why in ((diag.prefill_limit, diag.prefill_limit_why), (diag.client_limit, diag.client_limit_why)):
-            factor = NOT_BINDING.get((c.knob, limit)) if up and limit else None
-            if factor is not None:
-                limit_note = f" × {factor} = {conf * factor:.2f} ({limit_why})"
-                conf *= factor
-        if up and c.knob == "max_prefill_reqs" and diag.prefill_limit == "token_budget" \
-                and diag.prefill_budget_fill is not None:
-            gain = min(gain, max(0.0, 1.0 - diag.prefill_budget_fill))
-            limit_note = f" (gain bounded by the unused budget: {diag.prefill_limit_why})"
-            answered = True  # the batch records already answer what the screen would ask: it rules out nothing new
-    if card.cost_class == "relayout" and (diag is None or diag.likelihood("expert_imbalance") < OPEN_LOW):
-        gain = 0.0  # relayout only when the breakdown shows time lost to imbalance
+        up = direction_of(card.change) == "up"
+        for r in RULES:  # each rule's value model reads its own evidence (cap vs budget, C vs r, acceptance, ...)
+            adj = r.value(card.change, up, diag, conf, gain) if r.value is not None else None
+            if adj is not None:
+                conf, gain, limit_note, answered = adj.confidence, adj.gain, adj.note, answered or adj.answered
+    if diag is None and card.cost_class == "relayout":
+        gain = 0.0  # relayout only when the evidence shows time lost to imbalance
     if rule.tradeoff and native_missing:
         # no valid steady state at this C: a lower C may give one, and lower latency (a frontier point)
         conf = max(conf, 0.5)

@@ -116,3 +116,24 @@ def test_pause_while_a_run_is_in_flight_is_honoured_at_the_next_phase_boundary(t
         assert res2.goal_id == res.goal_id and len(st.runs(res.goal_id)) > 1
     finally:
         st.close()
+
+
+def test_the_loop_never_stops_with_an_infeasible_best_while_budget_remains(tmp_path):
+    """A start ~25 % above its TPOT limit (bench case llama33-70b-910b-above-slo): the loop gets feasible first, and
+    it stops only once the best meets the SLO or the budget is spent."""
+    from tests.rules_support import goal_of
+
+    goal = goal_of("llama33-70b-910b-above-slo")
+    spec = goal.model_copy(update={"budget": goal.budget.model_copy(update={"experiments": 6})})
+    res = run_session(spec, url(tmp_path), auto_approve=True)
+    st = Store(url(tmp_path))
+    try:
+        ds = st.decisions(res.goal_id)
+        assert ds[0].kind == "baseline" and ds[0].data["figures"]["slo_violations"]  # the start breaks it
+        best = st.best(res.goal_id)
+        feasible = best is not None and not best.data["figures"]["slo_violations"]
+        assert feasible or "budget spent" in res.reason, res.reason
+        assert feasible  # six experiments are enough to get inside the limit here
+        assert any("meets the SLO the reference breaks" in d.text for d in ds)
+    finally:
+        st.close()

@@ -108,3 +108,25 @@ def test_protocol_steps_never_ask_the_model():
         plan = LLMPlanner(srv.url, max_retries=0).ask(history())
         assert srv.requests == []
     assert plan.card is not None and plan.card.stage == "baseline"
+
+
+def test_the_model_reads_the_same_digest_and_rule_list(tmp_path):
+    """System prompt = the registered rules' lines; user prompt = the best station's digest, new evidence included
+    (acceptance per draft position, expert load per EP rank, the breakdown's imbalance and draft terms)."""
+    from agent import rules
+    from tests.rules_support import measured_start
+
+    hm = measured_start(tmp_path, "qwen3-235b-h800-expert-imbalance")
+    ref = hm.outcomes[0]
+    hm = hm.model_copy(update={"outcomes": [ref, ref.model_copy(update={"card": ref.card.model_copy(update={"n": 640})})]})
+    with Scripted([proposal("expert_layout", "static_eplb")]) as srv:
+        plan = LLMPlanner(srv.url, max_retries=0).ask(hm)
+        sent = srv.requests[0]
+    system, user = sent["messages"][0]["content"], sent["messages"][1]["content"]
+    for r in rules.RULES:
+        assert r.prompt in system
+    for key in ("expert_load_spread", "per_rank", "imbalance_s", "draft_s"):
+        assert key in user, key
+    assert "expert_imbalance [supported" in user  # the deterministic diagnosis, from the same rules
+    assert plan.card is not None and plan.card.planner == "llm" and plan.card.change.knob == "expert_layout"
+    assert plan.fallback is None

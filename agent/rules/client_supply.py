@@ -1,0 +1,79 @@
+"""Client supply: the sender, not the server, holds the load down; which of its two limits binds (the arrival
+rate r or the concurrency cap C) decides which of them is worth raising."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from agent.rules.base import Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp, num
+from core.summary import Summary
+
+NOT_BINDING = 0.25  # a higher C while r holds the load down (or a higher r while C does) changes nothing in flight
+
+
+def score(ctx: Ctx) -> Hypothesis:
+    s, ev = ctx.summary, ctx.ev
+    pfor, pagainst, sc = [], [], 0.1
+    win = s.native or s.whole if s else None
+    if s is not None and win is not None and s.concurrency:
+        ratio = win.achieved_concurrency / s.concurrency
+        if ratio < 0.7:
+            pfor.append(f"achieved concurrency {win.achieved_concurrency:.1f} is {ratio:.0%} of C={s.concurrency}")
+            sc += 0.35
+        else:
+            pagainst.append(f"achieved concurrency {win.achieved_concurrency:.1f} ≈ C={s.concurrency}")
+            sc -= 0.05
+        if s.request_rate and math.isfinite(s.request_rate):
+            if win.qps < 0.8 * s.request_rate and ratio < 0.7:
+                pfor.append(f"QPS {win.qps:.2f} below r={s.request_rate:g} with free concurrency slots")
+                sc += 0.2
+            elif win.qps >= 0.95 * s.request_rate:
+                pfor.append(f"QPS {win.qps:.2f} ≈ r={s.request_rate:g}: the sender's rate may be the limit")
+                sc += 0.2
+    pshare = num(ev, "prefill_waiting_nonzero_share")
+    if pshare is not None and pshare >= 0.5:
+        pagainst.append("requests are queueing inside the server, so the client is not starving it")
+        sc -= 0.1
+    return Hypothesis(name="client_supply", likelihood=clamp(sc), evidence_for=pfor, evidence_against=pagainst)
+
+
+def client_limit(s: Summary | None) -> tuple[str | None, str | None]:
+    """Which of the sender's two limits holds the offered load down: the arrival rate or the concurrency cap."""
+    win = (s.native or s.whole) if s else None
+    if s is None or win is None or not s.concurrency or win.achieved_concurrency is None:
+        return None, None
+    ratio = win.achieved_concurrency / s.concurrency
+    if ratio >= 0.9:
+        return "concurrency", (f"achieved concurrency {win.achieved_concurrency:.1f} ≈ C={s.concurrency}: a higher "
+                               f"arrival rate only queues at the sender")
+    r = s.request_rate
+    if r and math.isfinite(r) and win.qps >= 0.9 * r and ratio < 0.7:
+        return "request_rate", (f"QPS {win.qps:.2f} ≈ r={r:g} with {ratio:.0%} of C={s.concurrency} in flight: "
+                                f"a higher C adds nothing while the rate binds")
+    return None, None
+
+
+def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjusted | None:
+    """C vs r: raising the sender's limit that does not bind keeps a quarter of its confidence."""
+    knob = change.knob
+    other = {"concurrency": "request_rate", "request_rate": "concurrency"}.get(knob)
+    if up and other is not None and diag.client_limit == other:
+        return Adjusted(conf * NOT_BINDING, gain, f" × {NOT_BINDING} = {conf * NOT_BINDING:.2f} ({diag.client_limit_why})")
+    return None
+
+
+RULE = Rule(
+    name="client_supply",
+    prompt=("client_supply: achieved concurrency far below C points at the client; QPS ≈ r with free slots means r "
+            "binds (raise r, not C); in flight ≈ C means C binds (raise C, not r)."),
+    score=score, value=value,
+    moves={
+        ("request_rate", "up"): MoveRule(
+            hypotheses=("client_supply",), gain=0.15,
+            mechanism="a higher arrival rate feeds the concurrency cap", decision="whether the sender's rate limits",
+            expected="higher throughput if QPS ≈ r", rules_out="the arrival rate as the limit"),
+        ("parallel", "up"): MoveRule(
+            hypotheses=("client_supply", "decode_capacity"), gain=0.2,
+            mechanism="more server slots batch more sequences per step", decision="the server's batch width",
+            expected="higher throughput, higher TPOT", rules_out="the slot count as the limit"),
+    })

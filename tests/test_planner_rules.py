@@ -1,0 +1,135 @@
+"""The rules and the explorer on real simulator evidence of the bench's library profiles (issue 16): expert load
+leads to a relayout where imbalance dominates and not where it does not; acceptance per draft position values a
+width change the right way round; an infeasible best is never a reason to stop; the explorer's card is an
+experiment card that passes the same checks as a rule's."""
+from __future__ import annotations
+
+import prompts
+from agent import rules
+from agent.candidates import rule_for
+from agent.checks import check
+from agent.explorer import propose
+from agent.history import Negative
+from agent.llm import system_prompt
+from agent.planner import DeterministicPlanner, candidates, diagnosis_for
+from agent.stops import MIN_VALUE
+from tests.rules_support import measure, measured_start
+
+
+def _answered_except(history, knob):
+    """The history with every other rule move from the start tested negative (and a confirm-N reference)."""
+    ref = history.outcomes[0]
+    h = history.model_copy(update={"outcomes": [ref, ref.model_copy(update={"card": ref.card.model_copy(
+        update={"n": history.goal.protocol.confirm_n})})]})
+    negs = [Negative(knob=c.change.knob, value=c.change.new, scenario=h.goal.scenario, data_version="dv1",
+                     parent_station=c.parent_knobs_hash, source_identity="sim", experiment_key=f"x{i}")
+            for i, (c, _) in enumerate(candidates(h, diagnosis_for(h))) if c.change.knob != knob]
+    return h.model_copy(update={"negatives": negs})
+
+
+def _move(history, knob, new):
+    diag = diagnosis_for(history)
+    return next((c, v) for c, v in candidates(history, diag) if c.change.knob == knob and c.change.new == new)
+
+
+def test_every_rule_is_registered_once_and_writes_its_line_of_the_system_prompt():
+    names = [r.name for r in rules.RULES]
+    assert len(names) == len(set(names)) >= 8
+    for need in ("prefill_supply", "client_supply", "decode_capacity", "latency_bound", "spec_acceptance",
+                 "expert_imbalance", "kv_transfer", "kv_capacity"):
+        assert need in names
+    text = system_prompt()
+    assert "$rules" in prompts.load("system").template and "$rules" not in text
+    for r in rules.RULES:
+        assert r.prompt in text
+    for (knob, direction), move in rules.MOVES.items():  # the move table is the rules' own moves
+        assert rule_for(knob, direction) is move
+
+
+def test_expert_load_leads_to_a_relayout_where_imbalance_dominates_and_not_where_it_is_small(tmp_path):
+    skewed = measured_start(tmp_path, "qwen3-235b-h800-expert-imbalance")
+    d = diagnosis_for(skewed)
+    assert d.get("expert_imbalance").status == "supported" and d.imbalance_loss > 0.1
+    card, v = _move(skewed, "expert_layout", "static_eplb")
+    assert v.value >= MIN_VALUE and v.gain > 0.1 and not check(card, skewed)
+    # once the cheaper moves are answered (negative), the relayout is the rules' card, not the explorer's
+    answered = _answered_except(skewed, "expert_layout")
+    plan = DeterministicPlanner().ask(answered)
+    assert plan.card is not None and plan.card.change.knob == "expert_layout", plan.ranked[:3]
+    assert plan.card.hypothesis == "expert_imbalance" and "relayout wins back" in plan.ranked[-1][2] + str(plan.ranked)
+
+    balanced = measured_start(tmp_path, "qwen3-30b-910b-prefill-bound")
+    d = diagnosis_for(balanced)
+    assert d.get("expert_imbalance").status == "weak" and d.imbalance_loss is not None and d.imbalance_loss < 0.05
+    _, v = _move(balanced, "expert_layout", "static_eplb")
+    assert v.value < MIN_VALUE and v.gain == 0.0
+
+
+def test_acceptance_per_position_values_a_draft_width_change_the_right_way_round(tmp_path):
+    wins = measured_start(tmp_path, "deepseek-v3-910c-wider-mtp-wins")  # k = 1, acceptance stays high
+    assert diagnosis_for(wins).spec_positions is not None
+    _, up = _move(wins, "num_speculative_tokens", 2)
+    assert up.gain > 0.1 and up.value >= MIN_VALUE and "acceptance model" in up.why
+
+    loses = measured_start(tmp_path, "llama31-8b-l40s-wider-draft-loses")  # k = 3, acceptance falls fast
+    _, wider = _move(loses, "num_speculative_tokens", 4)
+    _, narrower = _move(loses, "num_speculative_tokens", 2)
+    assert wider.gain == 0.0 and wider.value < MIN_VALUE  # predicted to lose: worth nothing
+    assert narrower.gain > 0.0 and narrower.value > wider.value
+
+
+def test_an_infeasible_best_goes_toward_feasibility_never_a_stop(tmp_path):
+    h = measured_start(tmp_path, "llama33-70b-910b-above-slo")
+    assert h.outcomes[0].figures.slo_violations  # the start breaks its TPOT limit
+    h = h.model_copy(update={"outcomes": h.outcomes + [h.outcomes[0].model_copy(update={
+        "card": h.outcomes[0].card.model_copy(update={"n": 640})})]})
+    plan = DeterministicPlanner().ask(h)
+    assert plan.card is not None and plan.card.change is not None
+    assert (plan.card.change.knob, plan.card.change.new < plan.card.change.old) in (
+        ("concurrency", True), ("max_num_seqs", True))  # fewer in flight or a smaller decode batch: lower TPOT
+    # even when every rule move has been tested negative, the explorer goes on while the budget lasts
+    negs = [Negative(knob=c.change.knob, value=c.change.new, scenario=h.goal.scenario, data_version="dv1",
+                     parent_station=c.parent_knobs_hash, source_identity="sim", experiment_key=f"x{i}")
+            for i, (c, _) in enumerate(candidates(h, diagnosis_for(h)))]
+    stale = h.model_copy(update={"negatives": negs})
+    plan = DeterministicPlanner().ask(stale)
+    assert plan.card is not None, plan.stop_reason
+    assert plan.card.mechanism.startswith("exploration:") and not check(plan.card, stale)
+
+
+def test_the_explorers_card_passes_the_same_checks_and_never_repeats_a_negative(tmp_path):
+    h = measured_start(tmp_path, "qwen25-32b-h100-starved-sender")
+    props, told = propose(h, "test")
+    assert told == 1 and props
+    first = props[0].card
+    assert first.mechanism.startswith("exploration: Optuna TPE") and first.stage == "screen"
+    assert "predicted output_tok_s_per_card" in first.expected_effect and "interval" in first.expected_effect
+    assert not check(first, h) and first.est_card_hours is not None
+    again, _ = propose(h, "test")
+    assert [p.card.experiment_key for p in again] == [p.card.experiment_key for p in props]  # deterministic
+    neg = Negative(knob=first.change.knob, value=first.change.new, scenario=h.goal.scenario, data_version="dv1",
+                   parent_station=first.parent_knobs_hash, source_identity="sim", experiment_key="x")
+    after, _ = propose(h.model_copy(update={"negatives": [neg]}), "test")
+    assert first.experiment_key not in {p.card.experiment_key for p in after}
+
+
+def test_a_stale_streak_stops_only_when_the_explorer_expects_less_than_min_gain(tmp_path):
+    """Flat case: three one-change screens from the start change nothing; the stop names the streak and the
+    explorer's expected improvement below min_gain_pct. A varied space (the starved sender) keeps exploring."""
+    def streak(case):
+        h = measured_start(tmp_path, case)
+        moves = [c for c, _ in candidates(h, diagnosis_for(h))][:3]
+        outs = [measure(tmp_path, h.goal, c.model_copy(update={"stage": "screen", "n": 320}), "negative") for c in moves]
+        k = h.goal.stop.max_without_improvement
+        assert len(outs) == k == 3
+        return h.model_copy(update={"outcomes": h.outcomes + outs})
+
+    flat = streak("llama31-8b-910b-flat")
+    plan = DeterministicPlanner().ask(flat)
+    assert plan.card is None, plan.card
+    assert plan.stop_reason.startswith("3 experiments in a row changed nothing, and the explorer expects at most")
+    assert "< min_gain_pct 1 %" in plan.stop_reason and "over 4 valid run(s)" in plan.stop_reason
+
+    varied = streak("qwen25-32b-h100-starved-sender")
+    plan = DeterministicPlanner().ask(varied)
+    assert plan.card is not None and plan.card.mechanism.startswith("exploration:"), plan.stop_reason
