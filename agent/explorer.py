@@ -25,6 +25,8 @@ from agent.checks import check, estimate, retry_note
 from agent.history import History
 from agent.value import CLASS_FACTOR, Value
 from core.canonical import canon
+from core.ledger import Interval
+from core.ledger import Prediction as LedgerPrediction
 from core.knobs import catalog
 
 BANDWIDTH = 0.25  # kernel width in the encoded space (each ordered knob spans 0..1; another enum choice is 1)
@@ -45,6 +47,15 @@ class Prediction:
     @property
     def ei_pct(self) -> float:
         return 100.0 * self.ei / self.base if self.base > 0 else 0.0
+
+    def ledger(self, metric: str, window: str) -> LedgerPrediction:
+        """The hypothesis ledger's form: the relative effect on the objective with the 90 % interval."""
+        b = self.base if self.base > 0 else 1.0
+        lo, hi = self.mean - INTERVAL_Z * self.sigma, self.mean + INTERVAL_Z * self.sigma
+        return LedgerPrediction(source="explorer", objective=f"{metric} ({window})",
+                                objective_effect=Interval(value=self.mean / b - 1, lo=lo / b - 1, hi=hi / b - 1),
+                                basis=f"the explorer's model over the goal's valid runs (expected improvement "
+                                      f"{self.ei_pct:.2f} %)", predicted={metric: round(self.mean, 4)})
 
     def text(self, metric: str) -> str:
         rel = (lambda x: f"{x / self.base - 1:+.1%}") if self.base > 0 else (lambda x: f"{x:.1f}")  # noqa: E731
@@ -240,7 +251,8 @@ def _card(history: History, space: Space, model: Model, knob: str, i: int, resta
     value = Value(value=round(v, 6), gain=gain, confidence=1.0, rules_out=0.0, cost_card_hours=cost,
                   why=f"exploration: expected improvement {pred.ei_pct:.2f} %; {card.cost_class}, ~{cost:.2f} card-h")
     card = card.model_copy(update={"score": value.value, "est_card_hours": round(cost, 4),
-                                   "note": retry_note(card, history) or card.note})
+                                   "note": retry_note(card, history) or card.note,
+                                   "prediction": pred.ledger(goal.objective.metric, goal.objective.window)})
     return Proposal(card=card, value=value, prediction=pred)
 
 

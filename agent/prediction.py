@@ -54,7 +54,13 @@ def objective_name(history: History) -> str:
 def predict(card: CandidateCard, history: History) -> CandidateCard:
     """The card with a prediction: its own if it has one, else the value model's."""
     if card.prediction is not None:
-        return card
+        own = card.prediction
+        if own.slo_effect is None and card.change is not None:  # the explorer models the objective only
+            vp = value_prediction(card, history)
+            if vp.slo_effect is not None:
+                own = own.model_copy(update={"slo": vp.slo, "slo_effect": vp.slo_effect,
+                                             "basis": f"{own.basis}; on {vp.slo}: the value model's direction"})
+        return card if own is card.prediction else card.model_copy(update={"prediction": own})
     return card.model_copy(update={"prediction": value_prediction(card, history)})
 
 

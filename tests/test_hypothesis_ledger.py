@@ -40,7 +40,7 @@ def test_every_demo_experiment_has_a_prediction_and_an_observation_scored(demo):
     assert len(runs) == 8 and sorted(r.run_id for r in rows) == sorted(r.id for r in runs)
     for r in rows:
         p = r.prediction
-        assert p.source == "value_model" and p.slo == "tpot_mean_ms_lt"
+        assert p.source in ("value_model", "explorer") and p.slo == "tpot_mean_ms_lt"
         assert p.objective_effect.lo <= p.objective_effect.value <= p.objective_effect.hi
         assert r.observation is not None
     changes = [r for r in rows if not r.title.endswith("the parent station")]
@@ -48,8 +48,9 @@ def test_every_demo_experiment_has_a_prediction_and_an_observation_scored(demo):
     # the error is what it says: |observed - predicted| on the stored figures of the run and its parent
     first = changes[0]
     figs = {d.run_id: d.data["figures"] for d in store.decisions(gid) if d.run_id and "figures" in (d.data or {})}
-    obs = figs[first.run_id]["whole"] / figs[first.observation.against]["whole"] - 1
-    assert first.observation.window == "whole"
+    w = first.observation.window
+    assert w in ("native", "whole")
+    obs = figs[first.run_id][w] / figs[first.observation.against][w] - 1
     assert first.objective_error == pytest.approx(abs(obs - first.prediction.objective_effect.value), abs=1e-9)
     k = compute_kpis(store, gid)
     errs = [r.objective_error for r in rows if r.objective_error is not None]
@@ -68,7 +69,10 @@ def test_the_report_shows_predicted_vs_observed_per_card_and_per_source(demo):
         assert f"{r.prediction.objective_effect.value * 100:+.1f} %" in line
         if r.objective_error is not None:
             assert f"{r.observation.objective_effect * 100:+.1f} %" in line and f"{r.objective_error * 100:.1f} pt" in line
-    assert re.search(r"\| value_model \| 8 \| \d+ \| [\d.]+ pt \|", part)
+    by_source = {src: sum(1 for r in rows if r.prediction.source == src) for src in ("value_model", "explorer")}
+    assert sum(by_source.values()) == 8 and by_source["explorer"] >= 1  # the demo's last card is the explorer's
+    for src, n in by_source.items():
+        assert re.search(rf"\| {src} \| {n} \| \d+ \| [\d.]+ pt \|", part)
     kpis = md.split("## Loop KPIs")[1]
     assert f"{compute_kpis(store, gid).median_abs_prediction_error * 100:.1f} pt" in kpis
 
@@ -86,8 +90,10 @@ def test_the_api_serves_the_ledger(demo, tmp_path):
     rows = hypothesis_ledger(store, gid)
     assert got["median_abs_prediction_error"] == pytest.approx(median_abs_error(rows))
     assert [c["run_id"] for c in got["cards"]] == [r.run_id for r in rows]
-    assert got["by_source"]["value_model"]["cards"] == 8
-    assert all(c["card"]["prediction"]["source"] == "value_model" for c in cards if c["status"] == "done")
+    for src in ("value_model", "explorer"):
+        assert got["by_source"][src]["cards"] == sum(1 for r in rows if r.prediction.source == src) >= 1
+    by_id = {c["id"]: c["card"]["prediction"]["source"] for c in cards}
+    assert all(by_id[r.candidate_id] == r.prediction.source for r in rows)
     assert missing.status_code == 404
 
 
