@@ -5,7 +5,7 @@ metrics.jsonl (labels folded into the name). Queues are summed over a role's ins
 round (a PD deployment has several P and D instances; the planner reads the role's queue), then
 averaged over time. The digest answers the planner's questions: is the
 prefill queue persistently non-empty, is decode at its batch limit, what is the spec acceptance,
-are prefill batches mostly tails? vLLM, SGLang and llama.cpp (`llamacpp:*`) names are understood;
+are prefill batches mostly tails? The names each engine exports are its adapter's (executor/engines/);
 missing evidence is None, never 0.
 """
 from __future__ import annotations
@@ -21,15 +21,16 @@ import httpx
 
 from core import records as rec
 from core.records import EngineSample, JsonlWriter, PrefillBatch, RunInfo
+from executor.engines import metric_names
 
-RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
-WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
-BUSY_SLOTS = ("llamacpp:n_busy_slots_per_decode",)  # llama.cpp: requests_processing/deferred map onto RUNNING/WAITING
-# llama.cpp exports no KV-usage gauge since llama.cpp #13660 removed llamacpp:kv_cache_usage_ratio (the names a
-# current llama-server exports are checked against its /metrics in tests/test_llamacpp_flags.py)
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
-SPEC_DRAFTS = ("vllm:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_drafts_total")
-SPEC_ACCEPTED = ("vllm:spec_decode_num_accepted_tokens_total", "llamacpp:spec_decode_num_accepted_tokens_total")
+# metric names per evidence key come from the engine adapters (executor/engines/<engine>.py `metrics`)
+RUNNING = metric_names("running")
+WAITING = metric_names("waiting")
+BUSY_SLOTS = metric_names("busy_slots")  # llama.cpp: requests_processing/deferred map onto RUNNING/WAITING
+KV_USAGE = metric_names("kv_usage")
+SPEC_DRAFTS = metric_names("spec_drafts")
+SPEC_ACCEPTED = metric_names("spec_accepted")
+ACCEPT_LENGTH = metric_names("accept_length")
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 
@@ -102,7 +103,7 @@ def _series(samples: Sequence[EngineSample], role: str, names: Iterable[str]) ->
 
 
 def _accept_length(samples: Sequence[EngineSample]) -> float | None:
-    direct = [v for s in samples if (v := base_value(s.values, ("sglang:spec_accept_length",))) is not None and v > 0]
+    direct = [v for s in samples if (v := base_value(s.values, ACCEPT_LENGTH)) is not None and v > 0]
     if direct:
         return _mean(direct)
     first: dict[str, tuple[float, float]] = {}

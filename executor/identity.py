@@ -6,37 +6,23 @@ then the sha256 of the engine binary. Asked on the host that runs the engine.
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from core.station import Station
-from executor.templates import RENDERERS, ServiceSpec
-
-_PY_VERSION = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
+from executor.engines import ADAPTERS
+from executor.engines.base import ServiceSpec
 
 
 def version_probe(engine: str, argv: tuple[str, ...], python: str) -> list[str] | None:
-    """The command that makes this engine state its version, or None when it has none."""
-    if engine in ("vllm", "vllm-ascend", "llamacpp"):
-        return [argv[0], "--version"]
-    if engine == "sglang":
-        return [argv[0] if "python" in argv[0] else python, "-c", _PY_VERSION, "sglang"]
-    if engine == "mindie":
-        return [python, "-c", _PY_VERSION, "mindie_llm"]
-    return None
+    """The command that makes this engine state its version, or None when it has none (its adapter knows)."""
+    a = ADAPTERS.get(engine)
+    return a.version_probe(argv, python) if a else None
 
 
 def parse_version(engine: str, out: str) -> str | None:
     """The version (with build/commit where the engine prints one) from the probe's output."""
-    text = out.strip()
-    if not text:
-        return None
-    if engine == "llamacpp":  # "version: 0.6.0-dev (build 11434, commit b11434)"; before 2026 "version: 6123 (1a2b3c4d)"
-        m = re.search(r"version:\s*\S+\s*\(build\s+(\d+),\s*commit\s+([0-9A-Za-z._-]+)\)", text) or \
-            re.search(r"version:\s*(\d+)\s*\(([0-9a-f]+)\)", text)
-        return f"{m.group(1)} ({m.group(2)})" if m else None
-    last = text.splitlines()[-1].strip()  # vllm prints log lines before the bare version
-    return last if re.fullmatch(r"[0-9][0-9A-Za-z.+\-_]*", last) else None
+    a = ADAPTERS.get(engine)
+    return a.parse_version(out) if a else None
 
 
 async def source_identity(transport: Any, engine: str, svc: ServiceSpec, python: str,
@@ -57,4 +43,4 @@ async def source_identity(transport: Any, engine: str, svc: ServiceSpec, python:
 def probe_service(target: Any) -> ServiceSpec:
     """The engine service whose identity we record: the first one (prefill, or the only one)."""
     dummy = Station(engine=target.engine, knobs={}, scenario="-", data_version="-", source_identity="-", target=target.name)
-    return RENDERERS[target.template or target.engine](target, dummy).services[0]
+    return ADAPTERS[target.template or target.engine].render(target, dummy).services[0]

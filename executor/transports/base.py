@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from executor.cacheflush import cache_holders, flush_service
 from executor.costs import charges
+from executor.engines import adapter
 from executor.identity import probe_service, source_identity
 from executor.launcher import (
     ALREADY_CLAIMED_RC,
@@ -256,7 +257,7 @@ class LauncherTransport(abc.ABC):
 
     def cards_in_use(self, rendered: Any, knobs: dict[str, Any]) -> int:
         """The cards of the engine services this transport launches (routers and load hosts hold none)."""
-        return sum(s.cards for s in rendered.services if s.role in ENGINE_ROLES)
+        return adapter(self.target.engine).cards_in_use(rendered)
 
     async def until_healthy(self, svc: ServiceSpec, deadline: float, keepalive: Any, poll_s: float) -> None:
         """Poll the service's health route until it answers 200; a process that exits is a launch failure."""
@@ -314,9 +315,6 @@ class LauncherTransport(abc.ABC):
         """What was measured: the deploy phase's seconds (less its relayout steps), the load's wall seconds."""
         return charges(deploy, float(load.get("seconds", 0.0)), cards,
                        self.target.profiler_seconds if profile_capture else None)
-
-
-ENGINE_ROLES = ("prefill", "decode", "mixed")
 
 
 def _rate(r: float) -> str:

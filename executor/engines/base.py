@@ -1,0 +1,176 @@
+"""What every engine adapter shares: the rendered-launch models, knob -> flag pairs, and the adapter base.
+
+An adapter (one module per engine under executor/engines/) alone knows its engine: the catalog key of
+its flags, how a station renders to argv / config files, the version it was written against, how to
+ask a running engine its version, how to empty its prefix cache (and what counts as emptied), which
+metric names feed which evidence key, its profiler routes and the cards its services hold.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict
+
+from core.knobs import catalog
+from core.station import LOAD_KNOBS, Station
+from executor.targets import Host, Target
+
+
+class ServiceSpec(BaseModel):
+    """One process to keep running on one host (an engine instance or a router)."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str  # unique within the target, also the target-side service directory
+    role: str
+    host: str
+    port: int
+    argv: tuple[str, ...]
+    env: dict[str, str] = {}
+    files: dict[str, str] = {}  # file name in the service directory -> content
+    health_path: str = "/health"
+    cards: int = 0
+    profile_dir: str | None = None  # where the engine's profiler writes traces (/start_profile../stop_profile)
+
+
+class RelayoutStep(BaseModel):
+    """One detached step of an expert relayout (collect statistics, fit a placement)."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    argv: tuple[str, ...]
+
+
+class Rendered(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    services: tuple[ServiceSpec, ...]  # in start order: prefill, decode, then router
+    endpoint: str  # base URL the load generator sends to
+    metrics: dict[str, str] = {}  # role -> Prometheus URL scraped during the load
+    engine: str
+    relayout: tuple[RelayoutStep, ...] = ()  # run before the services start, when the layout changes
+
+
+ENGINE_ROLES = ("prefill", "decode", "mixed")  # roles whose services hold cards and a KV cache
+
+
+def svc_dir(target: Target, name: str, host: str | None = None) -> str:
+    """A service's directory under the run root of the host it runs on."""
+    return f"{target.root_for(host)}/svc/{name}"
+
+
+def fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return "inf" if math.isinf(v) else repr(v)
+    return str(v)
+
+
+def knob_flags(knobs: dict[str, Any], engine_key: str, role: str) -> list[tuple[str, Any]]:
+    """(flag, value) for every server knob that this engine has and that applies to this role."""
+    cat = catalog()
+    out = []
+    for name, value in knobs.items():
+        if name in LOAD_KNOBS or name not in cat:
+            continue
+        knob = cat.get(name)
+        flag = knob.engines.get(engine_key)
+        if flag is None or value is None:
+            continue
+        if knob.role is not None and role not in (knob.role, "mixed"):
+            continue
+        out.append((flag, value))
+    return out
+
+
+def generic_argv(pairs: list[tuple[str, Any]], no_prefix: str = "--no-") -> list[str]:
+    argv: list[str] = []
+    for flag, value in pairs:
+        if isinstance(value, bool):
+            argv.append(flag if value else no_prefix + flag[2:])
+        else:
+            argv += [flag, fmt(value)]
+    return argv
+
+
+def device_env(target: Target, host: Host, visible: str) -> dict[str, str]:
+    env = dict(target.env)
+    if host.devices:
+        env[visible] = host.devices
+    return env
+
+
+def instances(target: Target) -> list[tuple[str, int, Host]]:
+    """(role, index, host) of every engine instance: prefill then decode for a PD target, else one mixed role."""
+    roles = ("prefill", "decode") if target.pd else ("mixed",)
+    return [(role, i, host) for role in roles for i, host in enumerate(target.hosts_for(role) or list(target.hosts))]
+
+
+RouterArgv = Callable[[Target, Host, list[ServiceSpec], list[ServiceSpec]], list[str]]
+
+
+def with_router(target: Target, services: list[ServiceSpec], engine: str, router_argv: RouterArgv) -> Rendered:
+    """A PD deployment gets its router (on the host with the role 'router'); the endpoint is the router."""
+    metrics = {s.role: f"http://{s.host}:{s.port}/metrics" for s in services}
+    if target.pd:
+        routers = target.hosts_for("router")
+        if not routers:
+            raise ValueError("hosts: a prefill/decode target needs a host with the role 'router'")
+        r = routers[0]
+        ps = [s for s in services if s.role == "prefill"]
+        ds = [s for s in services if s.role == "decode"]
+        services.append(ServiceSpec(name="router-0", role="router", host=r.host, port=r.port,
+                                    argv=tuple(router_argv(target, r, ps, ds)), env=dict(target.env)))
+        endpoint = f"http://{r.host}:{r.port}"
+    else:
+        endpoint = f"http://{services[0].host}:{services[0].port}"
+    return Rendered(services=tuple(services), endpoint=endpoint, metrics=metrics, engine=engine)
+
+
+PY_VERSION = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
+
+
+class Adapter:
+    """One engine. Subclasses set the class attributes and override what differs."""
+
+    name: str = ""  # the target's `engine`
+    knob_key: str = ""  # the key of this engine's flags in core/knobs.yaml `engines`
+    pinned: str = ""  # the upstream version the rendering and metric names were written against
+    flush_path: str | None = None  # POST route that empties the prefix cache (None: no route, restart instead)
+    # evidence key -> metric names, first present wins (executor/evidence.py reads these)
+    metrics: dict[str, tuple[str, ...]] = {}
+    profile_routes: tuple[str, str] | None = None  # (start, stop) POST routes of the engine's profiler
+
+    def render(self, target: Target, station: Station, faults: tuple[str, ...] = (),
+               expected_requests: int | None = None) -> Rendered:
+        raise NotImplementedError
+
+    # -- source identity -------------------------------------------------------------------------
+    def version_probe(self, argv: tuple[str, ...], python: str) -> list[str] | None:
+        """The command that makes this engine state its version, or None when it has none."""
+        return None
+
+    def parse_version(self, out: str) -> str | None:
+        """The version from the probe's output (the last line, when it looks like a version)."""
+        text = out.strip()
+        if not text:
+            return None
+        last = text.splitlines()[-1].strip()  # vllm prints log lines before the bare version
+        return last if re.fullmatch(r"[0-9][0-9A-Za-z.+\-_]*", last) else None
+
+    # -- prefix cache ----------------------------------------------------------------------------
+    def flushed(self, status: int | None, body: str) -> bool:
+        """Whether the flush answer means the cache is empty."""
+        return status is not None and 200 <= status < 300
+
+    async def flush(self, probe: Any, svc: ServiceSpec) -> dict[str, Any]:
+        """One service's flush; `ok` False means the caller must restart it to get an empty cache."""
+        if self.flush_path is None:
+            return {"service": svc.name, "method": None, "status": None, "ok": False}
+        status, body = await probe.http(svc, "POST", self.flush_path)
+        return {"service": svc.name, "method": f"POST {self.flush_path}", "status": status,
+                "ok": self.flushed(status, body)}
+
+    # -- cards -----------------------------------------------------------------------------------
+    def cards_in_use(self, rendered: Rendered) -> int:
+        """The cards of the engine services (routers and load hosts hold none)."""
+        return sum(s.cards for s in rendered.services if s.role in ENGINE_ROLES)

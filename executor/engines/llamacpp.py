@@ -1,0 +1,63 @@
+"""llama.cpp `llama-server`: one mixed instance, `--metrics`, slot erase as the prefix-cache flush."""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from core.station import Station
+from executor.engines.base import Adapter, Rendered, ServiceSpec, generic_argv, knob_flags
+from executor.targets import Target
+
+
+class LlamaCpp(Adapter):
+    name = "llamacpp"
+    knob_key = "llamacpp"
+    pinned = "llama.cpp b11434 (executor/llamabuild.py builds it from source)"
+    metrics = {
+        "running": ("llamacpp:requests_processing",),
+        "waiting": ("llamacpp:requests_deferred",),
+        "busy_slots": ("llamacpp:n_busy_slots_per_decode",),
+        # no KV-usage gauge: llama.cpp #13660 removed llamacpp:kv_cache_usage_ratio
+        "spec_drafts": ("llamacpp:spec_decode_num_drafts_total",),
+        "spec_accepted": ("llamacpp:spec_decode_num_accepted_tokens_total",),
+    }
+
+    def render(self, target: Target, station: Station, faults: tuple[str, ...] = (),
+               expected_requests: int | None = None) -> Rendered:
+        host = target.hosts[0]
+        argv = [*(target.engine_command or ("llama-server",)), "--host", "0.0.0.0", "--port", str(host.port), "--metrics"]
+        if target.model:
+            argv += ["-m", target.model]
+        argv += ["--slot-save-path", "."]  # without it llama-server answers 501 to slot erase (the prefix-cache flush)
+        argv += generic_argv(knob_flags(station.server_knobs, self.knob_key, "mixed")) + list(target.extra_args.get("mixed", ()))
+        svc = ServiceSpec(name="mixed-0", role="mixed", host=host.host, port=host.port, argv=tuple(argv),
+                          env=dict(target.env), cards=host.cards)
+        url = f"http://{host.host}:{host.port}"
+        return Rendered(services=(svc,), endpoint=url, metrics={"mixed": f"{url}/metrics"}, engine="llamacpp")
+
+    def version_probe(self, argv: tuple[str, ...], python: str) -> list[str] | None:
+        return [argv[0], "--version"]
+
+    def parse_version(self, out: str) -> str | None:
+        # "version: 0.6.0-dev (build 11434, commit b11434)"; before 2026 "version: 6123 (1a2b3c4d)"
+        text = out.strip()
+        m = re.search(r"version:\s*\S+\s*\(build\s+(\d+),\s*commit\s+([0-9A-Za-z._-]+)\)", text) or \
+            re.search(r"version:\s*(\d+)\s*\(([0-9a-f]+)\)", text)
+        return f"{m.group(1)} ({m.group(2)})" if m else None
+
+    async def flush(self, probe: Any, svc: ServiceSpec) -> dict[str, Any]:
+        """Erase every slot's KV (GET /slots, then POST /slots/{id}?action=erase for each)."""
+        status, body = await probe.http(svc, "GET", "/slots")
+        try:
+            ids = [int(s["id"]) for s in json.loads(body)] if status == 200 else None
+        except (ValueError, TypeError, KeyError):
+            ids = None
+        if ids is None:
+            return {"service": svc.name, "method": "GET /slots", "status": status, "ok": False}
+        codes = [(await probe.http(svc, "POST", f"/slots/{i}?action=erase"))[0] for i in ids]
+        return {"service": svc.name, "method": "POST /slots/{id}?action=erase", "slots": len(ids),
+                "status": codes, "ok": all(c == 200 for c in codes)}
+
+
+ADAPTER = LlamaCpp()
