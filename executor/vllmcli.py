@@ -93,7 +93,8 @@ def selftest_cmd(vllm: Optional[str] = typer.Option(None, help="vllm executable 
         typer.echo(f"vllm self-test FAILED: {e}", err=True)
         raise typer.Exit(1)
     typer.echo(f"vllm self-test ok: {info['binary']} ({info['version']}); kernels {'+'.join(info['kernels'])}; "
-               f"serve ready in {info['startup_s']:.0f} s; one token: {info['completion']!r}")
+               f"serve ready in {info['startup_s']:.0f} s; one token: {info['completion']!r}; AVX2 build free of "
+               f"AVX-512/AMX: {info['avx2_build_clean']}")
 
 
 @app.command("model")

@@ -18,7 +18,7 @@ from typing import Sequence
 import httpx
 
 from executor.llamabuild import _signal_text
-from executor.vllmsetup import BASE_ENV, SelfTestError, loaded_kernels, version
+from executor.vllmsetup import BASE_ENV, SelfTestError, avx2_check, loaded_kernels, version
 
 # the flags every CPU serve here needs (ENGINES facts: eager mode, fp32 on an AVX2-only CPU, a short context)
 CPU_ARGS = ("--dtype", "float32", "--enforce-eager", "--max-model-len", "512")
@@ -126,6 +126,11 @@ def selftest(vllm: str, model: Path) -> dict:
     if not Path(vllm).is_file():
         raise SelfTestError(f"{vllm}: no such vllm (run `tuneloop vllm install`)")
     ver = version(vllm)
+    venv = Path(vllm).resolve().parent.parent
+    scan = avx2_check(venv) if list(venv.glob("lib/python*/site-packages/vllm/_C_AVX2.abi3.so")) else {}
+    if scan.get("avx2_build_needs"):
+        raise SelfTestError(f"{vllm}: its AVX2 kernel build {scan['avx2_build']} needs instructions an AVX2-only CPU "
+                            f"lacks (would die with SIGILL there): {scan['avx2_build_needs']}")
     with Server(vllm, model) as srv:
         resp = srv.complete()
         kernels = srv.kernels()
@@ -136,6 +141,7 @@ def selftest(vllm: str, model: Path) -> dict:
     if not kernels:
         raise SelfTestError(f"{vllm}: the engine process mapped none of vLLM's kernel builds {KERNELS_TEXT}")
     return {"binary": vllm, "version": ver, "kernels": kernels, "startup_s": startup,
+            "avx2_build_clean": scan.get("avx2_build_needs") == {} if scan else None,
             "completion": resp["choices"][0]["text"]}
 
 

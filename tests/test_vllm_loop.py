@@ -56,7 +56,7 @@ def test_loop_tunes_the_real_vllm_end_to_end(engine, tmp_path):
                              "concurrency": [4, 8, 16]},
             "protocol": {"screen_n": 16, "confirm_n": 32, "warmup": 2},
             "authorisation": {"hot": "auto", "restart": "auto"},
-            "budget": {"card_hours": 50, "experiments": 3}, "stop": {"max_without_improvement": 2, "min_gain_pct": 1.0}})
+            "budget": {"card_hours": 50, "experiments": 5}, "stop": {"max_without_improvement": 2, "min_gain_pct": 1.0}})
         res = run_session(goal, store.url, auto_approve=True, executor=ex)
         assert res.status in ("done", "stopped"), res.reason
         runs = store.runs(res.goal_id)

