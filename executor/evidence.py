@@ -15,7 +15,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import httpx
 
@@ -31,7 +31,15 @@ KV_USAGE = metric_names("kv_usage")
 SPEC_DRAFTS = metric_names("spec_drafts")
 SPEC_ACCEPTED = metric_names("spec_accepted")
 ACCEPT_LENGTH = metric_names("accept_length")
+# decode: only requests waiting for capacity (vLLM's reason="capacity"); those waiting for remote KV apart
+WAITING_DECODE = metric_names("waiting_capacity") + WAITING
+DEFERRED = metric_names("waiting_deferred")  # vLLM reason="deferred"; SGLang decode transfer queue
+PREFILL_BOOTSTRAP = metric_names("prefill_bootstrap")  # SGLang PD queues
+PREFILL_INFLIGHT = metric_names("prefill_inflight")
+DECODE_PREALLOC = metric_names("decode_prealloc")
+ITERATION_TOKENS = metric_names("iteration_tokens")  # vLLM histogram: tokens per engine step
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -50,13 +58,39 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return out
 
 
-def base_value(values: dict[str, float], names: Iterable[str]) -> float | None:
-    """Sum of every series of the first metric name present (labels ignored)."""
+def _spec(name: str) -> tuple[str, dict[str, str]]:
+    """'metric{k="v"}' -> ('metric', {k: v}); a plain name has no labels."""
+    base, _, rest = name.partition("{")
+    return base, dict(_LABEL.findall(rest))
+
+
+def _hits(values: dict[str, float], name: str) -> list[float]:
+    """Every series of a metric whose labels include the spec's labels (one per DP engine, say)."""
+    base, want = _spec(name)
+    out = []
+    for k, v in values.items():
+        if k == base or k.startswith(base + "{"):
+            if not want or want.items() <= _spec(k)[1].items():
+                out.append(v)
+    return out
+
+
+def _first(values: dict[str, float], names: Iterable[str], reduce: Callable[[list[float]], float]) -> float | None:
     for name in names:
-        hits = [v for k, v in values.items() if k == name or k.startswith(name + "{")]
+        hits = _hits(values, name)
         if hits:
-            return float(sum(hits))
+            return float(reduce(hits))
     return None
+
+
+def base_value(values: dict[str, float], names: Iterable[str]) -> float | None:
+    """Sum of every series of the first metric name present (labels ignored unless the name gives some)."""
+    return _first(values, names, sum)
+
+
+def max_value(values: dict[str, float], names: Iterable[str]) -> float | None:
+    """Largest series of the first metric name present: a fraction or a per-engine limit over DP engines."""
+    return _first(values, names, max)
 
 
 def _mean(xs: Sequence[float]) -> float | None:
@@ -91,12 +125,13 @@ def role_series(samples: Sequence[EngineSample], role: str, names: Iterable[str]
 
 
 def _series(samples: Sequence[EngineSample], role: str, names: Iterable[str]) -> list[float]:
-    """Per instance and scrape (not summed): for limits that hold per instance, like max_num_seqs."""
+    """Per engine and scrape (not summed; the largest of an instance's DP engines): for limits that hold per
+    engine, like max_num_seqs."""
     names = tuple(names)
     out = []
     for s in samples:
         if s.role == role or (s.role == "mixed" and role in ("prefill", "decode")):
-            v = base_value(s.values, names)
+            v = max_value(s.values, names)
             if v is not None:
                 out.append(v)
     return out
@@ -124,26 +159,80 @@ def _accept_length(samples: Sequence[EngineSample]) -> float | None:
     return 1.0 + acc / drafts if drafts > 0 else None
 
 
+def _iteration_batches(samples: Sequence[EngineSample], budget: float | None) -> dict[str, Any] | None:
+    """Prefill-batch evidence of a real vLLM prefill instance from vllm:iteration_tokens_total (tokens per engine
+    step, a histogram): its mean over the load and, for the tail share, the steps in buckets up to budget / 8
+    (a lower bound: the largest bucket edge at or under it). Only prefill-role samples count (a mixed
+    instance's steps are mostly decode)."""
+    first: dict[str, dict[str, float]] = {}
+    last: dict[str, dict[str, float]] = {}
+    for s in sorted((s for s in samples if s.role == "prefill"), key=lambda s: s.t):
+        hist = {k: v for k, v in s.values.items() if any(k.startswith(n + "_") for n in ITERATION_TOKENS)}
+        if hist:
+            first.setdefault(s.instance, hist)
+            last[s.instance] = hist
+
+    def delta(suffix: str, le_max: float | None = None) -> float:
+        """Increase of one histogram series over the load, summed over instances and their DP engines. With
+        le_max: the cumulative bucket with the largest edge at or under it (one bucket per engine)."""
+        tot = 0.0
+        for inst, now in last.items():
+            picked: dict[tuple, tuple[float, str]] = {}
+            for k in now:
+                base, labels = _spec(k)
+                if not base.endswith(suffix):
+                    continue
+                if le_max is None:
+                    picked[(k,)] = (0.0, k)
+                    continue
+                le = labels.pop("le", "+Inf")
+                if le != "+Inf" and float(le) <= le_max:
+                    engine = tuple(sorted(labels.items()))
+                    if engine not in picked or float(le) > picked[engine][0]:
+                        picked[engine] = (float(le), k)
+            for _, k in picked.values():
+                tot += now[k] - (first[inst].get(k, 0.0) if first[inst] is not now else 0.0)
+        return tot
+
+    count = delta("_count")
+    if count <= 0:
+        return None
+    out: dict[str, Any] = {"tokens_mean": delta("_sum") / count, "count": int(count), "tail": None}
+    if budget:
+        out["tail"] = delta("_bucket", budget / 8) / count
+    return out
+
+
 def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], breakdown: dict | None,
            info: RunInfo | None, knobs: dict[str, Any] | None) -> dict[str, Any]:
     """The evidence the planner reads (pinned keys; None where the evidence is missing)."""
     knobs = knobs or {}
     pw = [v for _, v in role_series(samples, "prefill", WAITING)]
-    dw = [v for _, v in role_series(samples, "decode", WAITING)]
+    dw = [v for _, v in role_series(samples, "decode", WAITING_DECODE)]
     dr_total = [v for _, v in role_series(samples, "decode", RUNNING)]
     dr = _series(samples, "decode", RUNNING)
-    kv = [v for s in samples if (v := base_value(s.values, KV_USAGE)) is not None]
+    kv = [v for s in samples if (v := max_value(s.values, KV_USAGE)) is not None]  # max over DP engines, instances
     budget = knobs.get("max_num_batched_tokens") or knobs.get("chunked_prefill_size")
     tail = None
     if batches and budget:
         tail = sum(1 for b in batches if b.n_tokens < budget / 8) / len(batches)
+    steps = None if batches else _iteration_batches(samples, budget)
+
+    def queue_mean(role: str, names: tuple[str, ...]) -> float | None:
+        return _mean([v for _, v in role_series(samples, role, names)])
+
     return {
         # queues: summed over the role's instances at each scrape round, then over time
         "prefill_waiting_mean": _mean(pw),
         "prefill_waiting_nonzero_share": _mean([1.0 if v > 0 else 0.0 for v in pw]),
         "decode_waiting_mean": _mean(dw),
         "decode_waiting_nonzero_share": _mean([1.0 if v > 0 else 0.0 for v in dw]),
-        # running: per instance (the batch limit holds per instance) and summed over the role
+        # PD hand-over queues, apart from the capacity queues above (summed over the role's instances)
+        "decode_deferred_mean": queue_mean("decode", DEFERRED),  # waiting for remote KV
+        "decode_prealloc_mean": queue_mean("decode", DECODE_PREALLOC),  # SGLang: waiting for decode KV room
+        "prefill_bootstrap_mean": queue_mean("prefill", PREFILL_BOOTSTRAP),  # SGLang: waiting for the handshake
+        "prefill_inflight_mean": queue_mean("prefill", PREFILL_INFLIGHT),  # SGLang: KV being sent
+        # running: per engine (the batch limit holds per DP engine) and summed over the role
         "decode_running_mean": _mean(dr),
         "decode_running_max": max(dr) if dr else None,
         "decode_running_total_mean": _mean(dr_total),
@@ -155,11 +244,12 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
         "kv_usage_max": max(kv) if kv else None,
         "spec_accept_length": _accept_length(samples),
         "prefill_batch_reqs_mean": _mean([b.n_reqs for b in batches]),
-        "prefill_batch_tokens_mean": _mean([b.n_tokens for b in batches]),
-        "prefill_tail_batch_share": tail,
+        "prefill_batch_tokens_mean": _mean([b.n_tokens for b in batches]) if batches else (steps or {}).get("tokens_mean"),
+        "prefill_tail_batch_share": tail if batches else (steps or {}).get("tail"),
+        "prefill_batch_source": "batches" if batches else ("vllm:iteration_tokens_total" if steps else None),
         "breakdown": dict(breakdown or {}),
         "samples": len(samples),
-        "n_prefill_batches": len(batches),
+        "n_prefill_batches": len(batches) or (steps or {}).get("count", 0),
         "concurrency": info.concurrency if info else None,
     }
 

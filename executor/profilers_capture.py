@@ -9,16 +9,19 @@ from typing import Any
 
 from core.station import content_hash
 from executor import profilers
+from executor.engines import ADAPTERS
 from executor.templates import Rendered
 
 
 async def profile_window(transport: Any, rendered: Rendered | None, seconds: float, python: str = "python3") -> dict:
-    """vLLM/SGLang `/start_profile` .. `/stop_profile`; the trace stays on each service's host, where the
+    """The engine adapter's profiler routes (vLLM/SGLang `/start_profile` .. `/stop_profile`); the trace stays on each service's host, where the
     analyser (executor/profilers.py, copied there) reduces it; only its summary JSON comes back."""
 
     svcs = [s for s in (rendered.services if rendered else ()) if s.profile_dir]
-    if not svcs:
+    routes = ADAPTERS[rendered.engine].profile_routes if rendered and rendered.engine in ADAPTERS else None
+    if not svcs or routes is None:
         return {"summary": None, "error": "no service of this template writes a profiler trace"}
+    start, stop = routes
     source = Path(profilers.__file__).read_text()
     name = f"profilers-{content_hash(source)[:12]}.py"
     since: dict[str, str] = {}
@@ -26,9 +29,9 @@ async def profile_window(transport: Any, rendered: Rendered | None, seconds: flo
         await transport.put_text(f"{transport.root_for(s.host)}/{name}", source, 0o755, host=s.host)
         res = await transport.run(["date", "+%s.%N"], host=s.host)  # the window starts on the target's clock
         since[s.name] = res.stdout.strip() or "0"
-    started = {s.name: (await transport.http(s, "POST", "/start_profile"))[0] for s in svcs}
+    started = {s.name: (await transport.http(s, "POST", start))[0] for s in svcs}
     await asyncio.sleep(seconds)  # the profiling window itself
-    stopped = {s.name: (await transport.http(s, "POST", "/stop_profile", timeout=600.0))[0] for s in svcs}
+    stopped = {s.name: (await transport.http(s, "POST", stop, timeout=600.0))[0] for s in svcs}
     parts, errors = [], {}
     for s in svcs:
         out = f"{s.profile_dir}.summary.json"

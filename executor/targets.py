@@ -83,6 +83,7 @@ class Target(BaseModel):
     python: str = "python3"  # the target's python (runs the profile analyser and the health probe over ssh)
     engine_command: tuple[str, ...] | None = None  # how to call the engine binary (llama.cpp: default llama-server)
     pd_connector: str | None = None  # KV connector override (vLLM / vLLM-Ascend)
+    router_command: tuple[str, ...] | None = None  # how to call the PD router / proxy (default: the engine's own)
     extra_args: dict[str, tuple[str, ...]] = {}  # per role, appended verbatim as argv
     relayout: Relayout | None = None  # expert-layout steps; without it a relayout is a plain restart
     env: dict[str, str] = {}

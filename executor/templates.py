@@ -11,17 +11,11 @@ from typing import Callable
 
 from core.station import Station
 from executor.engines import ADAPTERS
-from executor.engines.base import RelayoutStep, Rendered, ServiceSpec, knob_flags, svc_dir
+from executor.engines.base import RelayoutStep, Rendered, ServiceSpec, knob_flags, layout_files, svc_dir
 from executor.targets import Target, check_safe
 
 __all__ = ["ENGINE_KEY", "RENDERERS", "RelayoutStep", "Rendered", "ServiceSpec", "knob_flags", "layout_files",
            "render", "svc_dir", "with_relayout"]
-
-
-def layout_files(target: Target, station: Station) -> dict[str, str]:
-    """Where a station's expert statistics and placement live on the target (keyed by its server hash)."""
-    base = f"{target.root_for(None)}/layout/{station.server_hash}"  # relayout steps run on the load host
-    return {"{stats}": f"{base}.stats.json", "{layout}": f"{base}.layout.json"}
 
 
 def _fill(argv: tuple[str, ...], files: dict[str, str]) -> tuple[str, ...]:

@@ -253,13 +253,15 @@ class Cluster:
             out.append(("prefill", p.name, {
                 "vllm:num_requests_running": float(p.running()),
                 "vllm:num_requests_waiting": float(waiting),
+                'vllm:num_requests_waiting_by_reason{reason="capacity"}': float(waiting),
+                'vllm:num_requests_waiting_by_reason{reason="deferred"}': 0.0,
                 "vllm:kv_cache_usage_perc": p.cache.usage,
                 "vllm:prefix_cache_queries_total": float(p.cache.queries),
                 "vllm:prefix_cache_hits_total": float(p.cache.hits),
                 "vllm:prompt_tokens_total": float(p.prompt_tokens),
                 "sglang:num_running_reqs": float(p.running()),
                 "sglang:num_queue_reqs": float(waiting),
-                "sglang:num_prefill_prealloc_queue_reqs": float(waiting),
+                "sglang:num_prefill_bootstrap_queue_reqs": float(waiting),  # SGLang's name (was ..._prealloc_...)
                 "sglang:num_prefill_inflight_queue_reqs": float(self._p_inflight[i]),
                 "sglang:cache_hit_rate": p.cache.hits / p.cache.queries if p.cache.queries else 0.0,
             }))
@@ -270,7 +272,10 @@ class Cluster:
             accepted = max(0.0, gen - d.success - d.batch - steps) if d.k else 0.0
             out.append(("decode", d.name, {
                 "vllm:num_requests_running": float(d.batch),
-                "vllm:num_requests_waiting": float(len(d.waiting)),
+                # vLLM counts requests waiting for remote KV (deferred) in num_requests_waiting too
+                "vllm:num_requests_waiting": float(len(d.waiting) + d.inbound),
+                'vllm:num_requests_waiting_by_reason{reason="capacity"}': float(len(d.waiting)),
+                'vllm:num_requests_waiting_by_reason{reason="deferred"}': float(d.inbound),
                 "vllm:kv_cache_usage_perc": d.kv_usage(),
                 "vllm:num_preemptions_total": 0.0,
                 "vllm:generation_tokens_total": float(gen),
@@ -297,7 +302,9 @@ class Cluster:
         series: dict[str, list[str]] = {}
         for role, name, values in self.snapshot():
             for metric, v in values.items():
-                series.setdefault(metric, []).append(f'{metric}{{role="{role}",instance="{name}"}} {v:.6g}')
+                base, _, labels = metric.partition("{")  # a name may carry its own labels: reason="capacity"
+                extra = labels.rstrip("}") + "," if labels else ""
+                series.setdefault(base, []).append(f'{base}{{{extra}role="{role}",instance="{name}"}} {v:.6g}')
         lines: list[str] = []
         for metric, rows in series.items():
             lines.append(f"# TYPE {metric} {'counter' if metric.endswith('_total') else 'gauge'}")

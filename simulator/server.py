@@ -163,7 +163,7 @@ def create_app(svc: SimService, model: str, healthy: bool = True) -> FastAPI:
 
     @app.post("/reset_prefix_cache")
     async def reset_prefix_cache():
-        return {"reset": True, "dropped_blocks": svc.reset_prefix_cache()}
+        return {"success": True, "dropped_blocks": svc.reset_prefix_cache()}  # vLLM's answer: {"success": bool}
 
     @app.get("/v1/models")
     async def models():

@@ -19,6 +19,7 @@ from executor.transports.local import LocalTransport
 class _Engine(BaseHTTPRequestHandler):
     calls: list[str] = []
     refuse = False
+    held = False  # vLLM answers 200 {"success": false} while blocks are held
 
     def _reply(self, code: int, body: bytes = b"") -> None:
         self.send_response(code)
@@ -36,9 +37,8 @@ class _Engine(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
         self.calls.append(f"POST {self.path}")
         known = self.path in ("/reset_prefix_cache", "/flush_cache") or self.path.endswith("?action=erase")
-        # vLLM answers {"success": bool} (200 with false while blocks are held: tests/test_vllm_flags.py)
-        body = b'{"success":true}' if self.path == "/reset_prefix_cache" else b""
-        self._reply(404, b"") if self.refuse or not known else self._reply(200, body)
+        body = json.dumps({"success": not self.held}).encode() if self.path == "/reset_prefix_cache" else b""
+        self._reply(404 if self.refuse or not known else 200, body)
 
     def log_message(self, *a):
         pass
@@ -46,7 +46,7 @@ class _Engine(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def engine():
-    _Engine.calls, _Engine.refuse = [], False
+    _Engine.calls, _Engine.refuse, _Engine.held = [], False, False
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     port = srv.server_address[1]
@@ -62,6 +62,14 @@ def test_one_request_flushes(engine, engine_name, call):
     tr, svc = engine
     out = asyncio.run(flush_service(tr, svc, engine_name))
     assert out["ok"] and _Engine.calls == [call]
+
+
+@pytest.mark.parametrize("engine_name", ["vllm", "vllm-ascend", "sim"])
+def test_a_200_that_says_success_false_is_not_a_flush(engine, engine_name):
+    tr, svc = engine
+    _Engine.held = True
+    out = asyncio.run(flush_service(tr, svc, engine_name))
+    assert out["status"] == 200 and out["ok"] is False  # the runner restarts the service instead
 
 
 def test_llama_cpp_erases_every_slot(engine):

@@ -118,7 +118,10 @@ def test_templates_point_the_profiler_at_the_service_directory():
                hosts=(Host(host="h1", roles=("mixed", "load"), cards=8),))
     st = Station(engine="vllm", knobs={}, scenario="s", data_version="d", source_identity="x", target="g")
     (svc,) = render(t, st).services
-    assert svc.profile_dir == "/srv/tl/svc/mixed-0/trace" == svc.env["VLLM_TORCH_PROFILER_DIR"]
+    # vLLM 0.32 mounts /start_profile only with --profiler-config (VLLM_TORCH_PROFILER_DIR is no longer read)
+    conf = json.loads(svc.argv[svc.argv.index("--profiler-config") + 1])
+    assert svc.profile_dir == "/srv/tl/svc/mixed-0/trace" == conf["torch_profiler_dir"] and conf["profiler"] == "torch"
+    assert "VLLM_TORCH_PROFILER_DIR" not in svc.env
     assert svc.env["VLLM_SERVER_DEV_MODE"] == "1"  # mounts /reset_prefix_cache for the zero-cache flush
     sg = render(t.model_copy(update={"engine": "sglang"}), st.model_copy(update={"engine": "sglang"})).services[0]
     assert sg.env["SGLANG_TORCH_PROFILER_DIR"] == sg.profile_dir == "/srv/tl/svc/mixed-0/trace"

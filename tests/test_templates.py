@@ -54,54 +54,83 @@ def test_vllm_pd_uses_kv_transfer_config_and_documented_flags():
     assert _after(list(d.argv), "--max-num-seqs") == "64" and "--max-num-batched-tokens" not in d.argv
     assert "--no-enable-prefix-caching" in p.argv and _after(list(p.argv), "--gpu-memory-utilization") == "0.85"
     assert json.loads(_after(list(d.argv), "--speculative-config")) == {"method": "mtp", "num_speculative_tokens": 2}
+    assert _after(list(p.argv), "--tensor-parallel-size") == "8"  # an 8-card instance never launches at TP=1
     assert p.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
-    assert "--prefiller-hosts" in router.argv and _after(list(router.argv), "--decoder-ports") == "8200"
+    assert (p.env["VLLM_NIXL_SIDE_CHANNEL_HOST"], p.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) == ("10.0.0.1", "5600")
+    assert router.argv[:6] == ("vllm-router", "--host", "0.0.0.0", "--port", "8000", "--vllm-pd-disaggregation")
+    assert _after(list(router.argv), "--prefill") == "http://10.0.0.1:8100"
+    assert _after(list(router.argv), "--decode") == "http://10.0.0.2:8200"
     assert r.endpoint == "http://10.0.0.3:8000" and r.metrics["decode"] == "http://10.0.0.2:8200/metrics"
 
 
-def test_vllm_ascend_uses_ascend_connector_and_devices():
-    r = render(_pd("vllm-ascend"), _station("vllm-ascend", {}, "vllm"))
-    p, d = r.services[:2]
-    assert json.loads(_after(list(p.argv), "--kv-transfer-config"))["kv_role"] == "kv_producer"
-    assert json.loads(_after(list(d.argv), "--kv-transfer-config"))["kv_connector"] == "MooncakeConnectorV1"
+def test_vllm_renders_only_what_differs_from_its_defaults():
+    p = render(_pd("vllm"), _station("vllm", {})).services[0]
+    for flag in ("--gpu-memory-utilization", "--enable-prefix-caching", "--no-enable-prefix-caching",
+                 "--long-prefill-token-threshold", "--enable-eplb", "--speculative-config", "--data-parallel-size"):
+        assert flag not in p.argv, flag
+
+
+def test_vllm_ascend_uses_mooncake_with_both_sides_sizes_and_its_proxy():
+    t = _pd("vllm-ascend", router_command=("python3", "/opt/vllm-ascend/proxy.py"))
+    r = render(t, _station("vllm-ascend", {"data_parallel_size": 2}, "vllm"))
+    p, d, router = r.services
+    kp = json.loads(_after(list(p.argv), "--kv-transfer-config"))
+    kd = json.loads(_after(list(d.argv), "--kv-transfer-config"))
+    assert kp["kv_role"] == "kv_producer" and kd["kv_role"] == "kv_consumer"
+    assert kd["kv_connector"] == "MooncakeConnectorV1" and kp["kv_port"] == "30000" and kp["engine_id"] != kd["engine_id"]
+    sizes = {"prefill": {"tp_size": 4, "dp_size": 2}, "decode": {"tp_size": 4, "dp_size": 2}}
+    assert kp["kv_connector_extra_config"] == sizes == kd["kv_connector_extra_config"]
     assert p.env["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert router.argv[:2] == ("python3", "/opt/vllm-ascend/proxy.py") and _after(list(router.argv), "--decoder-ports") == "8200"
+    with pytest.raises(ValueError, match="router_command"):
+        render(_pd("vllm-ascend"), _station("vllm-ascend", {}, "vllm"))
 
 
 def test_sglang_disaggregation_mode_router_and_inverted_flags():
     st = _station("sglang", {"max_prefill_reqs": 2, "max_num_batched_tokens": 8192, "max_num_seqs": 96,
                              "enable_prefix_caching": False, "speculative_method": "mtp", "num_speculative_tokens": 3,
                              "expert_layout": "static_eplb", "gpu_memory_utilization": 0.8})
-    p, d, router = render(_pd("sglang"), st).services
+    t = _pd("sglang", relayout={"collect": ("collect", "{stats}"), "fit": ("fit", "{stats}", "{layout}")})
+    p, d, router = render(t, st).services
     assert p.argv[:3] == ("python", "-m", "sglang.launch_server") and _after(list(p.argv), "--model-path") == "/models/dsv4"
     assert _after(list(p.argv), "--disaggregation-mode") == "prefill" and _after(list(d.argv), "--disaggregation-mode") == "decode"
     assert _after(list(p.argv), "--prefill-max-requests") == "2" and _after(list(p.argv), "--chunked-prefill-size") == "8192"
     assert _after(list(d.argv), "--max-running-requests") == "96" and "--prefill-max-requests" not in d.argv
-    assert "--disable-radix-cache" in p.argv and "--enable-eplb" in p.argv
-    assert _after(list(p.argv), "--mem-fraction-static") == "0.8"
+    assert "--disable-radix-cache" in p.argv and "--enable-eplb" not in p.argv  # --enable-eplb is periodic rebalancing
+    assert _after(list(p.argv), "--init-expert-location").endswith(".layout.json")  # the static layout
+    assert _after(list(p.argv), "--mem-fraction-static") == "0.8" and _after(list(p.argv), "--tp-size") == "8"
     assert _after(list(d.argv), "--speculative-algorithm") == "EAGLE"
     assert (_after(list(d.argv), "--speculative-num-steps"), _after(list(d.argv), "--speculative-num-draft-tokens")) == ("3", "4")
     assert router.argv[:3] == ("python", "-m", "sglang_router.launch_router") and "--pd-disaggregation" in router.argv
-    assert _after(list(router.argv), "--prefill") == "http://10.0.0.1:8100"
+    i = router.argv.index("--prefill")
+    assert router.argv[i + 1:i + 3] == ("http://10.0.0.1:8100", "8998")  # the router is told the bootstrap port
     assert _after(list(router.argv), "--decode") == "http://10.0.0.2:8200"
 
 
-def test_sglang_default_prefix_cache_renders_no_disable_flag():
+def test_sglang_defaults_render_no_flag_sglang_sizes_itself():
     p = render(_pd("sglang"), _station("sglang", {})).services[0]
     assert "--disable-radix-cache" not in p.argv and "--speculative-algorithm" not in p.argv
+    assert "--mem-fraction-static" not in p.argv  # SGLang computes it when absent; the catalog default is not forced
+    assert "--max-prefill-tokens" not in p.argv  # 8192 is under SGLang's 16384 cap
 
 
 def test_mindie_renders_config_file_and_daemon():
     st = _station("mindie", {"max_prefill_reqs": 4, "max_num_batched_tokens": 16384, "max_num_seqs": 72})
-    r = render(_pd("mindie"), st)
-    p, d = r.services[:2]
+    t = Target(name="m", kind="local", engine="mindie", model="/models/dsv4", run_root="/srv/tl", hosts=(
+        Host(host="10.0.0.1", roles=("mixed", "load"), cards=8, port=8100, devices="0,1,2,3,4,5,6,7"),))
+    (p,) = render(t, st).services
     assert p.argv == ("mindieservice_daemon",)
-    assert p.env["MIES_CONFIG_JSON_PATH"] == "/srv/tl/svc/prefill-0/config.json"
+    assert p.env["MIES_CONFIG_JSON_PATH"] == "/srv/tl/svc/mixed-0/config.json"
     cfg = json.loads(p.files["config.json"])
-    assert cfg["BackendConfig"]["ScheduleConfig"] == {"maxPrefillBatchSize": 4, "maxPrefillTokens": 16384}
-    assert cfg["ServerConfig"]["port"] == 8100 and cfg["ServerConfig"]["pdRole"] == "prefill"
+    sched = cfg["BackendConfig"]["ScheduleConfig"]
+    assert (sched["maxPrefillBatchSize"], sched["maxPrefillTokens"], sched["maxBatchSize"]) == (4, 16384, 72)
+    assert cfg["ServerConfig"]["port"] == 8100 and cfg["ServerConfig"]["inferMode"] == "standard"
+    assert cfg["ServerConfig"]["allowAllZeroIpListening"] is True  # MindIE refuses 0.0.0.0 otherwise
     assert cfg["BackendConfig"]["npuDeviceIds"] == [[0, 1, 2, 3, 4, 5, 6, 7]]
-    assert json.loads(d.files["config.json"])["BackendConfig"]["ScheduleConfig"] == {"maxBatchSize": 72}
     assert cfg["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]["modelWeightPath"] == "/models/dsv4"
+    assert cfg["BackendConfig"]["ModelDeployConfig"]["maxInputTokenLen"] <= sched["maxPrefillTokens"]
+    with pytest.raises(ValueError, match="MindIE MS"):  # PD needs the MS controller + coordinator
+        render(_pd("mindie"), st)
 
 
 def test_llamacpp_flags_and_negated_booleans():

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core import records as rec
-from executor.evidence import RUNNING, WAITING, base_value
+from executor.evidence import RUNNING, WAITING, WAITING_DECODE, base_value
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def queues(run_dir: str | Path | None) -> Queues | None:
             if s.role != role and s.role != "mixed":
                 continue
             counts[role] = counts.get(role, 0) + 1
-            w = base_value(s.values, WAITING) or 0.0
+            w = base_value(s.values, WAITING if role == "prefill" else WAITING_DECODE) or 0.0
             if role == "prefill":
                 row[0] += w
             else:

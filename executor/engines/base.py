@@ -7,6 +7,7 @@ metric names feed which evidence key, its profiler routes and the cards its serv
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any, Callable
@@ -54,6 +55,20 @@ class Rendered(BaseModel):
 ENGINE_ROLES = ("prefill", "decode", "mixed")  # roles whose services hold cards and a KV cache
 
 
+def layout_files(target: Target, station: Station) -> dict[str, str]:
+    """Where a station's expert statistics and placement live on the target (keyed by its server hash)."""
+    base = f"{target.root_for(None)}/layout/{station.server_hash}"  # relayout steps run on the load host
+    return {"{stats}": f"{base}.stats.json", "{layout}": f"{base}.layout.json"}
+
+
+def static_layout_path(target: Target, station: Station, engine: str) -> str:
+    """The fitted expert map a static layout loads; the target's relayout steps must produce it."""
+    if target.relayout is None or not (target.relayout.collect or target.relayout.fit):
+        raise ValueError(f"expert_layout: static_eplb on {engine} loads a fitted expert map, so the target needs "
+                         "relayout.collect / relayout.fit steps that write {layout}")
+    return layout_files(target, station)["{layout}"]
+
+
 def svc_dir(target: Target, name: str, host: str | None = None) -> str:
     """A service's directory under the run root of the host it runs on."""
     return f"{target.root_for(host)}/svc/{name}"
@@ -80,6 +95,22 @@ def knob_flags(knobs: dict[str, Any], engine_key: str, role: str) -> list[tuple[
             continue
         out.append((flag, value))
     return out
+
+
+def parallel_sizes(knobs: dict[str, Any], host: Host, where: str) -> tuple[int, int]:
+    """(tensor-parallel, data-parallel) width of one instance; TP defaults to the instance's cards / DP, so a
+    4-card instance never launches at TP=1. A size that does not match the instance's cards is refused."""
+    dp = int(knobs.get("data_parallel_size") or 1)
+    tp = knobs.get("tensor_parallel_size")
+    cards = host.cards
+    if tp is None:
+        if cards and cards % dp:
+            raise ValueError(f"data_parallel_size: {dp} does not divide the {cards} cards of {where}")
+        return (max(cards // dp, 1) if cards else 1), dp
+    if cards and int(tp) * dp != cards:
+        raise ValueError(f"tensor_parallel_size: {tp} x data_parallel_size {dp} = {int(tp) * dp}, "
+                         f"but {where} has {cards} cards")
+    return int(tp), dp
 
 
 def generic_argv(pairs: list[tuple[str, Any]], no_prefix: str = "--no-") -> list[str]:
@@ -126,6 +157,18 @@ def with_router(target: Target, services: list[ServiceSpec], engine: str, router
     return Rendered(services=tuple(services), endpoint=endpoint, metrics=metrics, engine=engine)
 
 
+def success_answer(status: int | None, body: str) -> bool:
+    """A 2xx answer whose JSON body says {"success": true} (vLLM's /reset_prefix_cache answers 200 with
+    {"success": false} while blocks are still held, vllm/entrypoints/serve/dev/cache/api_router.py)."""
+    if status is None or not 200 <= status < 300:
+        return False
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(answer, dict) and answer.get("success") is True
+
+
 PY_VERSION = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
 
 
@@ -139,6 +182,23 @@ class Adapter:
     # evidence key -> metric names, first present wins (executor/evidence.py reads these)
     metrics: dict[str, tuple[str, ...]] = {}
     profile_routes: tuple[str, str] | None = None  # (start, stop) POST routes of the engine's profiler
+    # the engine's own default per catalog knob: a station value equal to it is not rendered
+    defaults: dict[str, Any] = {}
+    # knobs the engine sizes itself when the flag is absent: the catalog default stands for "let the engine
+    # decide" and is not rendered (e.g. SGLang computes --mem-fraction-static from the GPU when it is absent)
+    automatic: frozenset[str] = frozenset()
+
+    def changed_knobs(self, knobs: dict[str, Any]) -> dict[str, Any]:
+        """The station's server knobs less those the engine would take anyway (only differences are rendered)."""
+        cat = catalog()
+        out = {}
+        for name, value in knobs.items():
+            if name in self.defaults and value == self.defaults[name]:
+                continue
+            if name in self.automatic and name in cat and value == cat.get(name).default:
+                continue
+            out[name] = value
+        return out
 
     def render(self, target: Target, station: Station, faults: tuple[str, ...] = (),
                expected_requests: int | None = None) -> Rendered:

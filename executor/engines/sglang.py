@@ -1,45 +1,32 @@
-"""SGLang (`python -m sglang.launch_server`): PD by `--disaggregation-mode`, sglang_router in front."""
+"""SGLang (`python -m sglang.launch_server`, written against SGLang 0.5.23 and sglang-router 0.3.2).
+
+PD by `--disaggregation-mode prefill|decode`; each prefill instance gets its own `--disaggregation-bootstrap-port`
+(default 8998: two prefill instances on one host would collide) and the router is told it
+(`--prefill URL BOOTSTRAP_PORT`, else decode falls back to 8998). `--max-prefill-tokens` (default 16384) also caps a
+prefill batch, so it moves with `--chunked-prefill-size`. `--mem-fraction-static` is computed by SGLang when
+absent, so the catalog default is not rendered. A static expert layout is `--init-expert-location` (`--enable-eplb`
+is periodic rebalancing). `/flush_cache` answers 400 when it cannot flush (sglang/srt/server_args.py,
+srt/arg_groups/fields/*.py, srt/managers/scheduler.py).
+"""
 from __future__ import annotations
 
 from typing import Any
 
 from core.station import Station
 from executor.engines.base import (PY_VERSION, Adapter, Host, Rendered, ServiceSpec, device_env, fmt, instances,
-                                   knob_flags, svc_dir, with_router)
+                                   knob_flags, parallel_sizes, static_layout_path, svc_dir, with_router)
 from executor.targets import Target
 
-
-def sglang_knob_args(knobs: dict[str, Any], role: str) -> list[str]:
-    argv: list[str] = []
-    spec_method, k = None, 0
-    for flag, value in knob_flags(knobs, "sglang", role):
-        if flag == "--disable-radix-cache":
-            if value is False:  # the catalog's knob is "enable"; SGLang's flag says "disable"
-                argv.append(flag)
-        elif flag == "--enable-eplb":
-            if value == "static_eplb":
-                argv.append(flag)
-        elif flag == "--speculative-algorithm":
-            spec_method = value
-        elif flag == "--speculative-num-draft-tokens":
-            k = int(value)
-        elif isinstance(value, bool):
-            if value:
-                argv.append(flag)
-        else:
-            argv += [flag, fmt(value)]
-    if spec_method not in (None, "none") and k > 0:
-        # DeepSeek MTP runs as EAGLE with the model's NextN heads: k steps, top-1, k + 1 draft tokens
-        argv += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(k),
-                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(k + 1)]
-    return argv
+BOOTSTRAP_PORT = 8998  # SGLang's default --disaggregation-bootstrap-port
+MAX_PREFILL_TOKENS = 16384  # SGLang's default --max-prefill-tokens
 
 
-def router_argv(target: Target, router: Host, ps: list[ServiceSpec], ds: list[ServiceSpec]) -> list[str]:
-    argv = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation", "--host", "0.0.0.0",
-            "--port", str(router.port)]
+def router_argv(target: Target, router: Host, ps: list[ServiceSpec], ds: list[ServiceSpec],
+                bootstrap: dict[str, int]) -> list[str]:
+    argv = [*(target.router_command or ("python", "-m", "sglang_router.launch_router")), "--pd-disaggregation",
+            "--host", "0.0.0.0", "--port", str(router.port)]
     for s in ps:
-        argv += ["--prefill", f"http://{s.host}:{s.port}"]
+        argv += ["--prefill", f"http://{s.host}:{s.port}", str(bootstrap[s.name])]
     for s in ds:
         argv += ["--decode", f"http://{s.host}:{s.port}"]
     return argv + list(target.extra_args.get("router", ()))
@@ -51,28 +38,89 @@ class SGLang(Adapter):
     pinned = "sglang 0.5.23, sglang-router 0.3.2"
     flush_path = "/flush_cache"
     profile_routes = ("/start_profile", "/stop_profile")
+    defaults = {"enable_prefix_caching": True, "expert_layout": "dynamic", "speculative_method": "none",
+                "data_parallel_size": 1, "attn_dp_size": 1, "enable_expert_parallel": False}
+    automatic = frozenset({"gpu_memory_utilization"})
     metrics = {
         "running": ("sglang:num_running_reqs",),
         "waiting": ("sglang:num_queue_reqs",),
         "kv_usage": ("sglang:token_usage",),
         "accept_length": ("sglang:spec_accept_length",),
+        # PD queues (srt/observability/metrics_collector.py): prefill waits for the decode handshake
+        # (bootstrap), then sends (inflight); decode waits for KV room (prealloc), then receives (transfer)
+        "prefill_bootstrap": ("sglang:num_prefill_bootstrap_queue_reqs",),
+        "prefill_inflight": ("sglang:num_prefill_inflight_queue_reqs",),
+        "decode_prealloc": ("sglang:num_decode_prealloc_queue_reqs",),
+        "waiting_deferred": ("sglang:num_decode_transfer_queue_reqs",),
     }
+
+    def knob_args(self, target: Target, station: Station, role: str, tp: int, dp: int) -> list[str]:
+        knobs = self.changed_knobs(station.server_knobs)
+        argv: list[str] = []
+        spec_method, k = None, 0
+        for flag, value in knob_flags(knobs, self.knob_key, role):
+            if flag == "--disable-radix-cache":
+                if value is False:  # the catalog's knob is "enable"; SGLang's flag says "disable"
+                    argv.append(flag)
+            elif flag == "--init-expert-location":
+                if value == "static_eplb":
+                    argv += [flag, static_layout_path(target, station, self.name)]
+            elif flag == "--speculative-algorithm":
+                spec_method = value
+            elif flag == "--speculative-num-draft-tokens":
+                k = int(value)
+            elif flag in ("--tp-size", "--dp-size"):
+                continue  # from the instance's cards below
+            elif flag == "--ep-size":
+                if value:
+                    argv += [flag, str(tp)]  # experts over the TP group
+            elif flag == "--attn-dp-size":
+                if tp % int(value):
+                    raise ValueError(f"attn_dp_size: {value} does not divide the tensor-parallel width {tp}")
+                argv += [flag, fmt(value)]
+            elif flag == "--chunked-prefill-size":
+                argv += [flag, fmt(value)]
+                if int(value) > MAX_PREFILL_TOKENS:  # else the prefill batch stays capped at 16384 tokens
+                    argv += ["--max-prefill-tokens", fmt(value)]
+            elif isinstance(value, bool):
+                if value:
+                    argv.append(flag)
+            else:
+                argv += [flag, fmt(value)]
+        if tp != 1:
+            argv += ["--tp-size", str(tp)]
+        if dp != 1:
+            argv += ["--dp-size", str(dp)]
+        if spec_method not in (None, "none") and k > 0:
+            # DeepSeek MTP runs as EAGLE with the model's NextN heads: k steps, top-1, k + 1 draft tokens
+            argv += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(k),
+                     "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(k + 1)]
+        return argv
 
     def render(self, target: Target, station: Station, faults: tuple[str, ...] = (),
                expected_requests: int | None = None) -> Rendered:
         services: list[ServiceSpec] = []
+        next_port: dict[str, int] = {}
+        bootstrap: dict[str, int] = {}  # prefill service -> its bootstrap port
         for role, i, host in instances(target):
+            tp, dp = parallel_sizes(station.server_knobs, host, f"{role} host {host.host}")
             argv = ["python", "-m", "sglang.launch_server", "--model-path", str(target.model),
                     "--host", "0.0.0.0", "--port", str(host.port), "--enable-metrics"]
+            trace = f"{svc_dir(target, f'{role}-{i}', host.host)}/trace"
+            env = device_env(target, host, "CUDA_VISIBLE_DEVICES") | {"SGLANG_TORCH_PROFILER_DIR": trace}
             if target.pd:
                 argv += ["--disaggregation-mode", role,
                          "--disaggregation-transfer-backend", target.pd_connector or "mooncake"]
-            argv += sglang_knob_args(station.server_knobs, role) + list(target.extra_args.get(role, ()))
-            trace = f"{svc_dir(target, f'{role}-{i}', host.host)}/trace"
-            env = device_env(target, host, "CUDA_VISIBLE_DEVICES") | {"SGLANG_TORCH_PROFILER_DIR": trace}
+                if role == "prefill":
+                    port = bootstrap[f"{role}-{i}"] = next_port.get(host.host, BOOTSTRAP_PORT)
+                    next_port[host.host] = port + 1
+                    if port != BOOTSTRAP_PORT:
+                        argv += ["--disaggregation-bootstrap-port", str(port)]
+            argv += self.knob_args(target, station, role, tp, dp) + list(target.extra_args.get(role, ()))
             services.append(ServiceSpec(name=f"{role}-{i}", role=role, host=host.host, port=host.port,
                                         argv=tuple(argv), env=env, cards=host.cards, profile_dir=trace))
-        return with_router(target, services, "sglang", router_argv)
+        return with_router(target, services, "sglang",
+                           lambda t, r, ps, ds: router_argv(t, r, ps, ds, bootstrap))
 
     def version_probe(self, argv: tuple[str, ...], python: str) -> list[str] | None:
         return [argv[0] if "python" in argv[0] else python, "-c", PY_VERSION, "sglang"]

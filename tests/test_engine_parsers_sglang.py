@@ -1,0 +1,92 @@
+"""SGLang's own parser checks every argv tuneloop renders for SGLang (executor/sglangparser.py installs the pinned
+sglang 0.5.23 wheel's `ServerArgs` argparse parser into the tuneloop cache). Every SGLang knob of the catalog is
+rendered at each of its value classes, for a PD target (prefill and decode) and a mixed one, and every argv must
+parse; a misspelt flag, a removed one and a bad choice must be refused by that same parser. Under CI=true a
+parser that cannot be installed fails this module; elsewhere it is skipped with the reason."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from test_llamacpp_flags import _value_classes  # min, default, max; both booleans; every choice; None
+
+from core.knobs import catalog
+from core.station import Station, full_knobs
+from executor import sglangparser
+from executor.targets import Host, Relayout, Target
+from executor.templates import render
+
+KNOBS = catalog().for_engine("sglang")
+RELAYOUT = Relayout(collect=("collect", "{stats}"), fit=("fit", "{stats}", "{layout}"))
+
+
+@pytest.fixture(scope="module")
+def parser():
+    try:
+        return sglangparser.ensure()
+    except sglangparser.ParserUnavailable as e:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"SGLang's parser is required under CI: {e}")
+        pytest.skip(f"SGLang's parser is not installed here: {e}")
+
+
+def _targets(cards: int) -> list[Target]:
+    pd = Target(name="c", kind="local", engine="sglang", model="/models/m", run_root="/srv/tl", relayout=RELAYOUT,
+                hosts=(Host(host="10.0.0.1", roles=("prefill",), cards=cards, port=8100),
+                       Host(host="10.0.0.1", roles=("prefill",), cards=cards, port=8101),
+                       Host(host="10.0.0.2", roles=("decode",), cards=cards, port=8200),
+                       Host(host="10.0.0.3", roles=("router", "load"), cards=0, port=8000)))
+    mixed = Target(name="m", kind="local", engine="sglang", model="/models/m", relayout=RELAYOUT,
+                   hosts=(Host(host="127.0.0.1", roles=("mixed", "load"), cards=cards, port=30000),))
+    return [pd, mixed]
+
+
+def _knobs(knob, value) -> dict:
+    out = {knob.name: value}
+    for dep in knob.depends_on:  # e.g. a draft width needs a speculative method first
+        out[dep.knob] = "mtp" if dep.knob == "speculative_method" else dep.value
+    if knob.name == "attn_dp_size" and value is not None:
+        out["tensor_parallel_size"] = value  # attention DP groups divide the TP width
+    return out
+
+
+def _engine_argvs(knobs: dict, cards: int = 0) -> list[list[str]]:
+    argvs = []
+    for t in _targets(cards):
+        st = Station(engine="sglang", knobs=full_knobs(knobs, "sglang"), scenario="s", data_version="d",
+                     source_identity="s", target=t.name)
+        for svc in render(t, st).services:
+            if svc.role != "router":
+                assert list(svc.argv[:3]) == ["python", "-m", "sglang.launch_server"]
+                argvs.append(list(svc.argv[3:]))
+    return argvs
+
+
+def test_every_knob_and_value_class_parses(parser):
+    argvs, labels = [], []
+    for knob in KNOBS:
+        for value in _value_classes(knob):
+            for argv in _engine_argvs(_knobs(knob, value)):
+                argvs.append(argv)
+                labels.append(f"{knob.name}={value!r}")
+    for cards in (1, 8):  # sizes rendered from the cards of each instance
+        for argv in _engine_argvs({"enable_expert_parallel": True, "attn_dp_size": 1}, cards):
+            argvs.append(argv)
+            labels.append(f"cards={cards}")
+    verdicts = sglangparser.check_with(parser, argvs)
+    bad = [(lab, v, a) for lab, v, a in zip(labels, verdicts, argvs) if v is not None]
+    assert not bad, bad[:5]
+    assert len(argvs) > 3 * len(KNOBS)
+
+
+def test_a_misspelt_removed_or_bad_value_flag_is_refused_by_the_parser(parser):
+    argv = _engine_argvs({"max_num_batched_tokens": 32768})[0]
+    assert "--chunked-prefill-size" in argv and "--max-prefill-tokens" in argv
+    misspelt = [("--chunked-prefil-size" if a == "--chunked-prefill-size" else a) for a in argv]
+    removed = argv + ["--cuda-graph-max-bs", "8"]  # gone in 0.5.23 (split into -decode / -prefill)
+    bad_choice = argv + ["--disaggregation-transfer-backend", "carrier-pigeon"]
+    ok, v1, v2, v3 = sglangparser.check_with(parser, [argv, misspelt, removed, bad_choice])
+    assert ok is None
+    assert v1 and "--chunked-prefil-size" in v1
+    assert v2 and "--cuda-graph-max-bs" in v2
+    assert v3 and "carrier-pigeon" in v3
