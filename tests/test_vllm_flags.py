@@ -36,6 +36,9 @@ from executor.vllmserve import Server
 KNOBS = catalog().for_engine("vllm")
 VLLM = adapter("vllm")
 # names only a server with a drafter exports (speculative decoding): not this model's server
+# every statistic vLLM's client can write (its default is ttft,tpot,itl at P99), so the key sets compare fully
+ALL_PERCENTILES = ("--percentile-metrics", "ttft,tpot,itl,e2el,client_queue_time,e2el_including_client_queue",
+                   "--metric-percentiles", "50,90,99")
 SPEC_KEYS = ("spec_drafts", "spec_accepted", "spec_accepted_per_pos", "accept_length")
 
 
@@ -144,11 +147,17 @@ def test_metric_names_the_evidence_reads_are_in_the_real_metrics_and_the_digest_
     for t in threads:
         t.join()
     assert codes == [200] * 6
-    names = {k.split("{", 1)[0] for k in evidence.parse_prometheus(httpx.get(f"{server.url}/metrics").text)}
+    values = evidence.parse_prometheus(httpx.get(f"{server.url}/metrics").text)
+    names = {k.split("{", 1)[0] for k in values}
+
+    def exported(name: str) -> bool:  # matched as the digest matches it: labels in the name must be on a series
+        return evidence.base_value(values, (name,)) is not None or {name + "_sum", name + "_count"} <= names
+
     read = {key: names_ for key, names_ in VLLM.metrics.items() if key not in SPEC_KEYS}
     assert {"running", "waiting", "kv_usage"} <= set(read)
-    missing = {key: [n for n in ns if n not in names] for key, ns in read.items()}
+    missing = {key: [n for n in ns if not exported(n)] for key, ns in read.items()}
     assert {k: v for k, v in missing.items() if v} == {}, f"exported: {sorted(n for n in names if n.startswith('vllm:'))}"
+    assert not exported('vllm:num_requests_waiting_by_reason{reason="no-such-reason"}')  # the matcher is not blind
     assert "vllm:gpu_cache_usage_perc" not in names  # removed upstream (vllm-project/vllm#29330)
     d = evidence.digest(samples, [], {}, None, {"max_num_seqs": 8})
     assert d["decode_running_max"] is not None and d["decode_running_max"] >= 2  # six requests, batched
@@ -189,8 +198,8 @@ def test_tuneloop_export_has_every_key_of_a_real_vllm_bench_result(server, engin
                          "--endpoint", "/v1/completions", "--model", "tiny", "--tokenizer", engine["model"],
                          "--dataset-name", "custom", "--dataset-path", str(tmp_path / "prompts.jsonl"),
                          "--skip-chat-template", "--custom-output-len", out_len, "--ignore-eos", "--num-prompts", "8",
-                         "--max-concurrency", "2", "--request-rate", "inf", "--disable-tqdm", "--save-result",
-                         "--save-detailed", "--result-dir", str(tmp_path), "--result-filename", "vllm.json"],
+                         "--max-concurrency", "2", "--request-rate", "inf", "--disable-tqdm", *ALL_PERCENTILES,
+                         "--save-result", "--save-detailed", "--result-dir", str(tmp_path), "--result-filename", "vllm.json"],
                         capture_output=True, text=True, timeout=600, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     assert vb.returncode == 0, vb.stdout[-1500:] + vb.stderr[-1500:]
     theirs = json.loads((tmp_path / "vllm.json").read_text())
@@ -206,12 +215,13 @@ def test_tuneloop_export_has_every_key_of_a_real_vllm_bench_result(server, engin
         assert len(ours[key]) == len(theirs[key]) == 8, key
     assert ours["failed"] == theirs["failed"] == 0 and ours["endpoint_type"] == theirs["endpoint_type"] == "openai"
     assert ours["output_lens"] == theirs["output_lens"] == [int(out_len)] * 8
-    # the same units: seconds in the lists, ms in the statistics (same server, same load: same magnitude)
-    for key in ("latencies", "ttfts"):
-        a, b = sum(ours[key]) / 8, sum(theirs[key]) / 8
-        assert 0.5 < a / b < 2, (key, a, b)
-    for key in ("mean_tpot_ms", "mean_e2el_ms", "mean_client_queue_time_ms"):
-        assert key in ours and (theirs[key] == 0 or 0.2 < (ours[key] + 1) / (theirs[key] + 1) < 5), key
+    # the same units: seconds in the lists, ms in the statistics, related in both files alike (the figures
+    # themselves differ run to run on shared cores; bench/engine_crosscheck.py compares them)
+    for res in (ours, theirs):
+        for lst, stat in (("latencies", "mean_e2el_ms"), ("ttfts", "mean_ttft_ms"),
+                          ("queue_times", "mean_client_queue_time_ms")):
+            assert abs(sum(res[lst]) / 8 * 1e3 - res[stat]) <= 0.01 * res[stat] + 0.5, (lst, stat, res is ours)
+        assert 0 < res["mean_ttft_ms"] < res["mean_e2el_ms"] and 0 < res["mean_tpot_ms"] < res["mean_e2el_ms"]
     assert ours["max_concurrent_requests"] >= 2 and ours["max_output_tokens_per_s"] > 0  # 1-s buckets, as vLLM
 
 

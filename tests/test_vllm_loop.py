@@ -40,6 +40,7 @@ def _executor(tmp_path: Path, *targets) -> tuple[Store, Executor]:
     return store, ex
 
 
+@pytest.mark.timeout(2400)  # every restart is 1.5-3 min of vLLM start-up on two shared cores
 def test_loop_tunes_the_real_vllm_end_to_end(engine, tmp_path):
     from agent.record import build_history
     from agent.session import run_session
@@ -86,6 +87,7 @@ def test_loop_tunes_the_real_vllm_end_to_end(engine, tmp_path):
         store.close()
 
 
+@pytest.mark.timeout(1200)
 def test_one_vllm_experiment_over_ssh(engine, sshd, tmp_path):  # noqa: F811
     tg = target(engine, tmp_path / "remote", free_port(), name="vllm-ssh", kind="ssh",
                 ssh=SshOptions(port=sshd["port"], known_hosts=sshd["known_hosts"], client_keys=(sshd["key"],)))
