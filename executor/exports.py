@@ -1,7 +1,13 @@
 """Exports: a `vllm bench serve`-compatible result JSON and a per-request CSV, from raw records.
 
 vLLM's result file reports whole-run figures (seconds for per-request lists, ms for statistics);
-tuneloop adds the native window under `tuneloop_native` so nothing is lost.
+tuneloop adds the native window under `tuneloop_native` so nothing is lost. Every key `vllm bench serve
+--save-result --save-detailed` (vllm 0.32, vllm/benchmarks/serve.py) writes for a text run is written, in its units:
+per-request lists in seconds (`start_times` from the load's start, where vLLM's are perf_counter readings: only
+differences mean anything in either), `failed` requests with output length 0 and latency 0, the client queue
+(`queue_times` = sent - arrival, while waiting for a slot of C) and its `client_queue_time` statistics (with a C;
+`e2el_including_client_queue` only at a finite rate, as vLLM), and vLLM's 1-s bucket peaks
+`max_output_tokens_per_s` / `max_concurrent_requests`. bench/engine_crosscheck.py compares the key sets.
 """
 from __future__ import annotations
 
@@ -30,6 +36,23 @@ def _stats(name: str, vals: list[float], unit: str = "ms") -> dict[str, float]:
     return out
 
 
+def _peaks(ok: Sequence[RequestRecord]) -> tuple[float, int]:
+    """vLLM's max_output_tokens_per_s and max_concurrent_requests: tokens (one per content chunk, as its client
+    counts them) and active requests per 1-s bucket from the first send, over successful requests."""
+    if not ok:
+        return 0.0, 0
+    end = {r.id: r.chunk_times[-1] if r.chunk_times else r.t_end for r in ok}  # vLLM: start + latency
+    t0 = min(r.t_send for r in ok)
+    buckets = int(np.ceil(max(end.values()) - t0)) + 1
+    tokens, active = np.zeros(buckets), np.zeros(buckets)
+    for r in ok:
+        for t in r.chunk_times:
+            if 0 <= int(t - t0) < buckets:
+                tokens[int(t - t0)] += 1
+        active[int(r.t_send - t0):int(end[r.id] - t0) + 1] += 1
+    return float(tokens.max()), int(active.max())
+
+
 def vllm_result(records: Sequence[RequestRecord], info: RunInfo, model_id: str = "tuneloop-sim",
                 slos: dict[str, float] | None = None) -> dict:
     """The dict `vllm bench serve --save-result` writes, filled from our records."""
@@ -53,10 +76,23 @@ def vllm_result(records: Sequence[RequestRecord], info: RunInfo, model_id: str =
         "input_lens": [r.n_in or 0 for r in formal], "output_lens": [n_out_of(r) or 0 for r in formal],
         "ttfts": [(ttft_ms(r) or 0.0) / 1e3 for r in formal], "itls": itls,
         "generated_texts": ["" for _ in formal], "errors": [r.error or "" for r in formal],
+        "endpoint_type": "openai" if info.api == "completions" else "openai-chat", "label": None,
+        "failed": len(formal) - len(ok),
+        "latencies": [(e2e_ms(r) or 0.0) / 1e3 if r.ok else 0.0 for r in formal],
+        "start_times": [r.t_send or 0.0 for r in formal],
+        "queue_times": [(r.t_send - r.t_sched) if r.t_send is not None else 0.0 for r in formal],
+        "rtfx": 0.0,  # inverse real-time factor of audio input: none in a text run
     }
+    res["max_output_tokens_per_s"], res["max_concurrent_requests"] = _peaks(ok)
     for name, fn in (("ttft", ttft_ms), ("tpot", tpot_ms), ("e2el", e2e_ms)):
         res.update(_stats(name, [v for r in ok if (v := fn(r)) is not None]))
     res.update(_stats("itl", [x * 1e3 for r, gaps in zip(formal, itls) if r.ok for x in gaps]))
+    queue_ms = [(r.t_send - r.t_sched) * 1e3 for r in ok if r.t_send is not None]
+    if info.concurrency:
+        res.update(_stats("client_queue_time", queue_ms))
+        if not math.isinf(info.request_rate):
+            res.update(_stats("e2el_including_client_queue",
+                              [q + (e2e_ms(r) or 0.0) for r, q in zip((r for r in ok if r.t_send is not None), queue_ms)]))
     res["tuneloop_native"] = s.native.model_dump() if s.native else None
     res["tuneloop_native_reason"] = s.native_reason
     res["tuneloop_definitions"] = s.definitions

