@@ -15,7 +15,7 @@ from agent.candidates import CandidateCard, Change, build_card, direction_of
 from agent.checks import check, estimate, with_attempt
 from agent.history import Figures, History
 from agent.judgement import decide as judge_run
-from agent.planner import DeterministicPlanner, closes_hypothesis, diagnosis_for
+from agent.planner import DeterministicPlanner, carry_diagnosis, closes_hypothesis, diagnosis_for
 from agent.prediction import observed, predict
 from agent.record import CHANGED, KIND, OPEN_STATUSES, build_history, card_of, card_record, conditions, outcome_data
 from agent.restore import go_back
@@ -44,6 +44,7 @@ class LoopState(TypedDict, total=False):
     stop_reason: str | None
     stop_status: str | None
     diagnosis: str | None
+    diagnosis_data: dict[str, Any] | None  # the Diagnosis as JSON: propose plans from this one
 
 
 @dataclass
@@ -115,10 +116,12 @@ class Loop:
         diag = diagnosis_for(self.history())
         text = diag.text() if diag else None
         self.event("diagnose", diagnosis=text)
-        return Command(goto="propose", update={"diagnosis": text})
+        return Command(goto="propose", update={"diagnosis": text,
+                                               "diagnosis_data": diag.model_dump(mode="json") if diag else None})
 
     def propose(self, state: LoopState) -> Command[Literal["authorise", "stop"]]:
         history = self.history()
+        carry_diagnosis(history, dict(state))
         ins = self.store.current_instruction(self.goal_id)
         instructed = ins is not None and ins.kind == "one_more_round" and bool(ins.knobs)
         open_ = [c for c in self.store.candidates(self.goal_id) if c.status in OPEN_STATUSES]

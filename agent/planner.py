@@ -70,6 +70,15 @@ def diagnosis_for(history: History) -> Diagnosis | None:
     return history._diagnosis
 
 
+def carry_diagnosis(history: History, state: dict) -> None:
+    """Keep the diagnosis the graph state carries (the diagnose node's) with this History, so the planner reads
+    that one even when the History was rebuilt after diagnose (a restart between the two nodes)."""
+    if "diagnosis_data" in state and not history._diagnosed:
+        data = state["diagnosis_data"]
+        history._diagnosis = Diagnosis.model_validate(data) if data is not None else None
+        history._diagnosed = True
+
+
 def _diagnose(history: History) -> Diagnosis | None:
     ref = history.latest_valid(history.best_knobs)
     if ref is None or ref.summary is None:

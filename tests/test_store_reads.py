@@ -81,3 +81,34 @@ def test_reads_per_iteration_do_not_grow_with_past_decisions(tmp_path, counted):
     assert repeated, f"no path ran twice: {paths}"
     for path, counts in repeated.items():
         assert len(set(counts)) == 1, f"{path}: reads per iteration {counts} grew with the decisions before them"
+
+
+def test_the_planner_plans_from_the_diagnosis_the_graph_state_carries(tmp_path, counted, monkeypatch):
+    """The diagnose node's Diagnosis travels in the graph state: a History rebuilt between diagnose and propose
+    (as after a restart between the two) is not diagnosed again, and the loop decides what it decides anyway."""
+    from agent.nodes import Loop
+
+    _, _, _, diagnoses = counted
+    spec = load_goal(ROOT / "examples" / "goal-16k.yaml")
+
+    def run(tag: str) -> tuple[list[str], int, int]:
+        url = f"sqlite:///{tmp_path / f'{tag}.db'}"
+        ex = Executor(Store(url), settings=ExecSettings(runs_root=tmp_path / f"runs-{tag}"))
+        events: list[tuple[str, dict]] = []
+        diagnoses[0] = 0
+        res = run_session(spec, url, auto_approve=True, executor=ex, new_goal=True,
+                          on_event=lambda phase, info: events.append((phase, info)))
+        decided = [d.text for d in Store(url).decisions(res.goal_id)]
+        return decided, sum(1 for p, _ in events if p == "diagnose"), diagnoses[0]
+
+    plain, n_diag, computed = run("plain")
+    assert computed == n_diag  # one diagnosis per iteration, shared by diagnose and propose
+    orig = Loop.propose
+
+    def propose_after_restart(self, state):
+        self._history = None  # the History is rebuilt from the store, as a restarted process would
+        return orig(self, state)
+    monkeypatch.setattr(Loop, "propose", propose_after_restart)
+    rebuilt, n_diag2, computed2 = run("rebuilt")
+    assert computed2 == n_diag2  # not diagnosed again: propose took the one the state carried
+    assert [t.split(" (")[0] for t in rebuilt] == [t.split(" (")[0] for t in plain]
