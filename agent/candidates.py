@@ -93,6 +93,11 @@ class CandidateCard(BaseModel):
     def experiment_key(self) -> str:  # the digest's field name stays, so run ids stay what they were
         return digest({"scenario": self.scenario, "station": self.knobs_hash, "stage": self.stage, "n": self.n})
 
+    @property
+    def station_key(self) -> str:
+        """The station in its scenario, whatever the stage and N (what a pre-screen sets aside)."""
+        return f"{self.scenario}|{self.knobs_hash}"
+
     @computed_field  # type: ignore[prop-decorator]
     @property
     def content_hash(self) -> str:

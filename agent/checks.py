@@ -78,8 +78,8 @@ def check(card: CandidateCard, history: History) -> list[str]:
                            history.source_identity) and card.stage == "screen":
                 out.append(f"known_negative: {c.knob}={c.new!r} was negative under the same conditions "
                            f"({neg.experiment_key}: {neg.reason})")
-        if card.experiment_key in history.predicted_negatives:  # set aside unrun: a prediction, not a result
-            out.append(f"predicted_negative: {history.predicted_negatives[card.experiment_key]}")
+        if card.station_key in history.predicted_negatives:  # set aside unrun (any stage): a prediction, not a result
+            out.append(f"predicted_negative: {history.predicted_negatives[card.station_key]}")
         if card.stage == "screen" and card.parent_knobs_hash != history.best_knobs_hash:
             out.append("parent: a screen starts from the current best station")
         if card.quality_risk != knob.quality_risk:

@@ -18,6 +18,11 @@ from agent.judgement import CLEAR_LOSS, LATENCY_WIN
 from agent.record import card_record
 from core.ledger import Interval, Prediction, relative
 
+
+def screened(card: CandidateCard, history: History) -> bool:
+    """Whether this change was already measured at the screen N (its confirm follows a screen)."""
+    return any(o.card.stage == "screen" and o.card.knobs_hash == card.knobs_hash for o in history.outcomes)
+
 MAX_SKIPS = 32  # screens set aside in one planning step before the planner's own answer is taken
 
 
@@ -42,8 +47,9 @@ class Prescreened:
         for _ in range(MAX_SKIPS):
             plan = self.inner.ask(history)
             card = plan.card
-            if card is None or card.change is None or card.stage != "screen" or card.planner == "instruction":
-                return plan
+            if card is None or card.change is None or card.stage not in ("screen", "confirm") \
+                    or card.planner == "instruction" or (card.stage == "confirm" and screened(card, history)):
+                return plan  # a confirm of a measured screen: the screen, not the simulator, predicts it
             pred, why = self.simulate(card, history)
             if pred is None:
                 return plan
@@ -51,7 +57,7 @@ class Prescreened:
                 return plan.model_copy(update={"card": card.model_copy(update={"prediction": pred})})
             self.record(card, pred, why, history)
             history = history.model_copy(update={"predicted_negatives": history.predicted_negatives
-                                                 | {card.experiment_key: why}})
+                                                 | {card.station_key: why}})
         return self.inner.ask(history)
 
     def _predict(self, history: History, knobs: dict[str, Any], n: int) -> dict[str, Any]:
@@ -110,5 +116,6 @@ class Prescreened:
             text=(f"{card.title()}: predicted negative by the calibrated simulator, not run — {why}; a prediction, "
                   f"not a measured negative; to run it anyway: tuneloop instruct {history.goal_id} one_more_round "
                   f"--knob {c.knob}={c.new}"),
-            data={"predicted_negative": {"experiment_key": card.experiment_key, "knob": c.knob, "value": c.new,
+            data={"predicted_negative": {"experiment_key": card.experiment_key, "station_key": card.station_key,
+                                         "knob": c.knob, "value": c.new,
                                          "why": why, "prediction": pred.model_dump(mode="json")}})

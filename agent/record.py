@@ -82,7 +82,8 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
             warm = dict(store.get_station(restored).knobs)
         except LookupError:  # restored from a run directory, never stored: the service runs a station we cannot name
             warm = None
-    predicted = {d.data["predicted_negative"]["experiment_key"]: d.text for d in decisions
+    predicted = {d.data["predicted_negative"].get("station_key") or d.data["predicted_negative"]["experiment_key"]: d.text
+                 for d in decisions
                  if d.kind == "note" and isinstance((d.data or {}).get("predicted_negative"), dict)}
     negatives = [Negative(knob=n.knob, value=n.value, scenario=n.conditions.scenario,
                           data_version=n.conditions.data_version or "", parent_knobs_hash=n.conditions.parent_hash or "",
