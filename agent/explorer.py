@@ -220,6 +220,7 @@ def propose(history: History, why_rules: str,
             seen[key] = _card(history, space, model, [(k, i)], restart, len(obs), why_rules, restage)
     props = [p for p in seen.values() if p is not None]
     if not props and _neighbourhood_spent(history, space, model, best_idx, restart, len(obs), why_rules, restage):
+        # no one-change neighbour is left: the model is asked about the pairs TPE suggests
         props = _pairs(history, space, model, best_idx, asked, restart, len(obs), why_rules, restage)
     if infeasible:
         props.sort(key=lambda p: (p.prediction.violation, -p.value.value, p.card.title()))

@@ -1,8 +1,8 @@
 """Coupled-pair cards: two changes moved together, only where the evidence names the coupling between them.
 
 One change stays the rule (docs/glossary.md). A pair is proposed when the best station's own evidence shows that
-either change alone cannot win: the client keeps every slot full (in flight ≈ C) while the decode batch sits at
-its limit (raising max_num_seqs alone starves, raising C alone only queues: move both); the sender's rate and its
+either change alone cannot win: the client cannot fill a larger batch (C per decode instance no more than the
+batch limit) while the decode batch sits at its limit (raising max_num_seqs alone starves, raising C alone only queues: move both); the sender's rate and its
 concurrency cap bind together (QPS ≈ r and in flight ≈ C: either alone is held by the other); or the acceptance
 model values a wider draft while the decode batch is held at its limit or by TPOT (a wider draft raises tokens per
 step and lowers TPOT per token: the decode batch must move with it). Load pairs need TPOT headroom. The card names that coupling and its
@@ -19,11 +19,13 @@ from agent.candidates import CandidateCard, Change, build_card, neighbours, rule
 from agent.checks import estimate, retry_note
 from agent.diagnosis import LOAD_HEADROOM, Diagnosis
 from agent.history import History
-from agent.rules.base import MoveRule, decode_at_limit
+from agent.rules.base import MoveRule, decode_at_limit, num
 from agent.rules.spec_acceptance import DEFAULT_DRAFT_COST, predicted_gain
 from agent.value import Value, value_of
 from core.knobs import COST_ORDER, catalog
 
+HELD_ALONE = 0.25  # one change of a coupling the evidence says holds it back alone (as client_supply's NOT_BINDING)
+COUPLED = 0.5  # a pair's confidence floor: both facts of its coupling were measured at the best station (= open)
 IN_FLIGHT_FULL = 0.9  # achieved concurrency at least this share of C: the sender keeps every slot full
 RATE_BOUND = 0.9  # QPS at least this share of r: the arrival rate binds
 
@@ -67,7 +69,8 @@ def _up(history: History, knob: str) -> Any:
 
 
 def couplings(history: History, diag: Diagnosis | None) -> list[tuple[str, str, str, str]]:
-    """The couplings the best station's latest evidence names: (knob, knob, hypothesis, the evidence in words)."""
+    """The couplings the best station's latest evidence names: (knob, knob, hypothesis, the evidence in words).
+    The client ones are exclusive (each change alone is held by the other); a wider draft alone may still gain."""
     ref = history.latest_valid(history.best_knobs)
     if ref is None or ref.summary is None or diag is None:
         return []
@@ -79,12 +82,14 @@ def couplings(history: History, diag: Diagnosis | None) -> list[tuple[str, str, 
     at_limit = decode_at_limit(ev)
     head = diag.tpot_headroom
     room = head is None or head >= LOAD_HEADROOM  # more in flight and a bigger batch raise TPOT: room for both
-    if full and at_limit and room:
+    # the station's C (what the pair changes): per decode instance no more than the batch limit, a larger batch
+    # cannot be filled by this client
+    c, limit, inst = history.best_knobs.get("concurrency"), num(ev, "decode_batch_limit"), num(ev, "decode_instances")
+    if at_limit and room and isinstance(c, (int, float)) and limit and c / (inst or 1.0) <= limit:
         out.append(("concurrency", "max_num_seqs", "client_supply",
-                    f"decode batch at its limit (running {ev.get('decode_running_max'):.0f} of "
-                    f"{ev.get('decode_batch_limit'):.0f}) and the client keeps every slot full (in flight "
-                    f"{win.achieved_concurrency:.1f} of C={s.concurrency}): raising max_num_seqs alone starves, "
-                    f"raising C alone queues; move both"))
+                    f"decode batch at its limit (running {ev.get('decode_running_max'):.0f} of {limit:.0f}) and the "
+                    f"client cannot fill a larger batch (C={c:g} over {inst or 1.0:.0f} decode instance(s) is no more "
+                    f"than the limit): raising max_num_seqs alone starves, raising C alone queues; move both"))
     r = s.request_rate
     if full and room and r and math.isfinite(r) and win.qps >= RATE_BOUND * r:
         out.append(("concurrency", "request_rate", "client_supply",
@@ -105,20 +110,34 @@ def couplings(history: History, diag: Diagnosis | None) -> list[tuple[str, str, 
     return out
 
 
-def coupled(history: History, diag: Diagnosis | None, restart: float) -> list[tuple[CandidateCard, Value]]:
-    """The rule-sourced pair cards from the best station, valued (unchecked): each change one step up."""
+def coupled(history: History, diag: Diagnosis | None, restart: float,
+            singles: list[tuple[CandidateCard, Value]]) -> list[tuple[CandidateCard, Value]]:
+    """The rule-sourced pair cards from the best station, valued (unchecked): each change one step up; and the
+    one-change cards, where an exclusive coupling says that change alone is held back by the other, valued at
+    HELD_ALONE of what they were (the pair runs first; each alone stays open)."""
     out = []
+    held: dict[tuple[str, str], str] = {}
     for k1, k2, hyp, why in couplings(history, diag):
         v1, v2 = _up(history, k1), _up(history, k2)
         if v1 is None or v2 is None:
             continue
+        if hyp == "client_supply":
+            held.update({(k1, repr(v1)): why, (k2, repr(v2)): why})
         r1, r2 = rule_for(k1, "up"), rule_for(k2, "up")
         card = build_pair(history, (k1, v1), (k2, v2), coupling=why, hypothesis=hyp)
         cost = estimate(card, history)
-        rule = MoveRule(hypotheses=(hyp,), gain=r1.gain, mechanism=card.mechanism)
+        # as sure as the strongest hypothesis either move tests (the coupling's own among them)
+        rule = MoveRule(hypotheses=(hyp, *r1.hypotheses, *r2.hypotheses), gain=r1.gain, mechanism=card.mechanism)
         v = value_of(card, rule, diag, cost, history.budget_left_card_hours, restart_card_hours=restart,
-                     extra_gain=r2.gain)  # both levers move when the coupling holds
+                     extra_gain=r2.gain, min_confidence=COUPLED)  # both levers move when the coupling holds
         v = v.model_copy(update={"why": v.why + f"; coupled pair: {why}"})
         out.append((card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
                                             "note": retry_note(card, history)}), v))
+    for card, v in singles:
+        why = held.get((card.change.knob, repr(card.change.new))) if card.change is not None else None
+        if why is not None:
+            v = v.model_copy(update={"value": round(v.value * HELD_ALONE, 6),
+                                     "why": v.why + f" × {HELD_ALONE} (held alone: {why})"})
+            card = card.model_copy(update={"score": v.value})
+        out.append((card, v))
     return out

@@ -187,7 +187,7 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
                                          "why": v.why + f"; the queue sizes a jump to {jump} instead"})
             out.append((card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
                                                 "note": retry_note(card, history)}), v))
-    out += coupled(history, diag, restart)  # a pair only where the evidence names the coupling
+    out = coupled(history, diag, restart, out)  # a pair only where the evidence names the coupling
     out.sort(key=lambda cv: (-cv[1].value, cv[0].title()))
     return out
 
@@ -334,8 +334,11 @@ def hot_while_warm(passing: list[tuple[CandidateCard, Value]],
         return None
     # a trade-off move (lower C) aims at the objective only when it may give the missing native window
     window = _native_missing(history)
+    # never a change of a passing coupled pair: its negative alone would refuse the pair (a known negative in it)
+    paired = {(x.knob, repr(x.new)) for p, _ in passing if p.also is not None for x in p.changes}
     return next(((c, v) for c, v in passing if c.cost_class == "hot" and v.value >= MIN_VALUE
-                 and c.hypothesis is not None and v.confidence >= OPEN_LOW and (window or not _tradeoff(c))), None)
+                 and c.hypothesis is not None and v.confidence >= OPEN_LOW and (window or not _tradeoff(c))
+                 and (c.change is None or (c.change.knob, repr(c.change.new)) not in paired)), None)
 
 
 def _tradeoff(card: CandidateCard) -> bool:

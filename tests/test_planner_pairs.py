@@ -24,9 +24,17 @@ def _pairs(h):
 
 def test_a_named_coupling_gives_a_pair_card_that_passes_the_same_checks(tmp_path):
     h = measured_start(tmp_path, MTP).model_copy(update={"warm_knobs": None})
-    pairs = _pairs(h)
-    assert len(pairs) == 1
-    card, v = pairs[0]
+    pairs = {c.hypothesis: (c, v) for c, v in _pairs(h)}
+    assert set(pairs) == {"spec_acceptance", "client_supply"}
+    client, _ = pairs["client_supply"]  # C = the decode limit (96, one instance): the client cannot fill more
+    assert (client.change.knob, client.change.new, client.also.knob, client.also.new) == ("concurrency", 128,
+                                                                                          "max_num_seqs", 128)
+    assert "the client cannot fill a larger batch (C=96 over 1 decode instance(s) is no more than the limit)" in client.coupling
+    assert not check(client, h)
+    held = next(v for c, v in candidates(h, diagnosis_for(h)) if c.also is None and c.change.knob == "concurrency"
+                and c.change.new == 128)
+    assert "held alone:" in held.why  # the evidence says C alone only queues: valued below the pair
+    card, v = pairs["spec_acceptance"]
     assert (card.change.knob, card.change.old, card.change.new) == ("num_speculative_tokens", 1, 2)
     assert (card.also.knob, card.also.old, card.also.new) == ("max_num_seqs", 96, 128)
     assert "acceptance model values k 1 -> 2" in card.coupling and "decode batch is held at its limit" in card.coupling
@@ -51,13 +59,13 @@ def test_a_named_coupling_gives_a_pair_card_that_passes_the_same_checks(tmp_path
 
 def test_the_checks_hold_for_both_changes_of_a_pair(tmp_path):
     h = measured_start(tmp_path, MTP).model_copy(update={"warm_knobs": None})
-    card, _ = _pairs(h)[0]
+    card = next(c for c, _ in _pairs(h) if c.hypothesis == "spec_acceptance")
     for knob, value in (("max_num_seqs", 128), ("num_speculative_tokens", 2)):  # a negative of either change
         neg = Negative(knob=knob, value=value, scenario=h.goal.scenario, data_version="dv1",
                        parent_station=h.best_knobs_hash, source_identity="sim", experiment_key="x1")
         hn = h.model_copy(update={"negatives": [neg]})
         assert any(r.startswith(f"known_negative: {knob}={value}") for r in check(card, hn))
-        assert not _pairs(hn) or all(check(c, hn) for c, _ in _pairs(hn))
+        assert all(check(c, hn) for c, _ in _pairs(hn) if (knob, value) in [(x.knob, x.new) for x in c.changes])
         assert DeterministicPlanner().ask(hn).card.experiment_key != card.experiment_key
         veto = Veto(knob=knob, value=value, scenario=h.goal.scenario, data_version="dv1",
                     parent_station=h.best_knobs_hash, source_identity="sim", who="ops")
@@ -99,7 +107,7 @@ def test_the_explorer_pairs_only_once_every_one_change_neighbour_is_measured(tmp
     for p in props:
         card = p.card
         assert card.also is not None and card.mechanism.endswith("(pair)") and card.hypothesis == "exploration"
-        assert card.coupling.startswith("exploration: every one-change neighbour of the best station is measured")
+        assert card.coupling.startswith("exploration: every one-change neighbour of the best station is measured or ruled out")
         assert p.prediction.ei > 0 and not check(card, spent) and card.parent_knobs_hash == spent.best_knobs_hash
     neg = Negative(knob=props[0].card.also.knob, value=props[0].card.also.new, scenario=h.goal.scenario,
                    data_version="dv1", parent_station=h.best_knobs_hash, source_identity="sim", experiment_key="x")
