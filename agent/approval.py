@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from langgraph.types import interrupt
 
+from agent.candidates import change_words
+
 from state.approvals import PAST
 from state.authorisation import decide
 from state.errors import Conflict
@@ -59,8 +61,7 @@ def covers(prior: Any, budget: Any) -> bool:
 
 
 def _title(card: dict[str, Any]) -> str:
-    ch = card.get("change")
-    what = f"{ch['knob']} {ch['old']!r} -> {ch['new']!r}" if ch else "measure the parent station"
+    what = change_words(card) or "measure the parent station"
     return f"{card.get('stage')} N={card.get('n')}: {what}"
 
 

@@ -1,4 +1,5 @@
 """Candidate cards (docs/glossary.md): parent station + exactly one change + why, what, and what a negative rules out.
+A card may carry a second change (`also`) only with the coupling the evidence names (`coupling`; agent/pairs.py).
 
 A card is content-hashed twice: `experiment_key` names the experiment (scenario, resulting station,
 stage, N: the same key is never run twice) and `content_hash` covers everything a person is shown
@@ -65,12 +66,16 @@ class CandidateCard(BaseModel):
     profile_capture: bool = False  # ask the executor for a profile: the queues could not separate the hypotheses
     attempt: int = 1  # > 1: the same experiment again after its earlier attempt(s) ended in a tooling fault
     prediction: Prediction | None = None  # the hypothesis ledger's numeric prediction (core.ledger)
+    also: Change | None = None  # a coupled pair's second change (agent/pairs.py), never without `coupling`
+    coupling: str | None = None  # which coupling the evidence names, and why one change alone does not do
+
+    @property
+    def changes(self) -> list[Change]:
+        return [c for c in (self.change, self.also) if c is not None]
 
     @property
     def knobs(self) -> dict[str, Any]:
-        if self.change is None:
-            return dict(self.parent_knobs)
-        return {**self.parent_knobs, self.change.knob: self.change.new}
+        return {**self.parent_knobs, **{c.knob: c.new for c in self.changes}}
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -107,6 +112,8 @@ class CandidateCard(BaseModel):
             skip.add("profile_capture")  # cards without a profile keep the hashes they always had
         if self.attempt == 1:
             skip.add("attempt")
+        if self.also is None and self.coupling is None:
+            skip |= {"also", "coupling"}  # one-change cards keep the hashes they always had
         body = self.model_dump(exclude=skip)
         return digest(body, 24)
 
@@ -117,8 +124,13 @@ class CandidateCard(BaseModel):
     def title(self) -> str:
         if self.change is None:
             return f"{self.stage} N={self.n}: measure the parent station"
-        c = self.change
-        return f"{self.stage} N={self.n}: {c.knob} {c.old!r} -> {c.new!r}"
+        return f"{self.stage} N={self.n}: " + " + ".join(f"{c.knob} {c.old!r} -> {c.new!r}" for c in self.changes)
+
+
+def change_words(card: dict[str, Any], arrow: str = "->", fmt: Any = repr) -> str | None:
+    """A stored card's change(s) in words ("k 1 -> 2", a coupled pair's two joined by " + "); None: a reference."""
+    chs = [c for c in (card.get("change"), card.get("also")) if c]
+    return " + ".join(f"{c['knob']} {fmt(c['old'])} {arrow} {fmt(c['new'])}" for c in chs) or None
 
 
 def rule_for(knob: str, direction: str) -> MoveRule:

@@ -3,7 +3,9 @@
 The study is warm-started from every valid run of the goal (`add_trial` of the measured stations, the TPOT limit
 as an Optuna constraint, so TPE's "good" set holds only stations that meet it). Its suggestions are projected
 onto the best station's one-change neighbourhood, so the card stays an experiment card: one change, the same
-checks, never a known negative or a veto, ordered by what it is expected to win per card-hour. The expected
+checks, never a known negative or a veto, ordered by what it is expected to win per card-hour. Only when every
+one-change neighbour is measured or ruled out does a suggestion keep its two largest changes (a coupled pair,
+mechanism "exploration: … (pair)"), where the model expects it to improve on the best. The expected
 effect comes from a kernel model of the measured objective (a Nadaraya-Watson estimate over the same encoded
 space, with an uncertainty that grows with the distance to the nearest measurement): a predicted change with an
 interval, and the expected improvement over the best (Gaussian EI) that the stop rule reads. Deterministic: the
@@ -23,6 +25,7 @@ import optuna
 from agent.candidates import CandidateCard, build_card
 from agent.checks import check, estimate, retry_note
 from agent.history import History
+from agent.pairs import build_pair
 from agent.value import CLASS_FACTOR, Value
 from core.canonical import canon
 from core.ledger import Interval
@@ -204,16 +207,21 @@ def propose(history: History, why_rules: str,
     restart = history.cost.estimate("restart", goal.protocol.screen_n, goal.protocol.warmup, needs_restart=True)
     infeasible = best_infeasible(history)
     dists = space.distributions()
+    asked = []
     for _ in range(ASKS):
         t = study.ask(fixed_distributions=dists)
+        asked.append(t.params)
         for k, i in t.params.items():
             if i == best_idx[k]:
                 continue
             key = f"{k}={i}"
             if key in seen:
                 continue
-            seen[key] = _card(history, space, model, k, i, restart, len(obs), why_rules, restage)
+            seen[key] = _card(history, space, model, [(k, i)], restart, len(obs), why_rules, restage)
     props = [p for p in seen.values() if p is not None]
+    if not props and _neighbourhood_spent(history, space, model, best_idx, restart, len(obs), why_rules, restage):
+        # no one-change neighbour is left: the model is asked about the pairs TPE suggests
+        props = _pairs(history, space, model, best_idx, asked, restart, len(obs), why_rules, restage)
     if infeasible:
         props.sort(key=lambda p: (p.prediction.violation, -p.value.value, p.card.title()))
     else:
@@ -221,20 +229,52 @@ def propose(history: History, why_rules: str,
     return props, len(obs)
 
 
-def _card(history: History, space: Space, model: Model, knob: str, i: int, restart: float, told: int,
+def _neighbourhood_spent(history: History, space: Space, model: Model, best_idx: dict[str, int], restart: float,
+                         told: int, why_rules: str, restage: Callable[[CandidateCard], CandidateCard] | None) -> bool:
+    """Every one-change neighbour of the best station (any other value of one knob) is measured or ruled out."""
+    return all(_card(history, space, model, [(k, i)], restart, told, why_rules, restage) is None
+               for k, vs in space.values.items() for i in range(len(vs)) if i != best_idx[k])
+
+
+def _pairs(history: History, space: Space, model: Model, best_idx: dict[str, int], asked: list[dict[str, int]],
+           restart: float, told: int, why_rules: str,
+           restage: Callable[[CandidateCard], CandidateCard] | None) -> list[Proposal]:
+    """Each TPE suggestion reduced to its two largest changes from the best station (a coupled pair), kept where
+    the model expects it to improve on the best."""
+    best = space.vector(best_idx)
+    seen: dict[str, Proposal | None] = {}
+    for params in asked:
+        delta = space.vector(dict(params)) - best
+        moved = [(abs(d), k) for d, (k, i) in zip(delta, params.items()) if i != best_idx[k]]
+        if len(moved) < 2:
+            continue
+        moves = sorted((k, params[k]) for _, k in sorted(moved, key=lambda m: (-m[0], m[1]))[:2])
+        key = repr(moves)
+        if key not in seen:
+            seen[key] = _card(history, space, model, moves, restart, told, why_rules, restage)
+    return [p for p in seen.values() if p is not None and p.prediction.ei > 0]
+
+
+def _card(history: History, space: Space, model: Model, moves: list[tuple[str, int]], restart: float, told: int,
           why_rules: str, restage: Callable[[CandidateCard], CandidateCard] | None) -> Proposal | None:
     goal = history.goal
-    new = space.values[knob][i]
-    idx = dict(space.encode(history.best_knobs) or {}) | {knob: i}
+    named = [(k, space.values[k][i]) for k, i in moves]
+    idx = dict(space.encode(history.best_knobs) or {}) | dict(moves)
     pred = model.predict(idx)
+    what = " with ".join(f"{k}={v!r}" for k, v in named)
+    fields = dict(stage="screen", n=goal.protocol.screen_n, hypothesis="exploration",
+                  mechanism=(f"exploration: Optuna TPE over the {told} valid run(s) of this goal (TPOT limit "
+                             f"as its constraint) favours {what} ({why_rules})" + (" (pair)" if len(moves) > 1 else "")),
+                  decision="whether the region the model favours beats the best station",
+                  expected_effect=pred.text(goal.objective.metric),
+                  negative_rules_out=f"{what} from this station: the model is told the result")
     try:
-        card = build_card(history.goal_id, goal.scenario, history.best_knobs, knob, new, stage="screen",
-                          n=goal.protocol.screen_n, hypothesis="exploration",
-                          mechanism=(f"exploration: Optuna TPE over the {told} valid run(s) of this goal (TPOT limit "
-                                     f"as its constraint) favours {knob}={new!r} ({why_rules})"),
-                          decision="whether the region the model favours beats the best station",
-                          expected_effect=pred.text(goal.objective.metric),
-                          negative_rules_out=f"{knob}={new!r} from this station: the model is told the result")
+        if len(named) == 1:
+            card = build_card(history.goal_id, goal.scenario, history.best_knobs, named[0][0], named[0][1], **fields)
+        else:
+            card = build_pair(history, named[0], named[1], **fields, coupling=(
+                "exploration: every one-change neighbour of the best station is measured or ruled out; the model "
+                f"expects {pred.ei_pct:.2f} % from moving {named[0][0]} and {named[1][0]} together"))
     except Exception:  # a knob outside the catalog cannot become a card
         return None
     if check(card, history):  # the screen's checks (a known negative, a veto, ...) hold for its re-staging too

@@ -109,10 +109,10 @@ class Veto(BaseModel):
     candidate_id: int | None = None
 
     def applies(self, card: CandidateCard, data_version: str, source_identity: str) -> bool:
-
-        knob = card.change.knob if card.change is not None else None
-        value = card.change.new if card.change is not None else None
-        return (self.knob == knob and canon(self.value) == canon(value) and self.scenario == card.scenario
+        """A veto of a change holds for a coupled pair that makes it too (either of its two changes)."""
+        moves = [(c.knob, c.new) for c in card.changes] or [(None, None)]
+        return (any(self.knob == knob and canon(self.value) == canon(value) for knob, value in moves)
+                and self.scenario == card.scenario
                 and self.parent_knobs_hash == card.parent_knobs_hash and self.data_version == data_version
                 and self.source_identity == source_identity)
 

@@ -27,6 +27,7 @@ from agent.recovery import (
     latency_recovery,
     window_recovery,
 )
+from agent.pairs import coupled, pair_hypothesis
 from agent.plan import Plan
 from agent.stops import MIN_VALUE, explore_or_stop
 from agent.value import Value, value_of
@@ -44,6 +45,9 @@ def ruled_out(history: History) -> set[str]:
     for o in history.outcomes:
         if o.decision != "negative" or o.card.change is None or o.card.parent_knobs_hash != history.best_knobs_hash:
             continue
+        if o.card.also is not None:  # a coupled pair tests its coupling, not either change's hypothesis alone
+            out.add(pair_hypothesis(o.card))
+            continue
         c = o.card.change
         rule = rule_for(c.knob, direction_of(c))
         if not rule.tradeoff:
@@ -57,6 +61,9 @@ def closes_hypothesis(outcome: str, card: CandidateCard, history: History) -> st
     c = card.change
     if outcome != "negative" or c is None or card.parent_knobs_hash != history.best_knobs_hash:
         return None
+    if card.also is not None:
+        h = pair_hypothesis(card)
+        return h if h not in ruled_out(history) else None
     rule = rule_for(c.knob, direction_of(c))
     if rule.tradeoff:
         return None
@@ -180,6 +187,7 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
                                          "why": v.why + f"; the queue sizes a jump to {jump} instead"})
             out.append((card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
                                                 "note": retry_note(card, history)}), v))
+    out = coupled(history, diag, restart, out)  # a pair only where the evidence names the coupling
     out.sort(key=lambda cv: (-cv[1].value, cv[0].title()))
     return out
 
@@ -326,8 +334,11 @@ def hot_while_warm(passing: list[tuple[CandidateCard, Value]],
         return None
     # a trade-off move (lower C) aims at the objective only when it may give the missing native window
     window = _native_missing(history)
+    # never a change of a passing coupled pair: its negative alone would refuse the pair (a known negative in it)
+    paired = {(x.knob, repr(x.new)) for p, _ in passing if p.also is not None for x in p.changes}
     return next(((c, v) for c, v in passing if c.cost_class == "hot" and v.value >= MIN_VALUE
-                 and c.hypothesis is not None and v.confidence >= OPEN_LOW and (window or not _tradeoff(c))), None)
+                 and c.hypothesis is not None and v.confidence >= OPEN_LOW and (window or not _tradeoff(c))
+                 and (c.change is None or (c.change.knob, repr(c.change.new)) not in paired)), None)
 
 
 def _tradeoff(card: CandidateCard) -> bool:

@@ -28,7 +28,8 @@ OPEN_STATUSES = ("proposed", "awaiting_approval", "approved", "running", "failed
 
 def card_record(card: CandidateCard) -> dict[str, Any]:
     """The card as stored (and shown): its fields plus the store's index keys."""
-    d = canon(card.model_dump())  # an infinite request_rate stays "inf" (JSON mode would write null)
+    # an infinite request_rate stays "inf" (JSON mode would write null); a one-change card is stored as it always was
+    d = canon(card.model_dump(exclude={"also", "coupling"} if card.also is None and card.coupling is None else None))
     d.update({"knob": card.change.knob if card.change else None,
               "value": card.change.new if card.change else None, "parent_hash": card.parent_knobs_hash})
     return d

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from agent.candidates import change_words
 from agent.session import SessionResult, default_store_url, make_planner, run_session
 
 PROGRESS_EVERY_S = 10.0  # piped output: one [progress] line this often while an experiment runs
@@ -92,8 +93,7 @@ class Display:
         self.rows["phase"] = phase + (f" (retry {info['retry']} after {info['fault']})" if info.get("retry") else "")
         card = info.get("card")
         if card:
-            ch = card.get("change")
-            what = f"{ch['knob']} {ch['old']} -> {ch['new']}" if ch else "reference"
+            what = change_words(card, fmt=str) or "reference"
             self.rows["card"] = f"{card['stage']} N={card['n']}: {what} [{card.get('cost_class')}]"
         if info.get("reason"):
             self.rows["last"] = str(info["reason"])[:160]

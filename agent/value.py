@@ -76,10 +76,12 @@ def confidence(rule: MoveRule, diag: Diagnosis | None) -> tuple[float, str | Non
 
 
 def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_card_hours: float,
-             budget_left: float, native_missing: bool = False, restart_card_hours: float | None = None) -> Value:
+             budget_left: float, native_missing: bool = False, restart_card_hours: float | None = None,
+             extra_gain: float = 0.0, min_confidence: float = 0.0) -> Value:
     """gain × confidence + what a negative rules out, per device-hour: scaled by cost class, by the card's cost
     against a restarting screen's (`restart_card_hours`: a hot screen on the warm service costs a fraction of
-    one) and by its share of the budget left."""
+    one) and by its share of the budget left. `extra_gain`: a coupled pair's second change's gain;
+    `min_confidence`: its floor (the coupling is read off the best station's own evidence)."""
     conf, hyp = confidence(rule, diag)
     conf0, gain = conf, rule.gain
     limit_note, answered = "", False
@@ -89,6 +91,8 @@ def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_c
             adj = r.value(card.change, up, diag, conf, gain) if r.value is not None else None
             if adj is not None:
                 conf, gain, limit_note, answered = adj.confidence, adj.gain, adj.note, answered or adj.answered
+    gain += extra_gain  # a coupled pair's second lever (agent/pairs.py), after the first one's value models
+    conf = max(conf, min_confidence)  # a coupled pair: the coupling itself is measured evidence
     if diag is None and card.cost_class == "relayout":
         gain = 0.0  # relayout only when the evidence shows time lost to imbalance
     if rule.tradeoff and native_missing:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.candidates import change_words
 from api import permissions
 from api.auth import Principal
 from api.chat import HELP, Intent
@@ -139,8 +140,7 @@ def why_rejected(svc: Service, candidate_id: int) -> str:
 
 
 def _title(card: dict[str, Any]) -> str:
-    ch = card.get("change")
-    what = f"{ch['knob']} {ch['old']} -> {ch['new']}" if ch else "reference"
+    what = change_words(card, fmt=str) or "reference"
     return f"{card.get('stage')} N={card.get('n')}: {what}"
 
 

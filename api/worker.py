@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tenacity import RetryCallState, Retrying, stop_after_attempt, wait_exponential
 
+from agent.candidates import change_words
 from agent.session import make_planner, run_session
 from api.failures import describe, failure_reason, is_transient
 from executor.phases import ExecSettings
@@ -151,8 +152,7 @@ class Worker:
         elif res.status == "waiting" and res.waiting_for:
             w = res.waiting_for
             card = w.get("card") or {}
-            ch = card.get("change")
-            what = f"{ch['knob']} {ch['old']} -> {ch['new']}" if ch else "reference run"
+            what = change_words(card, fmt=str) or "reference run"
             self.svc.notifier.notify(
                 "approval_needed", goal.id,
                 f"candidate {w['candidate_id']} needs approval: {card.get('stage')} N={card.get('n')} {what} "

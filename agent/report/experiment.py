@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.candidates import change_words
 from core.summary import Summary
 from core.trial import TrialResult
 from state.snapshots import Decision, Run
@@ -36,8 +37,7 @@ class Experiment:
 
     @property
     def change(self) -> str:
-        ch = self.card.get("change")
-        return f"{ch['knob']} {ch['old']!r} → {ch['new']!r}" if ch else "none (measure the parent)"
+        return change_words(self.card, "→") or "none (measure the parent)"
 
     @property
     def slo_violations(self) -> list[str]:
