@@ -42,8 +42,8 @@ def calibrated(executor: Any, target: str) -> bool:
 
 
 class Prescreened:
-    """A planner wrapper: asks the planner, simulates its screen, and asks again while the screen is predicted
-    negative (each one recorded in the store)."""
+    """A planner wrapper: asks the planner, simulates its move, and asks again while the move is predicted
+    negative (each one recorded in the store) or, once one passes, to rank up to RANK passing moves."""
 
     def __init__(self, inner: Any, executor: Any, store: Any):
         self.inner, self.executor, self.store = inner, executor, store
@@ -100,7 +100,9 @@ class Prescreened:
         order = "the planner's first" if best == 0 else f"the planner's {_nth(best + 1)} (its first: {passing[0][2].card.title()})"
         why = (f"{RANKED} {len(passing)} passing moves by simulated value per card-hour (the calibrated "
                f"simulator), {order} — {figures}")
-        card = card.model_copy(update={"note": "; ".join(x for x in (card.note, why) if x)})
+        pred = pred.model_copy(update={"basis": f"{pred.basis}; {RANKED} {len(passing)} passing moves by simulated "
+                                                f"value per card-hour"})
+        card = card.model_copy(update={"note": "; ".join(x for x in (card.note, why) if x), "prediction": pred})
         first = passing[0][2]
         ranked = list(first.ranked) + [(p.card.title(), v, f"simulated {pr.objective_effect.value:+.1%} over "
                                         f"{cost:.2f} card-h") for v, cost, p, pr in passing]

@@ -89,7 +89,9 @@ def measure_real(engine: str, out: Path, n: int, limit: int | None = None) -> tu
         from executor.vllmcli import prepare
     else:
         from executor.llamacpp import prepare
-    info = prepare(out, scenario)
+    from executor.vllmserve import free_port
+
+    info = prepare(out, scenario, port=free_port())  # a free port: another engine may hold the default one
     targets = load_targets(info["targets"])
     store = Store(f"sqlite:///{out / 'bench.db'}")
     ex = Executor(store, targets, ExecSettings(runs_root=out / "runs", holder="bench"))

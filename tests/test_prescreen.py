@@ -150,5 +150,5 @@ def test_passing_moves_are_reranked_by_the_simulated_value_per_card_hour(tmp_pat
     assert name(card) == [("num_speculative_tokens", 3)] and name(plain) != name(card)
     assert "ranked first of" in card["note"] and "by simulated value per card-hour" in card["note"]
     assert f"(its first: " in card["note"] and card["prediction"]["source"] == "simulator"
-    assert card["prediction"]["objective_effect"]["value"] > 0.05
+    assert card["prediction"]["objective_effect"]["value"] > 0.05 and "ranked first of" in card["prediction"]["basis"]
     assert any(t.startswith(card["stage"]) and "num_speculative_tokens 1 -> 3" in t for t in ranked)
