@@ -18,6 +18,7 @@ Run: .venv/bin/python bench/sim_calibrate.py [--engine sim|llamacpp|vllm] [--n 2
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import time
@@ -74,7 +75,18 @@ def measure_sim(out: Path, n: int) -> tuple[list[tuple[str, dict, Path]], list[t
     return done[0], done[1], truth
 
 
-def measure_real(engine: str, out: Path, n: int, limit: int | None = None) -> tuple[list[tuple[str, dict, Path]], list[tuple[str, dict, Path]], Any]:
+def pinned(target: Any, pin: bool) -> Any:
+    """The engine on the last core, the load generator on the others (taskset), so the client's own CPU never
+    slows the engine it measures; unchanged when `pin` is off or the machine has one core."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not pin or len(cpus) < 2 or not target.engine_command:
+        return target
+    engine = ("taskset", "-c", str(cpus[-1]), *target.engine_command)
+    client = ("taskset", "-c", ",".join(map(str, cpus[:-1])), *target.tuneloop)
+    return target.model_copy(update={"engine_command": engine, "tuneloop": client})
+
+
+def measure_real(engine: str, out: Path, n: int, limit: int | None = None, pin: bool = True) -> tuple[list[tuple[str, dict, Path]], list[tuple[str, dict, Path]], Any]:
     """The engine's stations run by the executor against the real server (its load, its scraped metrics)."""
     from core import profiles
     from core.trial import TrialSpec
@@ -92,7 +104,7 @@ def measure_real(engine: str, out: Path, n: int, limit: int | None = None) -> tu
     from executor.vllmserve import free_port
 
     info = prepare(out, scenario, port=free_port())  # a free port: another engine may hold the default one
-    targets = load_targets(info["targets"])
+    targets = {name: pinned(t, pin) for name, t in load_targets(info["targets"]).items()}
     store = Store(f"sqlite:///{out / 'bench.db'}")
     ex = Executor(store, targets, ExecSettings(runs_root=out / "runs", holder="bench"))
     done: list[list[tuple[str, dict, Path]]] = [[], []]
@@ -120,6 +132,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=None, help="requests per run (default: sim 200, llamacpp/vllm 32)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--limit", type=int, default=None, help="only the first K stations of each group (a smoke run)")
+    ap.add_argument("--no-pin", action="store_true", help="let engine and load generator share every core (default: "
+                    "the engine on the last core, the load generator on the others)")
     args = ap.parse_args()
     from simulator.calibrate import calibrate
     from simulator.stations import predict
@@ -129,7 +143,8 @@ def main() -> None:
     out.mkdir(parents=True)
     n = args.n or (200 if args.engine == "sim" else 32)
     t0 = time.perf_counter()
-    cal, held, base = measure_sim(out, n) if args.engine == "sim" else measure_real(args.engine, out, n, args.limit)
+    cal, held, base = measure_sim(out, n) if args.engine == "sim" else measure_real(args.engine, out, n, args.limit,
+                                                                                        pin=not args.no_pin)
     t1 = time.perf_counter()
     res = calibrate([d for _, _, d in cal], base, name=f"{base.name}-bench")
     t2 = time.perf_counter()
