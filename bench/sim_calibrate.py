@@ -126,12 +126,30 @@ def measure_real(engine: str, out: Path, n: int, limit: int | None = None, pin: 
     return done[0], done[1], profiles.load(base)
 
 
+def reuse(engine: str, out: Path, limit: int | None) -> tuple[list[tuple[str, dict, Path]], list[tuple[str, dict, Path]], Any]:
+    """The stations an earlier run of this bench measured under `out` (same names as measure_real gives them)."""
+    from core import profiles
+
+    scenario, _, base, cal, held, common = ENGINES[engine]
+    done: list[list[tuple[str, dict, Path]]] = [[], []]
+    for k, group in enumerate((cal, held)):
+        for i, st in enumerate(group[:limit]):
+            rid = f"{'cal' if k == 0 else 'held'}{i}-" + "-".join(f"{a}{b}" for a, b in st.items())
+            d = out / "runs" / rid
+            if not d.is_dir():
+                raise SystemExit(f"--reuse {out}: {rid} was not measured there ({d} is missing)")
+            done[k].append((scenario, common | st, d))
+    return done[0], done[1], profiles.load(base)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engine", choices=("sim", "llamacpp", "vllm"), default="sim")
     ap.add_argument("--n", type=int, default=None, help="requests per run (default: sim 200, llamacpp/vllm 32)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--limit", type=int, default=None, help="only the first K stations of each group (a smoke run)")
+    ap.add_argument("--reuse", metavar="DIR", default=None, help="fit and predict again from the runs an earlier "
+                    "real-engine bench measured under DIR (its --out), measuring nothing")
     ap.add_argument("--no-pin", action="store_true", help="let engine and load generator share every core (default: "
                     "the engine on the last core, the load generator on the others)")
     args = ap.parse_args()
@@ -139,12 +157,18 @@ def main() -> None:
     from simulator.stations import predict
 
     out = Path(args.out or f".tuneloop/bench-sim-calibrate-{args.engine}").resolve()
+    if args.reuse and Path(args.reuse).resolve() in (out, *out.parents):
+        raise SystemExit(f"--out {out}: would erase the runs --reuse {args.reuse} reads; give another --out")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     n = args.n or (200 if args.engine == "sim" else 32)
     t0 = time.perf_counter()
-    cal, held, base = measure_sim(out, n) if args.engine == "sim" else measure_real(args.engine, out, n, args.limit,
-                                                                                        pin=not args.no_pin)
+    if args.reuse:
+        cal, held, base = reuse(args.engine, Path(args.reuse), args.limit)
+    elif args.engine == "sim":
+        cal, held, base = measure_sim(out, n)
+    else:
+        cal, held, base = measure_real(args.engine, out, n, args.limit, pin=not args.no_pin)
     t1 = time.perf_counter()
     res = calibrate([d for _, _, d in cal], base, name=f"{base.name}-bench")
     t2 = time.perf_counter()
