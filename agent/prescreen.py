@@ -7,12 +7,19 @@ and never a negative (no negative memory, no ruled-out hypothesis, no KPI). A pe
 instruction, e.g. `tuneloop instruct G one_more_round --knob KNOB=VALUE` (REST and chat alike): an instructed card
 is never pre-screened. A screen that passes carries the simulator's numeric prediction (the hypothesis ledger's
 source "simulator") in place of the value model's.
+
+Passing moves are also re-ranked: the planner is asked again with each passing move held back (up to RANK of
+them), and the one with the highest simulated value per card-hour (predicted relative gain of the objective over
+the card's estimated card-hours) runs first; its card's note says so, with the figures of every move compared,
+and the planner's own order is kept on a tie. Moves held back are not recorded: the planner proposes them again
+later. An LLM planner's card is not re-ranked (each ask would be a model call).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from agent.candidates import CandidateCard
+from agent.checks import estimate
 from agent.history import History
 from agent.judgement import CLEAR_LOSS, LATENCY_WIN
 from agent.record import card_record
@@ -24,6 +31,9 @@ def screened(card: CandidateCard, history: History) -> bool:
     return any(o.card.stage == "screen" and o.card.knobs_hash == card.knobs_hash for o in history.outcomes)
 
 MAX_SKIPS = 32  # screens set aside in one planning step before the planner's own answer is taken
+RANK = 4  # passing moves compared by their simulated value per card-hour in one planning step
+RANKED = "ranked first of"
+HELD = "held back while the pre-screen ranks the moves by simulated value per card-hour"
 
 
 def calibrated(executor: Any, target: str) -> bool:
@@ -32,8 +42,8 @@ def calibrated(executor: Any, target: str) -> bool:
 
 
 class Prescreened:
-    """A planner wrapper: asks the planner, simulates its screen, and asks again while the screen is predicted
-    negative (each one recorded in the store)."""
+    """A planner wrapper: asks the planner, simulates its move, and asks again while the move is predicted
+    negative (each one recorded in the store) or, once one passes, to rank up to RANK passing moves."""
 
     def __init__(self, inner: Any, executor: Any, store: Any):
         self.inner, self.executor, self.store = inner, executor, store
@@ -44,21 +54,59 @@ class Prescreened:
         return getattr(self.inner, item)
 
     def ask(self, history: History) -> Any:
+        passing: list[tuple[float, float, Any, Prediction]] = []  # (value per card-h, card-h, plan, prediction)
+        probe = history  # the history the planner is asked with: set-asides and moves held back for the ranking
         for _ in range(MAX_SKIPS):
-            plan = self.inner.ask(history)
+            plan = self.inner.ask(probe)
             card = plan.card
+            if card is not None and card.stage == "confirm" and screened(card, probe) and RANKED in (card.note or ""):
+                plan = plan.model_copy(update={"card": card.model_copy(update={"note": "; ".join(
+                    x for x in (card.note or "").split("; ") if not x.startswith(RANKED)) or None})})
+                card = plan.card  # the screen's ranking note is the screen's, not its confirm's
             if card is None or card.change is None or card.stage not in ("screen", "confirm") \
-                    or card.planner == "instruction" or (card.stage == "confirm" and screened(card, history)):
-                return plan  # a confirm of a measured screen: the screen, not the simulator, predicts it
-            pred, why = self.simulate(card, history)
+                    or card.planner == "instruction" or (card.stage == "confirm" and screened(card, probe)):
+                break  # a confirm of a measured screen: the screen, not the simulator, predicts it
+            pred, why = self.simulate(card, probe)
             if pred is None:
-                return plan
+                break
             if why is None:
-                return plan.model_copy(update={"card": card.model_copy(update={"prediction": pred})})
-            self.record(card, pred, why, history)
-            history = history.model_copy(update={"predicted_negatives": history.predicted_negatives
-                                                 | {card.station_key: why}})
-        return self.inner.ask(history)
+                cost = estimate(card, probe)
+                passing.append((pred.objective_effect.value / max(cost, 1e-6), cost, plan, pred))
+                if not plan.move or card.planner == "llm" or len(passing) >= RANK:
+                    break
+                probe = probe.model_copy(update={"predicted_negatives": probe.predicted_negatives
+                                                 | {card.station_key: HELD}})
+                continue
+            if not passing:  # the planner's own proposal: set aside and recorded (a later one is proposed again)
+                self.record(card, pred, why, history)
+                history = history.model_copy(update={"predicted_negatives": history.predicted_negatives
+                                                     | {card.station_key: why}})
+            probe = probe.model_copy(update={"predicted_negatives": probe.predicted_negatives | {card.station_key: why}})
+        else:
+            plan = None if passing else self.inner.ask(history)
+        if not passing:
+            return plan
+        return self.ranked(passing)
+
+    def ranked(self, passing: list[tuple[float, float, Any, Prediction]]) -> Any:
+        """The passing move with the highest simulated value per card-hour (the planner's first on a tie)."""
+        best = max(range(len(passing)), key=lambda i: (passing[i][0], -i))
+        _, _, plan, pred = passing[best]
+        card = plan.card.model_copy(update={"prediction": pred})
+        if len(passing) == 1:
+            return plan.model_copy(update={"card": card})
+        figures = " | ".join(f"{p.card.title()}: {pr.objective_effect.value:+.1%} over {cost:.2f} card-h"
+                            for _, cost, p, pr in passing)
+        order = "the planner's first" if best == 0 else f"the planner's {_nth(best + 1)} (its first: {passing[0][2].card.title()})"
+        why = (f"{RANKED} {len(passing)} passing moves by simulated value per card-hour (the calibrated "
+               f"simulator), {order} — {figures}")
+        pred = pred.model_copy(update={"basis": f"{pred.basis}; {RANKED} {len(passing)} passing moves by simulated "
+                                                f"value per card-hour"})
+        card = card.model_copy(update={"note": "; ".join(x for x in (card.note, why) if x), "prediction": pred})
+        first = passing[0][2]
+        ranked = list(first.ranked) + [(p.card.title(), v, f"simulated {pr.objective_effect.value:+.1%} over "
+                                        f"{cost:.2f} card-h") for v, cost, p, pr in passing]
+        return plan.model_copy(update={"card": card, "ranked": ranked, "diagnosis": first.diagnosis})
 
     def _predict(self, history: History, knobs: dict[str, Any], n: int) -> dict[str, Any]:
         key = repr(sorted(knobs.items())) + f"|{n}"
@@ -119,3 +167,7 @@ class Prescreened:
             data={"predicted_negative": {"experiment_key": card.experiment_key, "station_key": card.station_key,
                                          "knob": c.knob, "value": c.new,
                                          "why": why, "prediction": pred.model_dump(mode="json")}})
+
+
+def _nth(i: int) -> str:
+    return {2: "second", 3: "third", 4: "fourth"}.get(i, f"{i}th")

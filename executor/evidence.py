@@ -287,12 +287,14 @@ def parse_endpoints(specs: Iterable[str]) -> list[tuple[str, str]]:
 
 async def scrape_loop(endpoints: Sequence[tuple[str, str]], path: Path, t0_ns: int, stop: asyncio.Event,
                       interval_s: float = 1.0) -> int:
-    """Poll every endpoint each interval until `stop` is set; returns samples written."""
+    """Poll every endpoint each interval until `stop` is set, then once more (the closing sample: counters read
+    over the whole load, as `vllm bench serve` reads its before/after pair); returns samples written."""
     n = 0
     if not endpoints:
         return 0
     async with httpx.AsyncClient(timeout=max(interval_s, 0.5)) as client:
         with JsonlWriter(path) as w:
+            closing = False
             while True:
                 tick = time.perf_counter_ns()
                 for i, (role, url) in enumerate(endpoints):
@@ -304,9 +306,11 @@ async def scrape_loop(endpoints: Sequence[tuple[str, str]], path: Path, t0_ns: i
                     t = (time.perf_counter_ns() - t0_ns) / 1e9
                     w.write(EngineSample(t=t, role=role, instance=f"{role}{i}@{url}", values=parse_prometheus(r.text)))
                     n += 1
+                if closing:
+                    return n
                 left = interval_s - (time.perf_counter_ns() - tick) / 1e9
                 try:
                     await asyncio.wait_for(stop.wait(), timeout=max(left, 0.0))
-                    return n
+                    closing = True
                 except asyncio.TimeoutError:
                     pass

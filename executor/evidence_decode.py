@@ -64,6 +64,39 @@ def spec_accept_per_position(samples: Sequence[EngineSample]) -> list[float] | N
     return [max(0.0, a) / drafts for a in acc]
 
 
+def _total(values: dict[str, float], name: str) -> float | None:
+    hits = [v for k, v in values.items() if k == name or k.startswith(name + "{")]
+    return float(sum(hits)) if hits else None
+
+
+def spec_decode_stats(samples: Sequence[EngineSample]) -> dict[str, Any] | None:
+    """`vllm bench serve`'s spec-decode figures (vllm/benchmarks/serve.py: counter deltas between its scrapes
+    before and after the run) from our first and last scrape of each instance: drafts, draft and accepted tokens,
+    acceptance rate (%) and length, acceptance per position. None without vLLM's counters or without drafts."""
+    names = {"drafts": "vllm:spec_decode_num_drafts_total", "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+             "accepted": "vllm:spec_decode_num_accepted_tokens_total"}
+    first: dict[str, dict] = {}
+    last: dict[str, dict] = {}
+    for s in sorted(samples, key=lambda s: s.t):
+        got = {key: _total(s.values, name) for key, name in names.items()}
+        if None in got.values():
+            continue
+        got["pos"] = _positions(s.values) or {}
+        first.setdefault(s.instance, got)
+        last[s.instance] = got
+    delta = {key: sum(last[i][key] - first[i][key] for i in last) for key in names}
+    if delta["draft_tokens"] <= 0:
+        return None
+    positions = sorted({p for i in last for p in last[i]["pos"]})
+    per_pos = [sum(last[i]["pos"].get(p, 0.0) - first[i]["pos"].get(p, 0.0) for i in last) / delta["drafts"]
+               for p in positions] if delta["drafts"] > 0 else []
+    return {"spec_decode_acceptance_rate": delta["accepted"] / delta["draft_tokens"] * 100,
+            "spec_decode_acceptance_length": 1 + delta["accepted"] / delta["drafts"] if delta["drafts"] > 0 else 0.0,
+            "spec_decode_num_drafts": int(delta["drafts"]), "spec_decode_draft_tokens": int(delta["draft_tokens"]),
+            "spec_decode_accepted_tokens": int(delta["accepted"]),
+            "spec_decode_per_position_acceptance_rates": per_pos}
+
+
 def expert_load(raw: dict[str, Any] | None) -> dict[str, dict[str, Any]] | None:
     """{role: {"per_rank": [shares, sum 1], "max_over_mean": float}} from an expert-load record, or None."""
     out: dict[str, dict[str, Any]] = {}

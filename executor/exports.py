@@ -7,7 +7,10 @@ per-request lists in seconds (`start_times` from the load's start, where vLLM's 
 differences mean anything in either), `failed` requests with output length 0 and latency 0, the client queue
 (`queue_times` = sent - arrival, while waiting for a slot of C) and its `client_queue_time` statistics (with a C;
 `e2el_including_client_queue` only at a finite rate, as vLLM), and vLLM's 1-s bucket peaks
-`max_output_tokens_per_s` / `max_concurrent_requests`. bench/engine_crosscheck.py compares the key sets.
+`max_output_tokens_per_s` / `max_concurrent_requests`. With the engine's metric samples of the run (the load's
+`--metrics-url` scrapes) and vLLM's spec-decode counters in them, the six `spec_decode_*` keys vLLM's client adds
+for a drafting server are written too, from the same counter deltas. bench/engine_crosscheck.py compares the key
+sets.
 """
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ from typing import Sequence
 import numpy as np
 
 from core.metrics import e2e_ms, n_out_of, summarize, tpot_ms, ttft_ms
-from core.records import RequestRecord, RunInfo
+from core.records import EngineSample, RequestRecord, RunInfo
+from executor.evidence_decode import spec_decode_stats
 
 CSV_FIELDS = ["id", "warmup", "ok", "http_status", "finish_reason", "error", "t_sched", "t_send", "t_first",
               "t_last", "n_in", "n_cached", "n_out", "n_out_expected", "n_chunks", "ttft_ms", "tpot_ms",
@@ -54,8 +58,8 @@ def _peaks(ok: Sequence[RequestRecord]) -> tuple[float, int]:
 
 
 def vllm_result(records: Sequence[RequestRecord], info: RunInfo, model_id: str = "tuneloop-sim",
-                slos: dict[str, float] | None = None) -> dict:
-    """The dict `vllm bench serve --save-result` writes, filled from our records."""
+                slos: dict[str, float] | None = None, samples: Sequence[EngineSample] = ()) -> dict:
+    """The dict `vllm bench serve --save-result` writes, filled from our records (and the run's engine samples)."""
     s = summarize(records, info, slos=slos)
     formal = sorted((r for r in records if not r.warmup), key=lambda r: r.id)
     ok = [r for r in formal if r.ok]
@@ -93,6 +97,7 @@ def vllm_result(records: Sequence[RequestRecord], info: RunInfo, model_id: str =
         if not math.isinf(info.request_rate):
             res.update(_stats("e2el_including_client_queue",
                               [q + (e2e_ms(r) or 0.0) for r, q in zip((r for r in ok if r.t_send is not None), queue_ms)]))
+    res.update(spec_decode_stats(samples) or {})
     res["tuneloop_native"] = s.native.model_dump() if s.native else None
     res["tuneloop_native_reason"] = s.native_reason
     res["tuneloop_definitions"] = s.definitions

@@ -2,7 +2,9 @@
 
 Preference: an image digest declared in the target YAML (containers are identified by it), then the
 engine's own word (`vllm --version`, `llama-server --version`, the sglang / mindie package version),
-then the sha256 of the engine binary. Asked on the host that runs the engine.
+then the sha256 of the engine binary. Asked on the host that runs the engine. A CPU-placement wrapper at the head
+of a target's `engine_command` (`taskset -c 1 vllm`, `numactl --cpunodebind=0 --membind=0 vllm`) is looked
+through: the version and the binary are the engine's, not the wrapper's.
 """
 from __future__ import annotations
 
@@ -13,10 +15,36 @@ from executor.engines import ADAPTERS
 from executor.engines.base import ServiceSpec
 
 
+# numactl's options that take their value as the next word (the rest are flags or --opt=value)
+_NUMACTL_VALUED = {"-C", "-N", "-m", "-p", "-i", "--physcpubind", "--cpunodebind", "--membind", "--preferred",
+                   "--interleave"}
+
+
+def engine_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """argv without a leading `taskset` / `numactl` (their options and, for taskset, its core list or mask)."""
+    argv = tuple(argv)
+    while argv:
+        head = argv[0].rsplit("/", 1)[-1]
+        if head == "taskset":
+            i = 1
+            while i < len(argv) and argv[i].startswith("-"):
+                i += 1
+            argv = argv[i + 1:]  # the core list / mask, then the command
+        elif head == "numactl":
+            i = 1
+            while i < len(argv) and argv[i].startswith("-"):
+                i += 2 if argv[i] in _NUMACTL_VALUED else 1
+            argv = argv[i:]
+        else:
+            return argv
+    return argv
+
+
 def version_probe(engine: str, argv: tuple[str, ...], python: str) -> list[str] | None:
     """The command that makes this engine state its version, or None when it has none (its adapter knows)."""
     a = ADAPTERS.get(engine)
-    return a.version_probe(argv, python) if a else None
+    argv = engine_argv(argv)
+    return a.version_probe(argv, python) if a and argv else None
 
 
 def parse_version(engine: str, out: str) -> str | None:
@@ -35,9 +63,10 @@ async def source_identity(transport: Any, engine: str, svc: ServiceSpec, python:
         ver = parse_version(engine, f"{res.stdout}\n{res.stderr}") if res.rc == 0 else None
         if ver:
             return f"{engine}:version={ver}"
-    res = await transport.run(["sh", "-c", 'p=$(command -v "$1") && sha256sum "$p"', "sh", svc.argv[0]], host=svc.host)
+    binary = (engine_argv(svc.argv) or svc.argv)[0]
+    res = await transport.run(["sh", "-c", 'p=$(command -v "$1") && sha256sum "$p"', "sh", binary], host=svc.host)
     digest = res.stdout.split()[0][:16] if res.rc == 0 and res.stdout else "unknown"
-    return f"{engine}:{svc.argv[0]}:sha256={digest}"
+    return f"{engine}:{binary}:sha256={digest}"
 
 
 def probe_service(target: Any) -> ServiceSpec:

@@ -115,6 +115,8 @@ def export_cmd(
 ) -> None:
     """Export a run as a `vllm bench serve` result JSON or a per-request CSV."""
     from executor.collect import CollectionError, load_run
+    from core import records as rec
+    from core.records import EngineSample
     from executor.exports import requests_csv, vllm_result
 
     if fmt not in ("vllm", "csv"):
@@ -125,7 +127,10 @@ def export_cmd(
         typer.echo(f"collection_fault: {e}", err=True)
         raise typer.Exit(3) from None
     if fmt == "vllm":
-        text = json.dumps(vllm_result(records, info), indent=1, default=lambda x: None if math.isinf(x) else x)
+        samples_file = resolve_run_dir(run_dir) / rec.METRICS  # the engine's counters, when the load scraped them
+        samples = list(rec.read_jsonl(samples_file, EngineSample)) if samples_file.is_file() else []
+        text = json.dumps(vllm_result(records, info, samples=samples), indent=1,
+                          default=lambda x: None if math.isinf(x) else x)
     elif fmt == "csv":
         text = requests_csv(records)
     else:

@@ -34,7 +34,7 @@ class Server:
     """`vllm serve MODEL` with `args`; use as a context manager or start()/stop()."""
 
     def __init__(self, vllm: str, model: Path, args: Sequence[str] = (), log: Path | None = None,
-                 port: int | None = None, env: dict[str, str] | None = None):
+                 port: int | None = None, env: dict[str, str] | None = None, cpus: str | None = None):
         self.vllm, self.model, self.args = vllm, Path(model).resolve(), list(args)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -46,10 +46,12 @@ class Server:
         self.env = os.environ | BASE_ENV | (env or {})
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
+        self.cpus = cpus  # a taskset core list: the server and every process it starts run only there
 
     @property
     def argv(self) -> list[str]:
-        return [self.vllm, "serve", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
+        pin = ["taskset", "-c", self.cpus] if self.cpus else []
+        return [*pin, self.vllm, "serve", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
                 "--served-model-name", "tiny", *CPU_ARGS, *self.args]
 
     def log_tail(self, n: int = 2000) -> str:

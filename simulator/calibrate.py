@@ -8,13 +8,20 @@ interval is a step and B, KV are the requests in decode at its midpoint, spread 
 instances. Prefill steps are the engine's per-step batch records where the run has them (tokens per request per
 rank; the attention context of a request's later chunks follows from its earlier ones), else the TTFT of
 requests that found the prefill idle (prefilled alone: ceil(U / budget) steps over their U uncached tokens).
+The engine's own iteration statistics add one residual per scrape interval of a busy decode (or mixed) instance:
+the interval's steps (vllm:iteration_tokens_total) at their mean batch predict its length
+(simulator.calibrate_series), so the batch series identifies the decode coefficients even from records that are
+not streamed (a chunk of several steps is left out of the per-step rows).
 
 The shapes are the profile's own (core.profiles): t_D = sched + (a + b·B(k+1) + c·KV)·IF + k(a_draft + b_draft·B),
 t_P = max over DP ranks of a + b·Σn + c·Σ n(ctx + n/2). scipy.optimize.least_squares fits the coefficients as
 multiples of the base profile's on relative residuals (the noise is multiplicative); each coefficient's standard
 error is from the Jacobian at the solution, s²·(JᵀJ)⁻¹. A coefficient the runs cannot separate (the draft costs
 without a speculative run) keeps the base value and says so. The scheduling share per step is read from the
-run's time breakdown when it has one (scheduling seconds / steps), else kept.
+run's time breakdown when it has one (scheduling seconds / steps), else kept. Each run has a time factor (the
+host's speed that minute) with a log-normal prior around 1 (Problem.FACTOR_SIGMA): left free, a factor per run
+would absorb any batch slope when every station runs at its own batch, and b would be lost (the real vLLM's first
+fit: b ± 434 %, held-out errors 17 %).
 """
 from __future__ import annotations
 
@@ -30,7 +37,9 @@ from scipy.optimize import least_squares
 from core import profiles
 from core import records as rec
 from core.profiles import Profile
-from core.records import PrefillBatch, RequestRecord, RunInfo
+from core.records import EngineSample, PrefillBatch, RequestRecord, RunInfo
+from simulator import calibrate_series as series
+from simulator.calibrate_prefill import prefill_steps
 from simulator.stations import sim_knobs
 
 DECODE = ("a", "b", "c", "a_draft", "b_draft")
@@ -54,6 +63,7 @@ class Run:
     prefill_steps: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)  # dt, [(n, attn) per rank]
     prefill_source: str = ""
     shared_steps: bool = False  # decode steps read exactly from shared chunk stamps
+    samples: list[EngineSample] = field(default_factory=list)  # the engine's scraped metrics (metrics.jsonl)
 
 
 def load_run(path: Path, base: Profile) -> Run:
@@ -73,14 +83,17 @@ def load_run(path: Path, base: Profile) -> Run:
         raise CalibrationError(f"{path}: no finished request with two or more streamed chunks")
     br = json.loads((path / rec.BREAKDOWN).read_text()) if (path / rec.BREAKDOWN).exists() else None
     run = Run(path=path, info=info, knobs=knobs, records=records,
-              batches=list(rec.read_jsonl(path / rec.PREFILL_BATCHES, PrefillBatch)), breakdown=br)
+              batches=list(rec.read_jsonl(path / rec.PREFILL_BATCHES, PrefillBatch)), breakdown=br,
+              samples=list(rec.read_jsonl(path / rec.METRICS, EngineSample)))
     run.k = int(knobs["num_speculative_tokens"]) if knobs.get("speculative_method", "none") != "none" else 0
     return run
 
 
 def decode_steps(run: Run, index: int) -> np.ndarray:
     """Rows (dt, B, KV, run index, group), one per decode step (shared stamps: each its own group) or per request
-    interval (grouped by request: a client's stamps may bunch, so a request's intervals are fitted as their sum)."""
+    interval (grouped by request: a client's stamps may bunch, so a request's intervals are fitted as their sum).
+    A chunk carrying more tokens than one step can (k + 1: a non-streamed or bunched response) is several steps of
+    unknown batch and is left out; the engine's iteration series (simulator.calibrate_series) may still cover it."""
     recs = run.records
     owners: dict[float, list[int]] = {}
     for i, r in enumerate(recs):
@@ -91,13 +104,18 @@ def decode_steps(run: Run, index: int) -> np.ndarray:
     run.shared_steps = shared >= 0.5 or all(len(v) == 1 for v in owners.values()) and _serial(recs)
     if run.shared_steps:
         prev: dict[tuple[int, float], tuple[float, int]] = {}  # (request, step end) -> (step start, tokens before)
+        many: set[float] = set()  # step ends where some request's chunk is more than one step
         for i, r in enumerate(recs):
             toks = r.chunk_tokens or [1] * len(r.chunk_times)
             done = 0
             for j in range(1, len(r.chunk_times)):
                 prev[(i, r.chunk_times[j])] = (r.chunk_times[j - 1], done)
                 done += toks[j]
+                if toks[j] > run.k + 1:
+                    many.add(r.chunk_times[j])
         for t, who in owners.items():
+            if t in many:
+                continue
             start = max(prev[(i, t)][0] for i in who)  # one start in a shared step
             kv = sum((recs[i].n_in or 0) + prev[(i, t)][1] for i in who)
             rows.append((t - start, float(len(who)), float(kv), len(rows)))
@@ -107,16 +125,17 @@ def decode_steps(run: Run, index: int) -> np.ndarray:
         starts = np.array([s[0] for s in spans])
         ends = np.array([s[1] for s in spans])
         for g, r in enumerate(recs):
+            toks = r.chunk_tokens or [1] * len(r.chunk_times)
             for j in range(1, len(r.chunk_times)):
+                if toks[j] > run.k + 1:
+                    continue
                 mid = 0.5 * (r.chunk_times[j - 1] + r.chunk_times[j])
                 live = (starts <= mid) & (ends > mid)
                 b = float(live.sum())
                 kv = sum((s[2].n_in or 0) + _emitted_before(s[2], mid) for s, on in zip(spans, live) if on)
                 rows.append((r.chunk_times[j] - r.chunk_times[j - 1], b / inst, kv / inst, g))
-    out = np.array([(dt, b, kv, index, g) for dt, b, kv, g in rows if dt > 0 or not run.shared_steps], dtype=float)
-    if len(out) == 0:
-        raise CalibrationError(f"{run.path}: no decode step with a positive duration")
-    return out
+    return np.array([(dt, b, kv, index, g) for dt, b, kv, g in rows if dt > 0 or not run.shared_steps],
+                    dtype=float).reshape(-1, 5)
 
 
 def _serial(recs: list[RequestRecord]) -> bool:
@@ -127,39 +146,6 @@ def _emitted_before(r: RequestRecord, t: float) -> int:
     """Tokens of the request generated by steps ended before t (its first token came with prefill)."""
     toks = r.chunk_tokens or [1] * len(r.chunk_times)
     return sum(n for ct, n in zip(r.chunk_times[1:], toks[1:]) if ct < t)
-
-
-def prefill_steps(run: Run) -> tuple[list[tuple[float, list[tuple[int, float]]]], str]:
-    """(dt, [(tokens, attention term) per DP rank]) per prefill step, and where they came from."""
-    cached = [r.n_cached or 0 for r in run.records]
-    ctx0 = float(np.mean(cached)) if cached else 0.0
-    budget = int(run.knobs["max_num_batched_tokens"])
-    cap = run.knobs.get("max_prefill_reqs")
-    if run.batches:
-        steps: dict[tuple[str, float], tuple[float, list[tuple[int, float]]]] = {}
-        carry: dict[str, float | None] = {}
-        for b in sorted(run.batches, key=lambda x: (x.t_start, x.instance)):
-            ctxs = [carry.get(b.instance) if i == 0 and carry.get(b.instance) is not None else ctx0
-                    for i in range(len(b.chunks))]
-            attn = sum(n * (c + n / 2) for n, c in zip(b.chunks, ctxs))
-            full = sum(b.chunks) >= budget and not (cap is not None and len(b.chunks) >= cap and sum(b.chunks) < budget)
-            carry[b.instance] = ctxs[-1] + b.chunks[-1] if full else None
-            key = (b.instance.split(".dp")[0], b.t_start)
-            dt, ranks = steps.get(key, (b.t_end - b.t_start, []))
-            steps[key] = (dt, ranks + [(sum(b.chunks), attn)])
-        return [v for v in steps.values() if v[0] > 0], "per-step batch records"
-    out = []
-    spans = sorted((r.t_send, r.chunk_times[0]) for r in run.records if r.t_send is not None)
-    for r in run.records:
-        if r.t_send is None or r.n_in is None:
-            continue
-        others = sum(1 for s, f in spans if s < r.chunk_times[0] and f > r.t_send) - 1
-        if others > 0:
-            continue  # queued behind or beside another prefill: not a clean observation
-        u = r.n_in - (r.n_cached or 0)
-        n_steps = max(1, math.ceil(u / budget))
-        out.append((r.chunk_times[0] - r.t_send, [(u, (r.n_cached or 0) * u + u * u / 2, n_steps)]))
-    return out, "TTFT of requests that found the prefill idle"
 
 
 @dataclass
@@ -187,7 +173,8 @@ class Problem:
     def __init__(self, runs: list[Run], base: Profile):
         self.runs, self.base = runs, base
         dc = base.decode_cost
-        rows = np.vstack([decode_steps(r, i) for i, r in enumerate(runs)])
+        step_rows = [decode_steps(r, i) for i, r in enumerate(runs)]
+        rows = np.vstack(step_rows)
         self.d_dt, self.d_run = rows[:, 0], rows[:, 3].astype(int)
         _, self.d_group = np.unique(rows[:, [3, 4]], axis=0, return_inverse=True)  # steps fitted as sums per group
         self.d_group = self.d_group.ravel()
@@ -196,17 +183,21 @@ class Problem:
         self.g_run[self.d_group] = self.d_run
         self.ks = np.array([r.k for r in runs], dtype=float)[self.d_run]
         self.B, self.KV = rows[:, 1], rows[:, 2]
-        self.n_tok = self.B * (self.ks + 1)
-        self.imb = np.ones_like(self.B)
-        if dc.ep > 1:
-            layout = np.array([dc.if_static.get(str(r.knobs["expert_layout"]), 1.0) for r in runs])[self.d_run]
-            self.imb = layout * (1 + np.sqrt(2 * math.log(dc.ep) * dc.ep / (np.maximum(self.n_tok, 1) * dc.topk)))
-        self.save = np.array([dc.index_cache_reuse_saving if r.knobs.get("index_cache_reuse") else 0.0
-                              for r in runs])[self.d_run]
+        self.imb, self.save = self._imb_save(self.d_run, self.B)
+        srows = [series.series_rows(r.samples, r.records, r.k) for r in runs]  # the engine's iteration series
+        for r, x, y in zip(runs, step_rows, srows):
+            if not len(x) and not len(y):
+                raise CalibrationError(f"{r.path}: no decode step with a positive duration and one token per "
+                                       f"request (k + 1 with speculation), and no engine iteration series "
+                                       f"({series.ITER} in {rec.METRICS})")
+        self.s_run = np.concatenate([np.full(len(x), i) for i, x in enumerate(srows)]).astype(int)
+        self.s = np.vstack(srows) if len(self.s_run) else np.zeros((0, len(series.COLUMNS)))
+        self.s_ks = np.array([r.k for r in runs], dtype=float)[self.s_run]
+        self.s_imb, self.s_save = self._imb_save(self.s_run, self.s[:, 2])
         d_sched = _sched(runs, "decode", len(rows)) if all(r.shared_steps for r in runs) else None
         self.d_sched = dc.sched_s if d_sched is None else d_sched
         self.sched = {"decode": d_sched}
-        spec = bool(self.ks.any())
+        spec = any(r.k for r in runs)
         self.d_names = ["a", "b", "c"] + (["a_draft", "b_draft"] if spec else [])
         self.held = {} if spec else {f"decode.{n}": "no run with speculative decoding: the draft costs cannot be "
                                                     "separated" for n in ("a_draft", "b_draft")}
@@ -236,6 +227,25 @@ class Problem:
         self.names = [f"prefill.{n}" for n in PREFILL if dts] + [f"decode.{n}" for n in self.d_names]
         self.scale = np.array([max(self._base(n), 1e-12) for n in self.names])
 
+    def _imb_save(self, run_idx: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the MoE imbalance factor at its batch and the index-cache saving of its run."""
+        dc, runs = self.base.decode_cost, self.runs
+        imb = np.ones_like(batch)
+        if dc.ep > 1:
+            n_tok = batch * (np.array([r.k for r in runs], dtype=float)[run_idx] + 1)
+            layout = np.array([dc.if_static.get(str(r.knobs["expert_layout"]), 1.0) for r in runs])[run_idx]
+            imb = layout * (1 + np.sqrt(2 * math.log(dc.ep) * dc.ep / (np.maximum(n_tok, 1) * dc.topk)))
+        save = np.array([dc.index_cache_reuse_saving if r.knobs.get("index_cache_reuse") else 0.0
+                         for r in runs])[run_idx]
+        return imb, save
+
+    def _td(self, p: dict[str, float], ks, B, KV, imb, save) -> np.ndarray:
+        """The decode step time t_D at each row's batch and resident KV (before the run's time factor)."""
+        dc = self.base.decode_cost
+        ad, bd = p.get("decode.a_draft", dc.a_draft), p.get("decode.b_draft", dc.b_draft)
+        return (self.d_sched + (p["decode.a"] * (1 - save) + p["decode.b"] * B * (ks + 1)
+                                + p["decode.c"] * (1 - save) * KV) * imb + ks * (ad + bd * B))
+
     def _base(self, name: str) -> float:
         role, k = name.split(".")
         return getattr(self.base.prefill_cost if role == "prefill" else self.base.decode_cost, k)
@@ -252,18 +262,28 @@ class Problem:
         pa, pb, pcc = (p.get(f"prefill.{n}", getattr(pc, n)) for n in PREFILL)
         t = pa * self.p_cnt + pb * self.p_n + pcc * self.p_att
         tp = np.where(self.p_mask, t, -np.inf).max(axis=1) * f[self.p_run] if len(self.p_dt) else np.ones(0)
-        dc = self.base.decode_cost
-        ad, bd = p.get("decode.a_draft", dc.a_draft), p.get("decode.b_draft", dc.b_draft)
-        td = (self.d_sched + (p["decode.a"] * (1 - self.save) + p["decode.b"] * self.n_tok
-                              + p["decode.c"] * (1 - self.save) * self.KV) * self.imb
-              + self.ks * (ad + bd * self.B)) * f[self.d_run]
-        return np.concatenate([self.p_dt / tp - 1.0, self.g_obs / np.bincount(self.d_group, weights=td) - 1.0])
+        td = self._td(p, self.ks, self.B, self.KV, self.imb, self.save) * f[self.d_run]
+        s = self.s  # per scrape interval: its steps at the mean batch, plus a mixed step's prompt tokens
+        ts = (s[:, 1] * self._td(p, self.s_ks, s[:, 2], s[:, 3], self.s_imb, self.s_save)
+              + pb * s[:, 4] + pcc * s[:, 4] * s[:, 5] / 2) * f[self.s_run]
+        return np.concatenate([self.p_dt / tp - 1.0, self.g_obs / np.bincount(self.d_group, weights=td) - 1.0,
+                               s[:, 0] / ts - 1.0, self.f_weight * np.log(f)])
+
+    # a run's time factor: log f ~ N(0, FACTOR_SIGMA²) against rows of noise σ_r, so its MAP residual is σ_r/σ_f·log f
+    FACTOR_SIGMA = 0.05
+    f_weight = 2.0  # σ_r / σ_f; solve() sets σ_r from the rows of a first fit
+
+    def _fit(self, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Any:
+        return least_squares(self.residuals, x0, bounds=(lo, hi), x_scale="jac", method="trf")
 
     def solve(self) -> tuple[dict[str, float], dict[str, float | None], np.ndarray, np.ndarray]:
         x0 = np.concatenate([np.ones(len(self.names)), np.zeros(max(0, len(self.runs) - 1))])
         lo = np.concatenate([np.zeros(len(self.names)), np.full(max(0, len(self.runs) - 1), -1.0)])
         hi = np.concatenate([np.full(len(self.names), np.inf), np.full(max(0, len(self.runs) - 1), 1.0)])
-        sol = least_squares(self.residuals, x0, bounds=(lo, hi), x_scale="jac", method="trf")
+        sol = self._fit(x0, lo, hi)
+        if len(self.runs) > 1:  # the prior weighed by the rows' own noise (a first fit's rms), then fitted again
+            self.f_weight = float(np.sqrt(np.mean(sol.fun[:-len(self.runs)] ** 2))) / self.FACTOR_SIGMA
+            sol = self._fit(sol.x, lo, hi)
         r = sol.fun
         s2 = float(r @ r) / max(1, len(r) - len(x0))
         try:
@@ -275,12 +295,16 @@ class Problem:
         return p, stderr, f, r
 
     def per_run(self, r: np.ndarray, role: str) -> dict[str, dict[str, float]]:
-        n_p = len(self.p_dt)
-        res, idx = (r[:n_p], self.p_run) if role == "prefill" else (r[n_p:], self.g_run)
+        n_p, n_d = len(self.p_dt), len(self.g_obs)
+        n_s = len(self.s_run)
+        res, idx = {"prefill": (r[:n_p], self.p_run), "decode": (r[n_p:n_p + n_d], self.g_run),
+                    "series": (r[n_p + n_d:n_p + n_d + n_s], self.s_run)}[role]
         out = {}
         for i, run in enumerate(self.runs):
             m = idx == i
-            if m.any():
+            if m.any() and role == "series":
+                out[str(run.path)] = series.summary(self.s[self.s_run == i], res[m])
+            elif m.any():
                 out[str(run.path)] = {"rms": float(np.sqrt(np.mean(res[m] ** 2))), "mean": float(np.mean(res[m])),
                                       "steps": int(m.sum())}
         return out
@@ -295,6 +319,7 @@ class Calibration:
     prefill_source: str
     runs: list[str]
     run_factors: list[float] = field(default_factory=list)  # each run's common time factor (logs sum to 0)
+    series: dict[str, dict[str, float]] = field(default_factory=dict)  # run -> its iteration-series residuals
 
     def table(self) -> list[tuple[str, float, float | None, str]]:
         """(coefficient, value, standard error, note) for every fitted or held coefficient."""
@@ -334,7 +359,7 @@ def calibrate(run_dirs: list[Path], base: Profile, name: str | None = None) -> C
                                    "description": f"{base.description} — step times calibrated from {len(runs)} run(s)"})
     return Calibration(profile=Profile.model_validate(prof.model_dump()), decode=dec, prefill=pre,
                        sched=prob.sched, prefill_source=prob.prefill_source, runs=[str(x.path) for x in runs],
-                       run_factors=[float(f) for f in factors])
+                       run_factors=[float(f) for f in factors], series=prob.per_run(r, "series"))
 
 
 def base_profile(run_dirs: list[Path], name: str | None) -> Profile:

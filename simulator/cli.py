@@ -142,7 +142,9 @@ def calibrate(
     json_out: bool = typer.Option(False, "--json", help="print coefficients, uncertainties and residuals as JSON"),
 ) -> None:
     """Fit the profile's step-time coefficients (prefill a/b/c, decode a/b/c, draft costs, scheduling) to measured
-    runs by least squares; print each with its standard error and the residuals per run."""
+    runs by least squares over the per-request records and the engine's own iteration series (metrics.jsonl:
+    vllm:iteration_tokens_total and num_requests_running per scrape interval); print each coefficient with its
+    standard error and the residuals per run."""
     import yaml
 
     from core.records import write_atomic
@@ -162,14 +164,18 @@ def calibrate(
         typer.echo(json.dumps({"profile": str(out), "coefficients": [
             {"name": n, "value": v, "stderr": se, "note": note} for n, v, se, note in rows],
             "prefill_from": res.prefill_source, "runs": [
-                {"run": p, "prefill": pr, "decode": dr, "run_factor": f} for p, pr, dr, f in per_run]}, indent=1))
+                {"run": p, "prefill": pr, "decode": dr, "series": res.series.get(p), "run_factor": f}
+                for p, pr, dr, f in per_run]}, indent=1))
         return
     typer.echo(f"calibrated {res.profile.name} from {len(res.runs)} run(s) (base {prof.name}; prefill from "
                f"{res.prefill_source}) -> {out}")
     for n, v, se, note in rows:
         rel = f"± {se / v:.1%}" if se is not None and v else "      "
         typer.echo(f"  {n:18} {v:12.5g} {rel:>9}  {note}")
-    typer.echo("residuals per run (relative step time: rms / mean; steps), run time factor:")
+    typer.echo("residuals per run (relative step time: rms / mean; steps; the engine's iteration series: scrape "
+               "intervals, batch range), run time factor:")
     for p, pr, dr, f in per_run:
         fmt = lambda r: "—" if r is None else f"{r['rms']:.2%} / {r['mean']:+.2%} ({r['steps']})"  # noqa: E731
-        typer.echo(f"  {p}: prefill {fmt(pr)}, decode {fmt(dr)}, factor {f:.4f}")
+        sr = res.series.get(p)
+        se = f" B {sr['batch_min']:.1f}-{sr['batch_max']:.1f}" if sr else ""
+        typer.echo(f"  {p}: prefill {fmt(pr)}, decode {fmt(dr)}, series {fmt(sr)}{se}, factor {f:.4f}")

@@ -271,7 +271,7 @@ class Cluster:
                 "sglang:num_prefill_bootstrap_queue_reqs": float(waiting),  # SGLang's name (was ..._prealloc_...)
                 "sglang:num_prefill_inflight_queue_reqs": float(self._p_inflight[i]),
                 "sglang:cache_hit_rate": p.cache.hits / p.cache.queries if p.cache.queries else 0.0,
-            }))
+            } | {k: v for r, h in enumerate(p.iterations) for k, v in h.series(f'engine="{r}"').items()}))
         for d in self.decode:
             steps = d.resident_steps()
             gen = d.generated_tokens()
@@ -279,7 +279,7 @@ class Cluster:
             accepted = max(0.0, gen - d.success - d.batch - steps) if d.k else 0.0
             per_pos = {f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}': float(v)
                        for i, v in enumerate(d.accepted_per_position())}
-            out.append(("decode", d.name, per_pos | {
+            out.append(("decode", d.name, per_pos | d.iterations.series() | {
                 "vllm:num_requests_running": float(d.batch),
                 # vLLM counts requests waiting for remote KV (deferred) in num_requests_waiting too
                 "vllm:num_requests_waiting": float(len(d.waiting) + d.inbound),

@@ -19,6 +19,7 @@ import numpy as np
 
 from core.profiles import DecodeCost
 from simulator.experts import rank_shares
+from simulator.iterstats import IterationTokens
 from simulator.request import SimRequest
 
 
@@ -67,6 +68,7 @@ class DecodeInstance:
         self.imbalance_s = 0.0  # step time spent waiting on the most loaded EP rank
         self.draft_s = 0.0  # step time of the draft (MTP) passes
         self.accepted_pos = np.zeros(k, dtype=np.int64)  # finished requests: steps whose position i+1 was accepted
+        self.iterations = IterationTokens()  # vllm:iteration_tokens_total: generated tokens per step (expected al)
 
     # -- KV and batch figures ---------------------------------------------------------------
     def kv_used(self) -> float:
@@ -171,6 +173,7 @@ class DecodeInstance:
         """Complete the step in flight; return requests whose last token it carried."""
         self.step += 1
         self.busy_until = None
+        self.iterations.observe(self.batch * self.al)
         done: list[SimRequest] = []
         while self._finish and self._finish[0][0] <= self.step:
             _, _, req = heapq.heappop(self._finish)

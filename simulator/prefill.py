@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import deque
 
 from core.profiles import PrefillCost
+from simulator.iterstats import IterationTokens
 from simulator.prefix_cache import PrefixCache
 from simulator.request import SimRequest
 
@@ -26,6 +27,7 @@ class PrefillInstance:
         self.current: list[list[tuple[SimRequest, int]]] = []  # batches of the step in flight
         self.step_start = 0.0
         self.prompt_tokens = 0
+        self.iterations = [IterationTokens() for _ in range(dp)]  # per DP rank (vLLM: one engine each)
         self.busy_s = 0.0
         self.sched_s = 0.0
         self.comm_s = 0.0
@@ -112,6 +114,7 @@ class PrefillInstance:
                     done.append(req)
                     self.cache.insert(req.hashes)
             log.append((f"{self.name}.dp{rank}", [n for _, n in batch]))
+            self.iterations[rank].observe(sum(n for _, n in batch))
         self.current = []
         self.busy_until = None
         return done, log

@@ -189,3 +189,58 @@ def test_reject_in_place_needs_a_reason_and_records_it(tmp_path):
         ap = httpx.get(f"{srv.url}/candidates/{cid}/approval", headers={"Authorization": f"Bearer {TOKENS['viewer']}"}).json()
         assert ap["decision"] == "reject" and ap["reason"] == "not today: the cluster is shared"
         assert ap["who"] == "admin1 (api)"
+
+
+DRIFT = {"profile": "wrong.yaml", "threshold": 0.15, "predicted": {"output_tok_s": 130.0, "tpot_mean_ms": 21.0},
+         "measured": {"output_tok_s": 100.0, "tpot_mean_ms": 30.0}, "drift": {"output_tok_s": 0.3, "tpot_mean_ms": -0.3},
+         "worst": 0.3, "flagged": True, "suggestion": "re-calibrate, e.g. tuneloop sim calibrate RUN --out P.yaml"}
+
+
+def test_the_simulator_drift_and_its_figures_are_on_the_dashboard(tmp_path, make_result):
+    """A run of a target with a calibrated profile (its evidence holds the drift record the API serves): the page
+    shows the flag with the re-calibration to run, and predicted beside measured throughput and TPOT per run."""
+    from playwright.sync_api import expect
+
+    from core.station import Station
+    from core.trial import TrialSpec
+    from state.goal import GoalSpec
+    from state.store import Store
+
+    _need_chromium()
+    store = Store(f"sqlite:///{tmp_path / 't.db'}")
+    try:
+        goal = store.create_goal(GoalSpec.model_validate(small_goal("drift-goal", ask=False) | {"target": "real"}))
+        knobs = goal.spec.start_station()
+        st = store.put_station(Station(engine="sim", knobs=knobs, scenario=goal.spec.scenario, data_version="d",
+                                       source_identity="s", target="real"))
+        for i, drift in enumerate((DRIFT | {"flagged": False, "worst": 0.05, "drift": {"output_tok_s": 0.05, "tpot_mean_ms": -0.02},
+                                            "predicted": {"output_tok_s": 105.0, "tpot_mean_ms": 29.4}}, DRIFT)):
+            rid = f"{goal.id}-r{i}"
+            store.create_run(TrialSpec(run_id=rid, goal_id=goal.id, target="real", scenario=goal.spec.scenario,
+                                       knobs=knobs, stage="baseline", n=40), station_hash=st.hash)
+            res = make_result(rid, station_hash=st.hash, n=40)
+            store.record_result(res.model_copy(update={"evidence": {"drift": drift}}), goal_id=goal.id)
+            store.record_decision(goal.id, "note", run_id=rid, text=f"run {i}")
+        gid = goal.id
+    finally:
+        store.close()
+    with _browser(tmp_path, TUNELOOP_WORKERS="0") as (srv, ctx, page):
+        page.goto(srv.url + "/")
+        page.fill("#token", TOKENS["viewer"])
+        page.click("#save-token")
+        expect(page.locator("#status")).to_contain_text(gid, timeout=60_000)
+        flag = page.locator("#drift-flag")
+        expect(flag).to_be_visible(timeout=60_000)
+        expect(flag).to_contain_text("DRIFT: the calibrated simulator is off in 1 of 2 predicted run(s)")
+        expect(flag).to_contain_text("tuneloop sim calibrate")
+        expect(page.locator("#drift-empty")).to_be_hidden()
+        bad = page.locator(f'#drift tr.drift-run[data-run="{gid}-r1"]')
+        expect(bad).to_have_class("drift-run flagged")
+        for cls, want in (("predicted-tok", "130.0"), ("measured-tok", "100.0"), ("drift-tok", "+30.0 %"),
+                          ("predicted-tpot", "21.00"), ("measured-tpot", "30.00"), ("drift-tpot", "-30.0 %")):
+            expect(bad.locator(f"td.{cls}")).to_have_text(want)
+        expect(bad.locator("td.check")).to_contain_text("DRIFT (limit 15 %)")
+        ok = page.locator(f'#drift tr.drift-run[data-run="{gid}-r0"]')
+        expect(ok).to_have_class("drift-run within")
+        expect(ok.locator("td.check")).to_have_text("within 15 %")
+        assert _ink(page.locator("#drift-box").screenshot(path=str(tmp_path / "drift.png")))[0] > 500

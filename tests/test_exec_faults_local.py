@@ -58,7 +58,7 @@ def world(tmp_path_factory):
                     hosts=(Host(host="127.0.0.1", roles=("mixed", "load"), cards=16, port=port),))
     ex = Executor(Store(f"sqlite:///{tmp / 'state.db'}"), {"loc": target},
                   ExecSettings(runs_root=tmp / "runs", holder="faults:local", poll_interval_s=0.05,
-                               timeouts_s={"health": 12.0, "load": 120.0}),
+                               timeouts_s={"health": 30.0, "load": 120.0}),  # a start on two busy cores
                   transports=lambda target, root: StatsFailsOnce(target))
     yield ex, tmp, port
     from executor.templates import ServiceSpec

@@ -21,10 +21,11 @@ def _engine(tmp_path, name: str, body: str) -> str:
     return str(p)
 
 
-def _ident(tmp_path, engine: str, binary: str, image: str | None = None) -> str:
+def _ident(tmp_path, engine: str, binary: str, image: str | None = None, wrapper: tuple[str, ...] = ()) -> str:
     t = Target(name="loc", kind="local", engine=engine, model="m", run_root=str(tmp_path / "tgt"),
                hosts=(Host(host="127.0.0.1", roles=("mixed", "load")),))
-    svc = ServiceSpec(name="mixed-0", role="mixed", host="127.0.0.1", port=1, argv=(binary, "--port", "1"))
+    svc = ServiceSpec(name="mixed-0", role="mixed", host="127.0.0.1", port=1,
+                      argv=(*wrapper, binary, "--port", "1"))
     return asyncio.run(source_identity(LocalTransport(t), engine, svc, sys.executable, image))
 
 
@@ -48,6 +49,18 @@ def test_no_version_falls_back_to_the_binary_hash(tmp_path):
     exe = _engine(tmp_path, "vllm", "echo 'usage: vllm' >&2; exit 2")
     digest = hashlib.sha256(open(exe, "rb").read()).hexdigest()[:16]
     assert _ident(tmp_path, "vllm", exe) == f"vllm:{exe}:sha256={digest}"
+    # behind a CPU-placement wrapper the hash is still the engine's binary, not taskset's
+    assert _ident(tmp_path, "vllm", exe, wrapper=("taskset", "-c", "0")) == f"vllm:{exe}:sha256={digest}"
+
+
+@pytest.mark.parametrize("wrapper", [("taskset", "-c", "0"), ("/usr/bin/taskset", "0x1"),
+                                     ("numactl", "--physcpubind=0", "-l"), ("numactl", "-C", "0", "-m", "0"),
+                                     ("taskset", "-c", "0", "numactl", "--localalloc")])
+def test_a_cpu_placement_wrapper_is_looked_through(tmp_path, wrapper):
+    """`engine_command: [taskset, -c, 1, vllm]` pins the engine (bench/engine_crosscheck.py does); the version is
+    still asked of vllm, never of the wrapper (`taskset --version` would name util-linux)."""
+    exe = _engine(tmp_path, "vllm", "echo 0.32.0")
+    assert _ident(tmp_path, "vllm", exe, wrapper=wrapper) == "vllm:version=0.32.0"
 
 
 def test_image_digest_in_the_target_wins(tmp_path):

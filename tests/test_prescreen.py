@@ -113,3 +113,42 @@ def test_a_right_profile_passes_the_screen_with_the_simulators_prediction(tmp_pa
         assert abs(obs.data["observed"]["objective_effect"] - sc["objective_effect"]["value"]) < 0.05  # same model
     finally:
         store.close()
+
+
+def _first_move(tmp: Path, calibrated: str | None) -> tuple[dict, list[str]]:
+    """Run the loop (decode-bound start with MTP k=1: a wider batch and more drafts both help) and return the first
+    move that ran and the planner's ranked list recorded with it."""
+    spec = GOAL | {"start_knobs": GOAL["start_knobs"] | {"max_prefill_reqs": 4, "request_rate": 10000,
+                                                        "speculative_method": "mtp", "num_speculative_tokens": 1},
+                   "search_space": {"num_speculative_tokens": [1, 2, 3], "max_num_seqs": [32, 64]},
+                   "budget": {"card_hours": 50, "experiments": 3}}
+    (tmp / "goal.yaml").write_text(yaml.safe_dump(spec))
+    target = {"name": "simcal", "kind": "sim", "profile": "llama70b-h100-p2d2", "run_root": str(tmp / "tgt")}
+    (tmp / "targets.yaml").write_text(yaml.safe_dump({"targets": [target | (
+        {"calibrated_profile": calibrated} if calibrated else {})]}))
+    db = f"sqlite:///{tmp / 't.db'}"
+    run = _cli(tmp, "run", str(tmp / "goal.yaml"), "--targets", "targets.yaml", "--db", db, "--auto-approve")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    store = Store(db)
+    try:
+        (g,) = store.goals()
+        ran = {r.candidate_id for r in store.runs(g.id)}
+        first = next(c for c in store.candidates(g.id) if c.id in ran and c.card.get("change"))
+        return first.card, [r[0] for r in first.card.get("ranked") or []]
+    finally:
+        store.close()
+
+
+def test_passing_moves_are_reranked_by_the_simulated_value_per_card_hour(tmp_path):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "cal").mkdir()
+    plain, _ = _first_move(tmp_path / "plain", None)
+    card, ranked = _first_move(tmp_path / "cal", "llama70b-h100-p2d2")
+    name = lambda c: [(x["knob"], x["new"]) for x in (c["change"], c.get("also")) if x]  # noqa: E731
+    # without a calibrated profile the planner's own first move runs first; with one, the move the simulator
+    # values most per card-hour (three drafts: the largest simulated gain, and a screen is the cheaper card)
+    assert name(card) == [("num_speculative_tokens", 3)] and name(plain) != name(card)
+    assert "ranked first of" in card["note"] and "by simulated value per card-hour" in card["note"]
+    assert f"(its first: " in card["note"] and card["prediction"]["source"] == "simulator"
+    assert card["prediction"]["objective_effect"]["value"] > 0.05 and "ranked first of" in card["prediction"]["basis"]
+    assert any(t.startswith(card["stage"]) and "num_speculative_tokens 1 -> 3" in t for t in ranked)

@@ -39,7 +39,6 @@ VLLM = adapter("vllm")
 # every statistic vLLM's client can write (its default is ttft,tpot,itl at P99), so the key sets compare fully
 ALL_PERCENTILES = ("--percentile-metrics", "ttft,tpot,itl,e2el,client_queue_time,e2el_including_client_queue",
                    "--metric-percentiles", "50,90,99")
-SPEC_KEYS = ("spec_drafts", "spec_accepted", "spec_accepted_per_pos", "accept_length")
 
 
 @pytest.fixture(scope="module")
@@ -112,10 +111,16 @@ def test_every_rendering_parses_with_vllms_own_parser_and_a_misspelt_flag_fails(
     assert by_label["enable_prefix_caching=False mixed/mixed"]["enable_prefix_caching"] is False  # default: on
 
 
+# vLLM's model-free n-gram drafter: the tiny model has no draft head, and this still runs the real spec-decode
+# path (proposer, rejection sampler, the vllm:spec_decode_* counters) on the CPU
+NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+
+
 @pytest.fixture(scope="module")
 def server(engine, tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    srv = Server(engine["bin"], engine["model"], log=log, args=["--max-num-seqs", "8"])
+    srv = Server(engine["bin"], engine["model"], log=log,
+                 args=["--max-num-seqs", "8", "--speculative-config", json.dumps(NGRAM)])
     srv.start()
     yield srv
     srv.stop()
@@ -125,7 +130,7 @@ def _stream_requests(url: str, n: int, max_tokens: int) -> tuple[list[int], list
     codes: list[int] = []
 
     def one(i: int) -> None:
-        r = httpx.post(f"{url}/v1/completions", timeout=300.0,
+        r = httpx.post(f"{url}/v1/completions", timeout=300.0,  # repeated words: the n-gram drafter finds matches
                        json={"model": "tiny", "prompt": f"request {i} " * 8, "max_tokens": max_tokens,
                              "min_tokens": max_tokens, "ignore_eos": True, "temperature": 0.0})
         codes.append(r.status_code)
@@ -153,8 +158,8 @@ def test_metric_names_the_evidence_reads_are_in_the_real_metrics_and_the_digest_
     def exported(name: str) -> bool:  # matched as the digest matches it: labels in the name must be on a series
         return evidence.base_value(values, (name,)) is not None or {name + "_sum", name + "_count"} <= names
 
-    read = {key: names_ for key, names_ in VLLM.metrics.items() if key not in SPEC_KEYS}
-    assert {"running", "waiting", "kv_usage"} <= set(read)
+    read = dict(VLLM.metrics)  # every name, the spec-decode ones included (the server drafts with n-grams)
+    assert {"running", "waiting", "kv_usage", "spec_drafts", "spec_accepted"} <= set(read)
     missing = {key: [n for n in ns if not exported(n)] for key, ns in read.items()}
     assert {k: v for k, v in missing.items() if v} == {}, f"exported: {sorted(n for n in names if n.startswith('vllm:'))}"
     assert not exported('vllm:num_requests_waiting_by_reason{reason="no-such-reason"}')  # the matcher is not blind
@@ -162,6 +167,12 @@ def test_metric_names_the_evidence_reads_are_in_the_real_metrics_and_the_digest_
     d = evidence.digest(samples, [], {}, None, {"max_num_seqs": 8})
     assert d["decode_running_max"] is not None and d["decode_running_max"] >= 2  # six requests, batched
     assert d["kv_usage_max"] is not None and d["kv_usage_max"] > 0
+    # acceptance per draft position from vLLM's own per-position counters: k = 2 entries, shares of drafts, and
+    # position 2 is accepted only after position 1 (vLLM counts a prefix of accepted tokens)
+    per_pos = d["spec_accept_per_position"]
+    assert per_pos is not None and len(per_pos) == NGRAM["num_speculative_tokens"], per_pos
+    assert 1.0 >= per_pos[0] >= per_pos[1] >= 0.0 and per_pos[0] > 0, per_pos
+    assert d["spec_accept_length"] == pytest.approx(1.0 + sum(per_pos), rel=1e-6)  # two counters, one story
 
 
 class _Probe:
@@ -205,7 +216,7 @@ def test_tuneloop_export_has_every_key_of_a_real_vllm_bench_result(server, engin
     theirs = json.loads((tmp_path / "vllm.json").read_text())
     run = tmp_path / "run"
     for argv in (["load", "run", "--endpoint", server.url, "--scenario", SCENARIO, "--n", "8", "--concurrency", "2",
-                  "--rate", "inf", "--out", str(run), "--model", "tiny"],
+                  "--rate", "inf", "--out", str(run), "--model", "tiny", "--metrics-url", f"mixed={server.url}/metrics"],
                  ["load", "export", str(run), "--format", "vllm", "--out", str(tmp_path / "tuneloop.json")]):
         p = subprocess.run([sys.executable, "-m", "tuneloop_cli", *argv], capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stderr[-1500:]
@@ -215,6 +226,15 @@ def test_tuneloop_export_has_every_key_of_a_real_vllm_bench_result(server, engin
         assert len(ours[key]) == len(theirs[key]) == 8, key
     assert ours["failed"] == theirs["failed"] == 0 and ours["endpoint_type"] == theirs["endpoint_type"] == "openai"
     assert ours["output_lens"] == theirs["output_lens"] == [int(out_len)] * 8
+    # the drafting server: both files carry its spec-decode figures, from counter deltas over each one's own run
+    for res in (ours, theirs):
+        rates = res["spec_decode_per_position_acceptance_rates"]
+        assert len(rates) == NGRAM["num_speculative_tokens"] and res["spec_decode_num_drafts"] > 0, res is ours
+        # an n-gram draft can be shorter than k (a shorter match), never longer
+        assert 0 < res["spec_decode_draft_tokens"] <= NGRAM["num_speculative_tokens"] * res["spec_decode_num_drafts"]
+        assert res["spec_decode_acceptance_length"] == pytest.approx(1 + sum(rates)), res is ours
+        assert res["spec_decode_acceptance_rate"] == pytest.approx(
+            100 * res["spec_decode_accepted_tokens"] / res["spec_decode_draft_tokens"])
     # the same units: seconds in the lists, ms in the statistics, related in both files alike (the figures
     # themselves differ run to run on shared cores; bench/engine_crosscheck.py compares them)
     for res in (ours, theirs):
