@@ -29,6 +29,7 @@ from agent.recovery import (
 )
 from agent.pairs import coupled, pair_hypothesis
 from agent.plan import Plan
+from agent.screens import screen_blind, to_confirm
 from agent.stops import MIN_VALUE, explore_or_stop
 from agent.value import Value, value_of
 from core.station import (
@@ -252,7 +253,7 @@ class DeterministicPlanner:
                 if direct else None)
         for card, v in candidates(history, diag):
             refusals = check(card, history)
-            why_direct = left or _confident(v, history)
+            why_direct = left or _confident(v, history) or screen_blind(card, history)
             if why_direct and not refusals:
                 card = straight_to_confirm(card, history, why_direct)
                 refusals = check(card, history)
@@ -319,11 +320,7 @@ def _confident(v: Value, history: History) -> str | None:
             f"station's N={goal.protocol.confirm_n} run is the comparison")
 
 
-def straight_to_confirm(card: CandidateCard, history: History, why: str) -> CandidateCard:
-    """The screen card re-staged as its confirm (the same change at confirm N), saying why."""
-    conf = with_stage(card, "confirm", history.goal.protocol.confirm_n)
-    return conf.model_copy(update={"score": card.score, "est_card_hours": round(estimate(conf, history), 4),
-                                   "note": "; ".join(x for x in (card.note, f"straight to confirm N={conf.n}: {why}") if x)})
+straight_to_confirm = to_confirm  # the screen card re-staged as its confirm (agent/screens.py)
 
 
 def hot_while_warm(passing: list[tuple[CandidateCard, Value]],
