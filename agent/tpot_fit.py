@@ -5,11 +5,13 @@ near a station mean TPOT is close to a line in the decode batch (the simulator's
 and so is a real engine's, until the KV cache or the batch's compute saturates). Every valid run of the goal that
 differs from the station only in its load (concurrency, decode batch limit, arrival rate) is a point on that line:
 (mean running decode batch per instance, mean TPOT). With two distinct batches the line says how far the load can
-still move before TPOT crosses its limit: the planner raises the load by the step the line allows, not by a
-fixed step, and stops raising it where the line says the limit is crossed (docs/protocol.md § 2).
+still move before TPOT crosses its limit. The optimum of a latency-limited goal sits at the limit, so the line
+gives a step a chance (its largest residual, at least 1 % of the limit, as the spread) rather than a hard cut,
+and the step runs when that chance is at least a quarter (docs/protocol.md § 2).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +21,8 @@ from agent.history import History
 from agent.rules.base import num
 
 LOAD_KNOBS = ("concurrency", "max_num_seqs", "request_rate")
-MARGIN = 0.0  # below the limit by this share, less the fit's largest residual (the optimum sits at the limit)
+SIGMA_FLOOR = 0.01  # the line's uncertainty: its largest residual, at least this share of the limit
+MIN_CHANCE = 0.25  # a step runs when the line gives it at least this chance of staying under the limit
 MIN_SPREAD = 2.0  # the batches must differ by this many sequences for a slope
 
 
@@ -68,7 +71,7 @@ def _cap(knobs: dict[str, Any], inst: float) -> float | None:
 def predicted_tpot(history: History, target: dict[str, Any],
                    limit_ms: float | None) -> tuple[float, bool, str] | None:
     """Mean TPOT the line (at the N of the best station's latest run) predicts at `target`, a load change of
-    the best station; whether it stays under the limit less the margin; both in words. None: no line. The best
+    the best station; whether its chance of staying under the limit is at least MIN_CHANCE; both in words. None: no line. The best
     station's batch fill (mean running over its cap) is assumed to hold at the target's cap."""
     ref = history.latest_valid(history.best_knobs)
     line = tpot_line(history, history.best_knobs, ref.card.n) if ref is not None else None
@@ -81,14 +84,51 @@ def predicted_tpot(history: History, target: dict[str, Any],
         return None
     batch = run * cap1 / cap0
     tpot = line.at(batch)
-    bound = limit_ms * (1 - MARGIN) - line.residual
-    ok = "under" if tpot <= bound else "over"
-    return tpot, ok == "under", (
+    sigma = max(line.residual, SIGMA_FLOOR * limit_ms)
+    chance = 0.5 * (1.0 + math.erf((limit_ms - tpot) / (sigma * math.sqrt(2.0))))
+    return tpot, chance >= MIN_CHANCE, (
         f"the TPOT line over {line.points} run(s) ({line.a:.1f} + {line.b:.4f} ms per sequence) predicts "
-        f"{tpot:.1f} ms at a decode batch of ~{batch:.0f}: {ok} the {limit_ms:g} ms limit less its margin ({bound:.1f} ms)")
+        f"{tpot:.1f} ± {sigma:.1f} ms at a decode batch of ~{batch:.0f}: a {chance:.0%} chance under the "
+        f"{limit_ms:g} ms limit")
 
 
 def fits(history: History, target: dict[str, Any], limit_ms: float | None) -> str | None:
-    """The line's words when it predicts `target` under the TPOT limit with its margin; None otherwise."""
+    """The line's words when it gives `target` at least MIN_CHANCE of meeting the TPOT limit; None otherwise."""
     got = predicted_tpot(history, target, limit_ms)
     return got[2] if got is not None and got[1] else None
+
+
+def sized_down(knob: str, cur: Any, values: list[Any], history: History, headroom: float | None,
+               limit_ms: float | None) -> tuple[Any, str] | None:
+    """While the best station breaks its TPOT limit: the listed value a load-lowering move (C, max_num_seqs)
+    jumps to, when that is beyond the next step down. TPOT = a + b·batch with a ≥ 0 falls at most in proportion
+    to the batch, so the decode batch (its peak, over all decode instances for C, per instance for max_num_seqs)
+    must fall at least to limit / TPOT of itself: a cap above that cannot get feasible. Once a TPOT line is known (two batches measured) it sizes the cut instead: the batch where
+    the line meets the limit less its spread. None: no jump (feasible, no figures, or the next step is already that far)."""
+    if knob not in ("concurrency", "max_num_seqs") or headroom is None or headroom >= 0 or limit_ms is None \
+            or not isinstance(cur, (int, float)):
+        return None
+    ref = history.latest_valid(history.best_knobs)
+    s = ref.summary if ref is not None else None
+    if s is None or not s.tpot_ms.mean:
+        return None
+    ev = ref.evidence or {}  # type: ignore[union-attr]
+    now = num(ev, "decode_running_max")  # TPOT follows the decode batch; C must cut into all of it
+    if knob == "concurrency" and now is not None:
+        now *= num(ev, "decode_instances") or 1.0
+    if not now:
+        return None
+    bound, how = now * limit_ms / s.tpot_ms.mean, "TPOT falls at most in proportion"
+    line, run = tpot_line(history, history.best_knobs, ref.card.n), num(ev, "decode_running_mean")  # type: ignore[union-attr]
+    if line is not None and run:  # the line through the runs made: the batch at the limit less its spread
+        batch = (limit_ms - max(line.residual, SIGMA_FLOOR * limit_ms) - line.a) / line.b
+        bound, how = now * max(batch, 0.0) / run, f"the TPOT line over {line.points} run(s) reaches it at a batch of ~{batch:.0f}"
+    downs = sorted(v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v < cur)
+    if len(downs) < 2:
+        return None
+    target = max((v for v in downs if v <= bound), default=downs[0])
+    if target == downs[-1]:
+        return None
+    what = "running in decode" if knob == "concurrency" else "running per decode instance"
+    return target, (f"{now:.0f} {what} at a mean TPOT of {s.tpot_ms.mean:.1f} ms; {how}, so under the "
+                    f"{limit_ms:g} ms limit needs at most ~{bound:.0f}; {knob} {target} is the largest listed value there")
