@@ -30,7 +30,7 @@ from agent.recovery import (
 from agent.pairs import coupled, pair_hypothesis
 from agent.plan import Plan
 from agent.screens import screen_blind, to_confirm
-from agent.tpot_fit import sized_down
+from agent.tpot_fit import sized_down, sized_rate
 from agent.stops import MIN_VALUE, explore_or_stop
 from agent.value import Value, value_of
 from core.station import (
@@ -163,6 +163,8 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
         if jump is not None:
             said = (f"decode demand ≈ {diag.decode_demand:.0f} requests per instance "  # type: ignore[union-attr]
                     f"at a limit of {cur}: a limit of {jump} admits it; TPOT rises")
+        elif knob == "request_rate" and diag is not None and diag.client_limit == "request_rate":
+            jump, said = sized_rate(cur, list(values), history, tpot_limit(goal)) or (None, None)
         else:  # over the TPOT limit: the proportional bound sizes a load cut (agent/tpot_fit.py)
             jump, said = sized_down(knob, cur, list(values), history, diag and diag.tpot_headroom,
                                     tpot_limit(goal)) or (None, None)

@@ -132,3 +132,37 @@ def sized_down(knob: str, cur: Any, values: list[Any], history: History, headroo
     what = "running in decode" if knob == "concurrency" else "running per decode instance"
     return target, (f"{now:.0f} {what} at a mean TPOT of {s.tpot_ms.mean:.1f} ms; {how}, so under the "
                     f"{limit_ms:g} ms limit needs at most ~{bound:.0f}; {knob} {target} is the largest listed value there")
+
+
+def sized_rate(cur: Any, values: list[Any], history: History, limit_ms: float | None) -> tuple[Any, str] | None:
+    """Where the arrival rate binds: the listed rate a raise jumps to, beyond the next step. By Little's law the
+    decode batch is r × (decode time per request) = k·r·TPOT (k read off the best station's run), and TPOT is
+    the line a + b·batch, so batch = k·r·a / (1 - k·r·b): the largest listed rate whose batch stays under the
+    station's batch cap and whose TPOT has an even chance under the limit. Needs the line (two batches)."""
+    if not isinstance(cur, (int, float)) or limit_ms is None:
+        return None
+    ref = history.latest_valid(history.best_knobs)
+    if ref is None or ref.summary is None or not ref.summary.tpot_ms.mean:
+        return None
+    ev = ref.evidence or {}
+    line, run = tpot_line(history, history.best_knobs, ref.card.n), num(ev, "decode_running_mean")
+    inst = num(ev, "decode_instances") or 1.0
+    cap = _cap(history.best_knobs, inst)
+    if line is None or not run or not cap:
+        return None
+    k = run / (cur * ref.summary.tpot_ms.mean)
+    sigma = max(line.residual, SIGMA_FLOOR * limit_ms)
+    ups = sorted(v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > cur)
+    best: tuple[Any, float, float] | None = None
+    for r in ups:
+        left = 1.0 - k * r * line.b
+        batch = k * r * line.a / left if left > 0 else math.inf
+        tpot = line.at(batch)
+        if batch > cap or 0.5 * (1.0 + math.erf((limit_ms - tpot) / (sigma * math.sqrt(2.0)))) < 0.5:
+            break
+        best = (r, batch, tpot)
+    if best is None or len(ups) < 2 or best[0] == ups[0]:
+        return None
+    r, batch, tpot = best
+    return r, (f"the rate binds; by Little's law and the TPOT line over {line.points} run(s), r={r:g} runs a decode "
+               f"batch of ~{batch:.0f} at ~{tpot:.1f} ms, under the {limit_ms:g} ms limit: the largest listed rate there")
