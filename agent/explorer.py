@@ -26,7 +26,6 @@ from agent.candidates import CandidateCard, build_card
 from agent.checks import check, estimate, retry_note
 from agent.history import History
 from agent.pairs import build_pair
-from agent.screens import screen_blind, to_confirm
 from agent.value import CLASS_FACTOR, Value
 from core.canonical import canon
 from core.ledger import Interval
@@ -280,9 +279,8 @@ def _card(history: History, space: Space, model: Model, moves: list[tuple[str, i
         return None
     if check(card, history):  # the screen's checks (a known negative, a veto, ...) hold for its re-staging too
         return None
-    blind = screen_blind(card, history) if restage is None else None
-    if restage is not None or blind is not None:
-        card = restage(card) if restage is not None else to_confirm(card, history, blind or "")
+    if restage is not None:
+        card = restage(card)
         if check(card, history):
             return None
     cost = estimate(card, history)

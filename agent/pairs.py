@@ -21,7 +21,6 @@ from agent.diagnosis import LOAD_HEADROOM, Diagnosis
 from agent.history import History
 from agent.rules.base import MoveRule, decode_at_limit, num
 from agent.rules.spec_acceptance import DEFAULT_DRAFT_COST, predicted_gain
-from agent.tpot_fit import fits
 from agent.value import Value, value_of
 from core.knobs import COST_ORDER, catalog
 
@@ -86,16 +85,11 @@ def couplings(history: History, diag: Diagnosis | None) -> list[tuple[str, str, 
     # the station's C (what the pair changes): per decode instance no more than the batch limit, a larger batch
     # cannot be filled by this client
     c, limit, inst = history.best_knobs.get("concurrency"), num(ev, "decode_batch_limit"), num(ev, "decode_instances")
-    # under 10 % headroom the TPOT line fitted from the runs made (agent/tpot_fit.py) may still allow the step
-    line = None if room else fits(history, history.best_knobs | {"concurrency": _up(history, "concurrency"),
-                                                                 "max_num_seqs": _up(history, "max_num_seqs")},
-                                  history.goal.constraints.tpot_mean_ms_lt)
-    if at_limit and (room or line) and isinstance(c, (int, float)) and limit and c / (inst or 1.0) <= limit:
+    if at_limit and room and isinstance(c, (int, float)) and limit and c / (inst or 1.0) <= limit:
         out.append(("concurrency", "max_num_seqs", "client_supply",
                     f"decode batch at its limit (running {ev.get('decode_running_max'):.0f} of {limit:.0f}) and the "
                     f"client cannot fill a larger batch (C={c:g} over {inst or 1.0:.0f} decode instance(s) is no more "
-                    f"than the limit): raising max_num_seqs alone starves, raising C alone queues; move both"
-                    + (f" ({head:.0%} TPOT headroom, but {line})" if line else "")))
+                    f"than the limit): raising max_num_seqs alone starves, raising C alone queues; move both"))
     r = s.request_rate
     if full and room and r and math.isfinite(r) and win.qps >= RATE_BOUND * r:
         out.append(("concurrency", "request_rate", "client_supply",

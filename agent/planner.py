@@ -29,8 +29,6 @@ from agent.recovery import (
 )
 from agent.pairs import coupled, pair_hypothesis
 from agent.plan import Plan
-from agent.screens import screen_blind, to_confirm
-from agent.tpot_fit import sized_down, sized_rate
 from agent.stops import MIN_VALUE, explore_or_stop
 from agent.value import Value, value_of
 from core.station import (
@@ -159,23 +157,15 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
     for knob, values in goal.space().items():
         cur = history.best_knobs.get(knob)
         moves = neighbours(knob, cur, list(values))
-        jump, jdir, said = sized_up(knob, cur, list(values), diag), "up", None
+        jump = sized_up(knob, cur, list(values), diag)
         if jump is not None:
-            said = (f"decode demand ≈ {diag.decode_demand:.0f} requests per instance "  # type: ignore[union-attr]
-                    f"at a limit of {cur}: a limit of {jump} admits it; TPOT rises")
-        elif knob == "request_rate" and diag is not None and diag.client_limit == "request_rate":
-            jump, said = sized_rate(cur, list(values), history, tpot_limit(goal)) or (None, None)
-        else:  # over the TPOT limit: the proportional bound sizes a load cut (agent/tpot_fit.py)
-            jump, said = sized_down(knob, cur, list(values), history, diag and diag.tpot_headroom,
-                                    tpot_limit(goal)) or (None, None)
-            jdir = "down"
-        if jump is not None:
-            moves = [(jdir, jump)] + moves
+            moves = [("up", jump)] + moves
         for direction, new in moves:
             try:
                 over = {}
                 if jump is not None and new == jump:
-                    over["expected_effect"] = said
+                    over["expected_effect"] = (f"decode demand ≈ {diag.decode_demand:.0f} requests per instance "  # type: ignore[union-attr]
+                                               f"at a limit of {cur}: a limit of {jump} admits it; TPOT rises")
                 card = build_card(history.goal_id, goal.scenario, history.best_knobs, knob, new, stage="screen",
                                   n=goal.protocol.screen_n, direction=direction, **over)
             except Exception:  # a knob outside the catalog cannot become a card
@@ -192,9 +182,9 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
                 if floor.value > v.value:
                     v = floor.model_copy(update={"why": floor.why + "; a decode batch cap can keep a gain that crosses "
                                                                     "the TPOT limit"})
-            if jump is not None and direction == jdir and new != jump:
+            if jump is not None and direction == "up" and new != jump:
                 v = v.model_copy(update={"value": round(v.value * SIZED_STEP_DISCOUNT, 6),
-                                         "why": v.why + f"; the evidence sizes a jump to {jump} instead"})
+                                         "why": v.why + f"; the queue sizes a jump to {jump} instead"})
             out.append((card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
                                                 "note": retry_note(card, history)}), v))
     out = coupled(history, diag, restart, out)  # a pair only where the evidence names the coupling
@@ -262,7 +252,7 @@ class DeterministicPlanner:
                 if direct else None)
         for card, v in candidates(history, diag):
             refusals = check(card, history)
-            why_direct = left or _confident(v, history) or screen_blind(card, history)
+            why_direct = left or _confident(v, history)
             if why_direct and not refusals:
                 card = straight_to_confirm(card, history, why_direct)
                 refusals = check(card, history)
@@ -329,7 +319,11 @@ def _confident(v: Value, history: History) -> str | None:
             f"station's N={goal.protocol.confirm_n} run is the comparison")
 
 
-straight_to_confirm = to_confirm  # the screen card re-staged as its confirm (agent/screens.py)
+def straight_to_confirm(card: CandidateCard, history: History, why: str) -> CandidateCard:
+    """The screen card re-staged as its confirm (the same change at confirm N), saying why."""
+    conf = with_stage(card, "confirm", history.goal.protocol.confirm_n)
+    return conf.model_copy(update={"score": card.score, "est_card_hours": round(estimate(conf, history), 4),
+                                   "note": "; ".join(x for x in (card.note, f"straight to confirm N={conf.n}: {why}") if x)})
 
 
 def hot_while_warm(passing: list[tuple[CandidateCard, Value]],

@@ -100,8 +100,6 @@ def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_c
         conf = max(conf, 0.5)
     # A negative on a supported hypothesis separates explanations; on a weak one it tells little.
     rules_out = 0.1 * conf if conf >= OPEN_LOW and not answered else 0.0
-    if rule.tradeoff and not native_missing and (diag is None or diag.tpot_headroom is None or diag.tpot_headroom >= 0):
-        rules_out = 0.0  # less load from a feasible best: its negative rules out only a latency win nobody asked for
     share = cost_card_hours / budget_left if budget_left > 0 else 1.0
     per_hour = restart_card_hours / (restart_card_hours + cost_card_hours) if restart_card_hours else 1.0
     v = (gain * conf + rules_out) * CLASS_FACTOR.get(card.cost_class, 0.4) * per_hour * max(0.0, 1.0 - 0.5 * share)
