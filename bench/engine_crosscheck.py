@@ -64,7 +64,7 @@ def pinned(cpus: str | None) -> list[str]:
     return ["taskset", "-c", cpus] if cpus else []
 
 
-def default_cpus() -> tuple[str | None, str | None]:
+def split_cores() -> tuple[str | None, str | None]:
     """The last allowed core for the server, the others for the clients; unpinned on a one-core machine."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
@@ -153,7 +153,7 @@ def compare(tl: list[dict], vb: list[dict]) -> tuple[list[str], bool]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    server_cpus, client_cpus = default_cpus()
+    server_cpus, client_cpus = split_cores()
     ap.add_argument("--rounds", type=int, default=8, help="rounds of both clients, in ABBA order")
     ap.add_argument("--server-cpus", default=server_cpus, help="cores of `vllm serve` (taskset list; '' = unpinned)")
     ap.add_argument("--client-cpus", default=client_cpus, help="cores of both clients (taskset list; '' = unpinned)")

@@ -18,12 +18,13 @@ Run: .venv/bin/python bench/sim_calibrate.py [--engine sim|llamacpp|vllm] [--n 2
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+from engine_crosscheck import split_cores  # the same split of this machine's cores as the cross-check
 
 SIM_PROFILE = "llama70b-h100-p2d2"
 SIM_CAL = [("chat2k", {"max_num_seqs": 32}), ("chat2k", {"max_num_seqs": 64, "concurrency": 160}),
@@ -75,14 +76,19 @@ def measure_sim(out: Path, n: int) -> tuple[list[tuple[str, dict, Path]], list[t
     return done[0], done[1], truth
 
 
+def run_id(group: int, i: int, station: dict) -> str:
+    """The run's name: its group (calibration or held-out), its index and its knobs."""
+    return f"{'cal' if group == 0 else 'held'}{i}-" + "-".join(f"{a}{b}" for a, b in station.items())
+
+
 def pinned(target: Any, pin: bool) -> Any:
     """The engine on the last core, the load generator on the others (taskset), so the client's own CPU never
     slows the engine it measures; unchanged when `pin` is off or the machine has one core."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if not pin or len(cpus) < 2 or not target.engine_command:
+    server, clients = split_cores()
+    if not pin or server is None or not target.engine_command:
         return target
-    engine = ("taskset", "-c", str(cpus[-1]), *target.engine_command)
-    client = ("taskset", "-c", ",".join(map(str, cpus[:-1])), *target.tuneloop)
+    engine = ("taskset", "-c", server, *target.engine_command)
+    client = ("taskset", "-c", clients, *target.tuneloop)
     return target.model_copy(update={"engine_command": engine, "tuneloop": client})
 
 
@@ -112,7 +118,7 @@ def measure_real(engine: str, out: Path, n: int, limit: int | None = None, pin: 
         for k, group in enumerate((cal, held)):
             for i, st in enumerate(group[:limit]):
                 knobs = common | st
-                rid = f"{'cal' if k == 0 else 'held'}{i}-" + "-".join(f"{a}{b}" for a, b in st.items())
+                rid = run_id(k, i, st)
                 res = ex.run_trial(TrialSpec(run_id=rid, goal_id="bench", target=target, scenario=scenario,
                                              knobs=knobs, stage="screen", n=n, warmup=2))
                 if res.verdict.kind != "valid":
@@ -134,7 +140,7 @@ def reuse(engine: str, out: Path, limit: int | None) -> tuple[list[tuple[str, di
     done: list[list[tuple[str, dict, Path]]] = [[], []]
     for k, group in enumerate((cal, held)):
         for i, st in enumerate(group[:limit]):
-            rid = f"{'cal' if k == 0 else 'held'}{i}-" + "-".join(f"{a}{b}" for a, b in st.items())
+            rid = run_id(k, i, st)
             d = out / "runs" / rid
             if not d.is_dir():
                 raise SystemExit(f"--reuse {out}: {rid} was not measured there ({d} is missing)")

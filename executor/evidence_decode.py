@@ -32,11 +32,15 @@ def _positions(values: dict[str, float]) -> dict[int, float] | None:
     return None
 
 
+def _total(values: dict[str, float], name: str) -> float | None:
+    hits = [v for k, v in values.items() if k == name or k.startswith(name + "{")]
+    return float(sum(hits)) if hits else None
+
+
 def _drafts(values: dict[str, float]) -> float | None:
     for name in DRAFTS:
-        hits = [v for k, v in values.items() if k == name or k.startswith(name + "{")]
-        if hits:
-            return float(sum(hits))
+        if (total := _total(values, name)) is not None:
+            return total
     return None
 
 
@@ -62,11 +66,6 @@ def spec_accept_per_position(samples: Sequence[EngineSample]) -> list[float] | N
     if drafts <= 0:
         return None
     return [max(0.0, a) / drafts for a in acc]
-
-
-def _total(values: dict[str, float], name: str) -> float | None:
-    hits = [v for k, v in values.items() if k == name or k.startswith(name + "{")]
-    return float(sum(hits)) if hits else None
 
 
 def spec_decode_stats(samples: Sequence[EngineSample]) -> dict[str, Any] | None:
