@@ -60,7 +60,7 @@ demo-real: setup $(ENGINE)
 
 
 test: setup services llamacpp vllm sglang-parser
-	. ./.tuneloop-test-env && CI=$${CI:-} $(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
+	. ./.tuneloop-test-env && CI=$${CI:-} $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --durations=15
 
 bench: setup
 	$(BIN)/python bench/sim_speed.py

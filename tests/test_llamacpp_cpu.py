@@ -54,6 +54,8 @@ def test_code_every_start_loads_runs_on_haswell_and_the_scan_sees_avx512(engine)
     assert avx512.get("avx512f", 0) > 1000
     assert foreign_instructions(variants / "libggml-cpu-sapphirerapids.so", HASWELL).get("amx_tile", 0) > 10
     assert foreign_instructions(variants / "libggml-cpu-x64.so", frozenset()) == {}  # baseline x86-64
+    built = {p.name.removeprefix("libggml-cpu-").removesuffix(".so") for p in variants.glob("libggml-cpu-*.so")}
+    assert built == set(llamabuild.CPU_VARIANTS)  # the levels kept, and only those (the build's time depends on it)
 
 
 def test_runs_on_an_emulated_haswell(engine):  # noqa: F811
@@ -85,3 +87,29 @@ def test_cpu_flags_and_the_build_key():
     assert flags == {"fpu", "sse2", "avx", "avx2"}
     assert llamabuild.build_key().startswith(f"llama.cpp-b{llamabuild.BUILD_NUMBER}-")
     assert "-DGGML_NATIVE=OFF" in llamabuild.CMAKE_FLAGS and "-DGGML_CPU_ALL_VARIANTS=ON" in llamabuild.CMAKE_FLAGS
+
+
+def test_the_build_keeps_only_the_listed_cpu_variants(tmp_path):
+    cm = tmp_path / "CMakeLists.txt"
+    x86 = """if (GGML_CPU_ALL_VARIANTS)
+    if (GGML_SYSTEM_ARCH STREQUAL "x86")
+        ggml_add_cpu_backend_variant(x64)
+        ggml_add_cpu_backend_variant(sse42        SSE42)
+        if (NOT MSVC)
+            ggml_add_cpu_backend_variant(ivybridge      SSE42 AVX F16C)
+        endif()
+        ggml_add_cpu_backend_variant(haswell      SSE42 AVX F16C FMA AVX2 BMI2)
+    elseif(GGML_SYSTEM_ARCH STREQUAL "ARM")
+        ggml_add_cpu_backend_variant(x64)
+    endif()
+endif()
+"""
+    cm.write_text(x86)
+    assert llamabuild.keep_cpu_variants(cm, ("x64", "haswell")) == ["sse42", "ivybridge"]
+    text = cm.read_text()
+    assert "sse42" not in text and "ivybridge" not in text and text.count("(x64)") == 2  # other arches untouched
+    assert "haswell      SSE42 AVX F16C FMA AVX2 BMI2)" in text and "if (NOT MSVC)" in text
+    cm.write_text(x86)
+    with pytest.raises(RuntimeError, match=r"no x86 CPU variant \['zen4'\]"):
+        llamabuild.keep_cpu_variants(cm, ("x64", "zen4"))
+    assert cm.read_text() == x86  # nothing written when the source does not match
