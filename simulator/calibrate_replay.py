@@ -176,6 +176,21 @@ class ReplayProblem(Problem):
                              x_scale="jac", method="trf", max_nfev=60)
         return sol
 
+    def solve(self) -> tuple[dict[str, float], dict[str, float | None], np.ndarray, np.ndarray]:
+        """Problem.solve; a coefficient the runs do not identify (standard error above its value: the prefill's
+        attention term when every prompt is a few tokens) keeps the base value, said so, and the rest is refitted."""
+        out = super().solve()
+        p, se = out[0], out[1]
+        weak = [n for n in self.names if se.get(n) is not None and se[n] > p[n]]
+        if weak and len(weak) < len(self.names):
+            for n in weak:
+                self.held[n] = (f"not identified by these runs (± {se[n]:.2g} on {p[n]:.2g} at a first fit): "
+                                f"kept")
+            keep = [i for i, n in enumerate(self.names) if n not in weak]
+            self.names, self.scale = [self.names[i] for i in keep], self.scale[keep]
+            out = super().solve()
+        return out
+
     def per_run(self, r: np.ndarray, role: str) -> dict[str, dict[str, float]]:
         n_p, n_d = len(self.p_dt), len(self.g_obs)
         res, idx = {"prefill": (r[:n_p], self.p_run), "decode": (r[n_p:n_p + n_d], self.g_run),
