@@ -16,6 +16,12 @@ still piecewise (a chunk that no longer fits moves to the next step), so the Jac
 differences of REL_STEP, wide enough to step over single reorderings. Each run's time factor scales all of its
 coefficients (the host's speed that minute, as in the step fit). The per-step rows and the engine's iteration
 series are left out on a mixed engine: their steps carry prompt chunks the rows cannot size.
+
+Uncertainty: the requests of a closed loop share steps, so their rows are not independent and s²·(JᵀJ)⁻¹
+understates the spread (about 2× on the simulator's own runs over seeds); each coefficient reports the larger of
+that and the cluster-robust (sandwich) error over blocks of C consecutive requests per run. A coefficient whose
+error exceeds its value at a first fit (the prefill's attention term when every prompt is a few tokens) keeps the
+base value, said so, and the rest is fitted again.
 """
 from __future__ import annotations
 
@@ -172,9 +178,40 @@ class ReplayProblem(Problem):
     def _fit(self, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Any:
         from scipy.optimize import least_squares
 
-        sol = least_squares(self.residuals, np.clip(x0, lo + 1e-9, hi), jac=self._jac, bounds=(lo, hi),
-                             x_scale="jac", method="trf", max_nfev=60)
-        return sol
+        self._sol = least_squares(self.residuals, np.clip(x0, lo + 1e-9, hi), jac=self._jac, bounds=(lo, hi),
+                                  x_scale="jac", method="trf", max_nfev=60)
+        return self._sol
+
+    def _clusters(self) -> np.ndarray:
+        """Per residual row, its block: the requests of one run sent in the same window of C (a closed loop's
+        neighbours share the steps, so their rows err together); each prior row alone."""
+        out, blocks = [], 0
+        for rows in ("ttft", "dec"):
+            start = 0
+            for rp in self.replays:
+                c = max(1, int(rp.run.info.concurrency))
+                order = {i: j for j, i in enumerate(rp.ids)}
+                ids = rp.ids if rows == "ttft" else rp.dec_ids
+                out.append(start + np.array([order[i] // c for i in ids]))
+                start += len(rp.ids) // c + 1
+            blocks = max(blocks, start)
+        return np.concatenate(out + [blocks + np.arange(len(self.runs))])
+
+    def robust_stderr(self) -> dict[str, float | None]:
+        """Standard errors from the cluster-robust (sandwich) covariance over _clusters: (JᵀJ)⁻¹ Σ_g J_gᵀr_g r_gᵀJ_g
+        (JᵀJ)⁻¹, whose blocks carry the correlation the plain s²·(JᵀJ)⁻¹ misses."""
+        jac, r = self._sol.jac, self._sol.fun
+        g = self._clusters()
+        score = np.zeros((g.max() + 1, jac.shape[1]))
+        np.add.at(score, g, jac * r[:, None])
+        try:
+            inv = np.linalg.inv(jac.T @ jac)
+        except np.linalg.LinAlgError:
+            return {n: None for n in self.names}
+        n_g = len(np.unique(g))
+        cov = inv @ (score.T @ score) @ inv * n_g / max(1, n_g - 1)
+        se = np.sqrt(np.clip(np.diag(cov), 0, None))[:len(self.names)]
+        return {n: float(e * sc) for n, e, sc in zip(self.names, se, self.scale)}
 
     def solve(self) -> tuple[dict[str, float], dict[str, float | None], np.ndarray, np.ndarray]:
         """Problem.solve; a coefficient the runs do not identify (standard error above its value: the prefill's
@@ -189,7 +226,9 @@ class ReplayProblem(Problem):
             keep = [i for i, n in enumerate(self.names) if n not in weak]
             self.names, self.scale = [self.names[i] for i in keep], self.scale[keep]
             out = super().solve()
-        return out
+        robust = self.robust_stderr()  # the larger of the two: rows of a closed loop are not independent
+        se = {n: max(v, robust[n]) if v is not None and robust[n] is not None else v for n, v in out[1].items()}
+        return out[0], se, out[2], out[3]
 
     def per_run(self, r: np.ndarray, role: str) -> dict[str, dict[str, float]]:
         n_p, n_d = len(self.p_dt), len(self.g_obs)
