@@ -63,7 +63,8 @@ def _scenario(name: str, version: int, output_len: int, task: str) -> sc.Scenari
 
 
 def prepare(run: Any, base: Profile) -> Replay:
-    """The run's requests (every finished one, warm-up first, then in schedule order) and measured figures."""
+    """The run's requests (every finished one, warm-up first, then in schedule order) and the formal ones' measured
+    figures."""
     recs = [r for r in rec.read_jsonl(run.path / rec.REQUESTS, RequestRecord) if r.ok and r.chunk_times]
     for r in recs:
         for name in ("t_send", "n_in", "n_out"):
@@ -77,7 +78,7 @@ def prepare(run: Any, base: Profile) -> Replay:
     specs = [sc.RequestSpec(id=r.id, n_in=int(r.n_in), n_out=max(1, int(r.n_out)), prefix_group=None, prefix_len=0)
              for r in warm + formal]
     t0 = formal[0].t_sched
-    rows = warm + formal
+    rows = formal  # the warm-up requests are replayed, not compared: they carry a fresh engine's first-call costs
     multi = [r for r in rows if len(r.chunk_times) >= 2]
     info = run.info
     return Replay(run=run, specs=specs, warmup=len(warm), offsets=[r.t_sched - t0 for r in formal],

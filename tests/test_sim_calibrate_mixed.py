@@ -103,3 +103,39 @@ def test_a_mixed_step_carries_decode_and_prompt_tokens_within_the_budget():
     disagg = truth.model_copy(update={"mixed": False})  # the same engine with prefill apart: chunks slow no decode
     apart = engine.simulate(disagg, B, disagg.knobs(_knobs(4, 512, 8)), n=30, seed=3)
     assert summarize(run.records, run.info).tpot_ms.mean > 1.1 * summarize(apart.records, apart.info).tpot_ms.mean
+
+
+def test_the_vllm_bench_refits_measured_runs_by_replay(tmp_path):
+    """`bench/sim_calibrate.py --engine vllm --reuse DIR` (base vllm-cpu-tiny, a mixed profile) fits by replay:
+    stand-in runs laid out as the real bench leaves them (runs/<run id>/load/, no per-chunk token counts, the
+    client's stamps a little late), from the mixed simulator."""
+    import importlib.util
+    import random
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("bench_sim_calibrate", root / "bench" / "sim_calibrate.py")
+    sys.path.insert(0, str(root / "bench"))
+    try:
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(root / "bench"))
+    prof = profiles.load("vllm-cpu-tiny")
+    assert prof.mixed
+    rng = random.Random(0)
+    for k, group in enumerate((bench.VLLM_CAL, bench.VLLM_HELD)):
+        st = group[0]
+        run = engine.simulate(prof, "vllm-chat", prof.knobs(bench.VLLM_BASE | st), n=24, warmup=2, seed=k)
+        for r in run.records:
+            r.chunk_tokens = None
+            r.chunk_times = sorted(t + rng.uniform(0, 0.002) for t in r.chunk_times)
+        run.info = run.info.model_copy(update={"profile": None})
+        engine.write_run_dir(run, tmp_path / "measured" / "runs" / bench.run_id(k, 0, st) / "load")
+    proc = subprocess.run([sys.executable, str(root / "bench" / "sim_calibrate.py"), "--engine", "vllm", "--reuse",
+                           str(tmp_path / "measured"), "--limit", "1", "--n", "24", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "prefill from replay of the measured arrivals" in proc.stdout and "replay TTFT rows: 24" in proc.stdout
