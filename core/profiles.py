@@ -101,6 +101,11 @@ class Profile(BaseModel):
     noise_run_sigma: float = Field(0.012, ge=0)
     noise_step_sigma: float = Field(0.01, ge=0)
     calibration: dict[str, Any] | None = None  # provenance of fitted coefficients (simulator.calibrate)
+    # one engine per instance that prefills and decodes in the same steps (vLLM, SGLang without disaggregation):
+    # a step carries the running requests' decode tokens and, in the token budget left, chunks of waiting prompts;
+    # its time is t_D + [a chunk in it]·a_P + b_P·Σn + c_P·Σn(ctx + n/2) (simulator.mixed). The prefill role must
+    # then mirror the decode role (the same engines drawn twice); the cards are the decode role's.
+    mixed: bool = False
 
     @model_validator(mode="after")
     def _knobs_in_catalog(self) -> "Profile":
@@ -110,6 +115,9 @@ class Profile(BaseModel):
         for task in ("copy", "chat", "code"):
             if not 0.0 <= self.acceptance.get(task, -1.0) < 1.0:
                 raise ValueError(f"acceptance.{task}: must be given in [0, 1)")
+        if self.mixed and (self.prefill.instances != self.decode.instances or self.prefill.dp != 1):
+            raise ValueError("mixed: the prefill role must have as many instances as the decode role and dp 1 "
+                             "(one engine does both)")
         return self
 
     def knobs(self, overrides: dict[str, Any] | None = None, start: bool = False) -> dict[str, Any]:
@@ -122,6 +130,8 @@ class Profile(BaseModel):
         return base | cat.validate(dict(overrides or {}), engine="sim")
 
     def cards(self, knobs: dict[str, Any]) -> int:
+        if self.mixed:
+            return int(knobs["num_decode_instances"]) * self.decode.cards_per_instance
         return (int(knobs["num_prefill_instances"]) * self.prefill.cards_per_instance
                 + int(knobs["num_decode_instances"]) * self.decode.cards_per_instance)
 

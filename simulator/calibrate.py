@@ -11,7 +11,9 @@ requests that found the prefill idle (prefilled alone: ceil(U / budget) steps ov
 The engine's own iteration statistics add one residual per scrape interval of a busy decode (or mixed) instance:
 the interval's steps (vllm:iteration_tokens_total) at their mean batch predict its length
 (simulator.calibrate_series), so the batch series identifies the decode coefficients even from records that are
-not streamed (a chunk of several steps is left out of the per-step rows).
+not streamed (a chunk of several steps is left out of the per-step rows). A mixed base profile (prefill chunks and
+decode in the same steps: one vLLM instance) is fitted instead by replaying each run's arrivals through the
+simulator inside the residual (simulator.calibrate_replay): there, no step is a pure prefill or decode step.
 
 The shapes are the profile's own (core.profiles): t_D = sched + (a + b·B(k+1) + c·KV)·IF + k(a_draft + b_draft·B),
 t_P = max over DP ranks of a + b·Σn + c·Σ n(ctx + n/2). scipy.optimize.least_squares fits the coefficients as
@@ -329,8 +331,10 @@ class Calibration:
             for n in names:
                 out.append((f"{f.role}.{n}", getattr(cost, n), f.stderr.get(n), f.held.get(n, "fitted")))
             s = self.sched[f.role]
-            out.append((f"{f.role}.sched_s", cost.sched_s, None,
-                        "from the time breakdown (scheduling s / steps)" if s is not None else "kept: no breakdown"))
+            note = "from the time breakdown (scheduling s / steps)" if s is not None else "kept: no breakdown"
+            if self.profile.mixed and f.role == "prefill":
+                note = "kept: a mixed engine's step is scheduled once (decode.sched_s)"
+            out.append((f"{f.role}.sched_s", cost.sched_s, None, note))
         return out
 
 
@@ -338,7 +342,12 @@ def calibrate(run_dirs: list[Path], base: Profile, name: str | None = None) -> C
     if not run_dirs:
         raise CalibrationError("no run directory given")
     runs = [load_run(p, base) for p in run_dirs]
-    prob = Problem(runs, base)
+    if base.mixed:  # prefill and decode share the steps: the runs are replayed (simulator.calibrate_replay)
+        from simulator.calibrate_replay import ReplayProblem
+
+        prob: Problem = ReplayProblem(runs, base)
+    else:
+        prob = Problem(runs, base)
     values, stderr, factors, r = prob.solve()
     fitted = {}
     for role in ("prefill", "decode"):

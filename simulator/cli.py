@@ -143,8 +143,10 @@ def calibrate(
 ) -> None:
     """Fit the profile's step-time coefficients (prefill a/b/c, decode a/b/c, draft costs, scheduling) to measured
     runs by least squares over the per-request records and the engine's own iteration series (metrics.jsonl:
-    vllm:iteration_tokens_total and num_requests_running per scrape interval); print each coefficient with its
-    standard error and the residuals per run."""
+    vllm:iteration_tokens_total and num_requests_running per scrape interval), or, for a mixed base profile (one
+    vLLM instance prefilling and decoding in the same steps), by replaying each run's arrivals through the
+    simulator (TTFT and decode time per request); print each coefficient with its standard error and the
+    residuals per run."""
     import yaml
 
     from core.records import write_atomic
@@ -173,7 +175,9 @@ def calibrate(
         rel = f"± {se / v:.1%}" if se is not None and v else "      "
         typer.echo(f"  {n:18} {v:12.5g} {rel:>9}  {note}")
     typer.echo("residuals per run (relative step time: rms / mean; steps; the engine's iteration series: scrape "
-               "intervals, batch range), run time factor:")
+               "intervals, batch range), run time factor:" if not prof.mixed else
+               "residuals per run (a mixed engine's replay: relative TTFT as prefill, relative decode time as "
+               "decode, per request: rms / mean; requests), run time factor:")
     for p, pr, dr, f in per_run:
         fmt = lambda r: "—" if r is None else f"{r['rms']:.2%} / {r['mean']:+.2%} ({r['steps']})"  # noqa: E731
         sr = res.series.get(p)

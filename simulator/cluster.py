@@ -1,4 +1,5 @@
-"""The simulated PD-disaggregated cluster: one core, driven in virtual time.
+"""The simulated PD-disaggregated cluster (or, with a mixed profile, engines that prefill and decode in the same
+steps: simulator.mixed): one core, driven in virtual time.
 
 Batch mode (`engine.simulate`) and the HTTP server both drive a Cluster: `submit` requests at a
 time, `run_until(t)` to advance, read back first-token / chunk / finish events. Deterministic per seed.
@@ -15,6 +16,7 @@ from core.profiles import Profile
 from core.records import EngineSample, PrefillBatch
 from simulator.decode import DecodeInstance
 from simulator.faults import Faults
+from simulator.mixed import MixedEngine
 from simulator.prefill import PrefillInstance
 from simulator.prefix_cache import PrefixCache
 from simulator.request import SimRequest
@@ -58,7 +60,7 @@ class Cluster:
             PrefillInstance(f"p{i}", profile.prefill.dp, profile.prefill_cost, int(k["max_num_batched_tokens"]),
                             k["max_prefill_reqs"], int(k["long_prefill_token_threshold"]),
                             PrefixCache(profile.prefill_cost.prefix_cache_tokens, bool(k["enable_prefix_caching"])))
-            for i in range(int(k["num_prefill_instances"]))
+            for i in range(int(k["num_decode_instances" if profile.mixed else "num_prefill_instances"]))
         ]
         self.decode = [
             DecodeInstance(f"d{i}", dc, int(k["max_num_seqs"]), kv_cap, spec_k, profile.acceptance[self.task],
@@ -66,6 +68,8 @@ class Cluster:
                            decay=profile.acceptance_decay, layout_seed=i)
             for i in range(int(k["num_decode_instances"]))
         ]
+        self.mixed = [MixedEngine(p, d) for p, d in zip(self.prefill, self.decode)] if profile.mixed else []
+        self._m_pending = [False] * len(self.mixed)
         self.now = 0.0
         self._heap: list[tuple[float, int, str, Any]] = []
         self._seq = 0
@@ -103,7 +107,12 @@ class Cluster:
         inst = self.prefill[i]
         match = 0 if no_cache else inst.cache.match(block_hashes[: (n_in - 1) // 64])
         inst.enqueue(req, n_in - match * 64)
-        if inst.busy_until is None and not self._p_pending[i]:
+        if self.mixed:
+            req.d_inst = i
+            if self.mixed[i].busy_until is None and not self._m_pending[i]:
+                self._m_pending[i] = True
+                self._push(t, "ms", i)
+        elif inst.busy_until is None and not self._p_pending[i]:
             self._p_pending[i] = True
             self._push(t, "ps", i)
         if self.stream:
@@ -155,6 +164,12 @@ class Cluster:
             elif kind == "ds":
                 self._d_pending[x] = False
                 self._decode_start(x, t)
+            elif kind == "ms":
+                self._m_pending[x] = False
+                self._mixed_start(x, t)
+            elif kind == "m":
+                self.finished.extend(self.mixed[x].end_step(t))
+                self._mixed_start(x, t)
         return t0
 
     def _prefill_start(self, i: int, t: float) -> None:
@@ -214,6 +229,15 @@ class Cluster:
         self.finished.extend(self.decode[j].end_step())
         self._decode_start(j, t)
 
+    def _mixed_start(self, i: int, t: float) -> None:
+        m = self.mixed[i]
+        if m.busy_until is not None:
+            return
+        end, done = m.start_step(t, self._noise())
+        self.finished.extend(done)
+        if end is not None:
+            self._push(end, "m", i)
+
     # -- online streaming -------------------------------------------------------------------
     def _stream_events(self, t: float) -> list[Event]:
         out: list[Event] = []
@@ -254,6 +278,8 @@ class Cluster:
     # -- observability ----------------------------------------------------------------------
     def snapshot(self) -> list[tuple[str, str, dict[str, float]]]:
         """(role, instance, Prometheus name -> value) for every instance at the current clock."""
+        if self.mixed:
+            return self._mixed_snapshot()
         out = []
         for i, p in enumerate(self.prefill):
             waiting = p.waiting()
@@ -272,34 +298,54 @@ class Cluster:
                 "sglang:num_prefill_inflight_queue_reqs": float(self._p_inflight[i]),
                 "sglang:cache_hit_rate": p.cache.hits / p.cache.queries if p.cache.queries else 0.0,
             } | {k: v for r, h in enumerate(p.iterations) for k, v in h.series(f'engine="{r}"').items()}))
-        for d in self.decode:
-            steps = d.resident_steps()
-            gen = d.generated_tokens()
-            drafts = steps if d.k else 0
-            accepted = max(0.0, gen - d.success - d.batch - steps) if d.k else 0.0
-            per_pos = {f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}': float(v)
-                       for i, v in enumerate(d.accepted_per_position())}
-            out.append(("decode", d.name, per_pos | d.iterations.series() | {
-                "vllm:num_requests_running": float(d.batch),
-                # vLLM counts requests waiting for remote KV (deferred) in num_requests_waiting too
-                "vllm:num_requests_waiting": float(len(d.waiting) + d.inbound),
-                'vllm:num_requests_waiting_by_reason{reason="capacity"}': float(len(d.waiting)),
-                'vllm:num_requests_waiting_by_reason{reason="deferred"}': float(d.inbound),
-                "vllm:kv_cache_usage_perc": d.kv_usage(),
-                "vllm:num_preemptions_total": 0.0,
-                "vllm:generation_tokens_total": float(gen),
-                "vllm:request_success_total": float(d.success),
-                "vllm:spec_decode_num_drafts_total": float(drafts),
-                "vllm:spec_decode_num_draft_tokens_total": float(drafts * d.k),
-                "vllm:spec_decode_num_accepted_tokens_total": float(accepted),
-                "sglang:num_running_reqs": float(d.batch),
-                "sglang:num_queue_reqs": float(len(d.waiting)),
-                "sglang:token_usage": d.kv_usage(),
-                "sglang:num_decode_prealloc_queue_reqs": float(len(d.waiting)),
-                "sglang:num_decode_transfer_queue_reqs": float(d.inbound),
-                "sglang:spec_accept_length": (1 + accepted / drafts) if drafts else 1.0,
-            }))
+        return out + [("decode", d.name, self._decode_values(d)) for d in self.decode]
+
+    def _mixed_snapshot(self) -> list[tuple[str, str, dict[str, float]]]:
+        """One engine per mixed instance: its decode figures, its prompt counters, running = decoding + prefilling."""
+        out = []
+        for m in self.mixed:
+            p, d = m.p, m.d
+            v = self._decode_values(d)
+            waiting = p.waiting() - m.prefilling() + len(d.waiting)
+            v |= {"vllm:num_requests_running": float(d.batch + m.prefilling()),
+                  "vllm:num_requests_waiting": float(waiting),
+                  'vllm:num_requests_waiting_by_reason{reason="capacity"}': float(waiting),
+                  'vllm:num_requests_waiting_by_reason{reason="deferred"}': 0.0,
+                  "vllm:prefix_cache_queries_total": float(p.cache.queries),
+                  "vllm:prefix_cache_hits_total": float(p.cache.hits),
+                  "vllm:prompt_tokens_total": float(p.prompt_tokens + p.cache.hits),
+                  "sglang:num_running_reqs": float(d.batch + m.prefilling()),
+                  "sglang:num_queue_reqs": float(waiting)}
+            out.append(("mixed", d.name, v))
         return out
+
+    def _decode_values(self, d: DecodeInstance) -> dict[str, float]:
+        steps = d.resident_steps()
+        gen = d.generated_tokens()
+        drafts = steps if d.k else 0
+        accepted = max(0.0, gen - d.success - d.batch - steps) if d.k else 0.0
+        per_pos = {f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}': float(v)
+                   for i, v in enumerate(d.accepted_per_position())}
+        return per_pos | d.iterations.series() | {
+            "vllm:num_requests_running": float(d.batch),
+            # vLLM counts requests waiting for remote KV (deferred) in num_requests_waiting too
+            "vllm:num_requests_waiting": float(len(d.waiting) + d.inbound),
+            'vllm:num_requests_waiting_by_reason{reason="capacity"}': float(len(d.waiting)),
+            'vllm:num_requests_waiting_by_reason{reason="deferred"}': float(d.inbound),
+            "vllm:kv_cache_usage_perc": d.kv_usage(),
+            "vllm:num_preemptions_total": 0.0,
+            "vllm:generation_tokens_total": float(gen),
+            "vllm:request_success_total": float(d.success),
+            "vllm:spec_decode_num_drafts_total": float(drafts),
+            "vllm:spec_decode_num_draft_tokens_total": float(drafts * d.k),
+            "vllm:spec_decode_num_accepted_tokens_total": float(accepted),
+            "sglang:num_running_reqs": float(d.batch),
+            "sglang:num_queue_reqs": float(len(d.waiting)),
+            "sglang:token_usage": d.kv_usage(),
+            "sglang:num_decode_prealloc_queue_reqs": float(len(d.waiting)),
+            "sglang:num_decode_transfer_queue_reqs": float(d.inbound),
+            "sglang:spec_accept_length": (1 + accepted / drafts) if drafts else 1.0,
+        }
 
     def samples(self, t: float) -> list[EngineSample]:
         return [EngineSample(t=t, role=role, instance=name, values=v) for role, name, v in self.snapshot()]

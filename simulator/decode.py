@@ -151,11 +151,12 @@ class DecodeInstance:
     def step_time(self) -> float:
         return self.step_parts()[0]
 
-    def start_step(self, t: float, noise: float) -> float | None:
+    def start_step(self, t: float, noise: float, extra: float = 0.0) -> float | None:
+        """Start a step of the running batch; `extra`: the step's prefill share on a mixed engine (simulator.mixed)."""
         if self.batch == 0:
             return None
         total, core, imb, draft = self.step_parts()
-        dt = total * noise
+        dt = (total + extra) * noise
         self.step_end.append(t + dt)
         self.busy_until = t + dt
         self.busy_s += dt
@@ -169,11 +170,12 @@ class DecodeInstance:
         self.routed += self.batch * (self.k + 1) * self.cost.topk
         return self.busy_until
 
-    def end_step(self) -> list[SimRequest]:
-        """Complete the step in flight; return requests whose last token it carried."""
+    def end_step(self, prompt_tokens: int = 0) -> list[SimRequest]:
+        """Complete the step in flight (with `prompt_tokens` of prefill chunks on a mixed engine); return requests
+        whose last token it carried."""
         self.step += 1
         self.busy_until = None
-        self.iterations.observe(self.batch * self.al)
+        self.iterations.observe(self.batch * self.al + prompt_tokens)
         done: list[SimRequest] = []
         while self._finish and self._finish[0][0] <= self.step:
             _, _, req = heapq.heappop(self._finish)

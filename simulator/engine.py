@@ -49,8 +49,12 @@ def _record(cluster: Cluster, req, spec: sc.RequestSpec, t_sched: float, t_send:
 
 def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any], n: int, warmup: int = 0,
              seed: int = 0, faults: Faults | None = None, arrival: str = "constant",
-             burstiness: float = 1.0) -> SimRun:
-    """One load run in virtual time; raises SimLaunchError / SimHealthError before any request."""
+             burstiness: float = 1.0, requests: list[sc.RequestSpec] | None = None,
+             offsets: list[float] | None = None) -> SimRun:
+    """One load run in virtual time; raises SimLaunchError / SimHealthError before any request.
+
+    A replay (simulator.calibrate_replay) gives the `requests` a measured run sent (its warm-up ones first) instead
+    of the scenario's, and the formal ones' scheduled `offsets` from the first (the measured arrival schedule)."""
     scen = sc.load(scenario) if isinstance(scenario, str) else scenario
     if n < 1:
         raise ValueError(f"n: must be >= 1, got {n}")
@@ -63,7 +67,11 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
     cluster = Cluster(profile, knobs, seed=seed, faults=faults, task=scen.task, stream=False)
     if not cluster.healthy:
         raise SimHealthError("simulated engine never became healthy (fault never_healthy)")
-    specs = sc.generate(scen, n, warmup)
+    specs = sc.generate(scen, n, warmup) if requests is None else list(requests)
+    if requests is not None and len(specs) != n + warmup:
+        raise ValueError(f"requests: {len(specs)} given for n={n} + warmup={warmup}")
+    if offsets is not None and len(offsets) != n:
+        raise ValueError(f"offsets: {len(offsets)} given for n={n}")
     crash_idx = None if faults.crash_at is None else min(n, int(faults.crash_at * n))
     records: list[RequestRecord] = []
     samples: list[EngineSample] = []
@@ -103,7 +111,8 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
         run_phase(specs[:warmup], [0.0] * warmup, True)
     start = state["t"]
     formal = specs[warmup:]
-    ok = run_phase(formal, schedule(n, rate, arrival, burstiness, seed, start), False)
+    times = schedule(n, rate, arrival, burstiness, seed, start) if offsets is None else [start + o for o in offsets]
+    ok = run_phase(formal, times, False)
     crashed = not ok
     end = state["t"]
     samples.extend(cluster.samples(end))

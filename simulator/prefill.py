@@ -49,12 +49,15 @@ class PrefillInstance:
     def has_work(self) -> bool:
         return any(self.queues)
 
-    def _form(self, queue: deque[SimRequest]) -> list[tuple[SimRequest, int]]:
-        """vLLM-style: FCFS, each request takes min(remaining, threshold, budget left), up to the cap."""
-        budget = self.budget
+    def _form(self, queue: deque[SimRequest], budget: int | None = None,
+              cap: int | None = None) -> list[tuple[SimRequest, int]]:
+        """vLLM-style: FCFS, each request takes min(remaining, threshold, budget left), up to the cap (a mixed
+        engine passes the budget its decode tokens left and the sequence slots still free)."""
+        budget = self.budget if budget is None else budget
+        cap = self.cap if cap is None else cap if self.cap is None else min(cap, self.cap)
         batch: list[tuple[SimRequest, int]] = []
         for req in queue:
-            if budget <= 0 or (self.cap is not None and len(batch) >= self.cap):
+            if budget <= 0 or (cap is not None and len(batch) >= cap):
                 break
             if not req.looked_up:
                 req.looked_up = True
