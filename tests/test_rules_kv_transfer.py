@@ -1,6 +1,6 @@
 """The KV-transfer rule reads the transfer evidence (the decode side's hand-over queue), on real simulator runs:
 where most of the decode side's requests wait for their KV, the value model puts more decode instances (more
-links) first, values fewer idle prefill instances, and damps more in flight; where the hand-over queue is empty,
+links, as many as the prefill side's spare time can feed) first, values fewer idle prefill instances, and damps more in flight; where the hand-over queue is empty,
 it leaves the moves alone."""
 from __future__ import annotations
 
@@ -23,8 +23,10 @@ def test_the_transfer_bound_is_seen_in_the_hand_over_queue_and_values_the_links(
     assert hyp.status == "supported" and any("wait for their KV transfer" in e for e in hyp.evidence_for)
     v = _values(h)
     ranked = sorted(v, key=lambda k: -v[k].value)
-    assert ranked[0] == ("num_decode_instances", 3), [(k, v[k].value) for k in ranked]
-    assert "decode instances receive +50% more KV" in v[("num_decode_instances", 3)].why
+    # prefill is ~45 % busy: it can feed about twice the rate, so the decode side is sized to 4 links at once
+    assert ranked[0] == ("num_decode_instances", 4), [(k, v[k].value) for k in ranked]
+    assert "4 decode instances receive +100% more KV" in v[("num_decode_instances", 4)].why
+    assert "the evidence sizes a jump to 4 instead" in v[("num_decode_instances", 3)].why
     assert v[("num_prefill_instances", 3)].value > v[("num_prefill_instances", 5)].value
     assert "more in flight queues at the link" in v[("concurrency", 64)].why
 

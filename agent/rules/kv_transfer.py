@@ -21,6 +21,13 @@ DAMP = 0.5  # a prefill-supply move while the transfer binds keeps this share of
 LOAD_DAMP = 0.25  # more in flight while the transfer binds only lengthens the queue at the link
 PREFILL_KNOBS = ("max_prefill_reqs", "max_num_batched_tokens", "chunked_prefill_size", "num_prefill_instances")
 LOAD_KNOBS = ("concurrency", "request_rate")
+PREFILL_FULL = 1.0  # the prefill side busy all the time: past that it, not the links, binds
+
+
+def _spare(diag: Any) -> float | None:
+    """How many times the present rate the prefill side could supply (busy share up to PREFILL_FULL)."""
+    busy = diag.prefill_busy
+    return PREFILL_FULL / busy if busy else None
 
 
 def transfer_wait(ev: dict[str, Any]) -> tuple[float, str] | None:
@@ -78,9 +85,14 @@ def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjuste
     old, new = change.old, change.new
     if knob == "num_decode_instances" and up and isinstance(old, (int, float)) and old > 0 \
             and isinstance(new, (int, float)):
-        more = (new - old) / old  # each decode instance receives at its link's rate
-        return Adjusted(max(conf, lik), max(gain, more), f" (the KV transfer binds, {lik:.2f}: {new:g} decode "
-                                                         f"instances receive {more:+.0%} more KV)")
+        more, spare = (new - old) / old, _spare(diag)  # each decode instance receives at its link's rate
+        capped = more if spare is None else min(more, spare - 1.0)  # until the prefill side binds
+        if capped <= 0:
+            return None
+        return Adjusted(max(conf, lik), max(gain, capped), f" (the KV transfer binds, {lik:.2f}: {new:g} decode "
+                                                           f"instances receive {capped:+.0%} more KV"
+                                                           + (f", as far as prefill keeps up" if capped < more else "")
+                                                           + ")")
     if knob == "num_prefill_instances" and not up and isinstance(old, (int, float)) and old > 1 \
             and isinstance(new, (int, float)) and diag.prefill_busy is not None:
         freed = (old - new) / old  # the prefill side's cards, while it waits on the link
@@ -92,12 +104,32 @@ def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjuste
     return None
 
 
+def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[str, Any, str] | None:
+    """While the transfer binds: the decode side grown to what the prefill side can feed. The rate scales with
+    the decode links, so prefill's busy share scales with it; the jump is the largest listed decode instance
+    count whose prefill stays within PREFILL_FULL busy, when that is beyond the next step."""
+    if knob != "num_decode_instances" or diag is None or not isinstance(cur, (int, float)) or cur <= 0 \
+            or diag.likelihood("kv_transfer") < SUPPORTED or diag.transfer_wait is None \
+            or diag.transfer_wait < WAIT_BOUND:
+        return None
+    spare = _spare(diag)
+    ups = sorted(v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > cur)
+    if spare is None or len(ups) < 2:
+        return None
+    target = max((v for v in ups if v <= cur * spare), default=None)
+    if target is None or target == ups[0]:
+        return None
+    return "up", target, (f"{diag.transfer_wait:.0%} of the decode side's requests wait for their KV and prefill is "
+                          f"{diag.prefill_busy:.0%} busy: {target:g} decode links receive what prefill can send "
+                          f"(up to {spare:.1f}x the rate); higher output tok/s per card")
+
+
 RULE = Rule(
     name="kv_transfer",
     prompt=("kv_transfer: most decode-side requests waiting for their KV (the hand-over queue) or a large "
             "communication share means the P->D KV transfer binds: more prefill supply or more in flight only "
             "queue at the link; shift the P/D split to the links (more decode instances, fewer idle prefill)."),
-    score=score, value=value,
+    score=score, value=value, sized=sized,
     moves={
         ("num_prefill_instances", "down"): MoveRule(
             hypotheses=("kv_transfer",), gain=0.05,
