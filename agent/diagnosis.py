@@ -16,6 +16,7 @@ from agent.rules.base import OPEN_LOW, SUPPORTED, Ctx, Hypothesis, decode_at_lim
 from agent.rules.client_supply import client_limit
 from agent.rules.decode_capacity import decode_demand
 from agent.rules.expert_imbalance import imbalance_loss
+from agent.rules.kv_transfer import transfer_wait
 from agent.rules.latency_bound import headroom as latency_headroom
 from agent.rules.load_headroom import LOAD_HEADROOM
 from agent.rules.prefill_supply import BUDGET_FULL, CAP_FULL, prefill_limit
@@ -51,6 +52,8 @@ class Diagnosis(BaseModel):
     spec_positions: list[float] | None = None  # acceptance per draft position (share of drafts)
     draft_cost: float | None = None  # one draft position's time relative to a decode step (breakdown draft_s)
     imbalance_loss: float | None = None  # share of device time lost to expert imbalance
+    transfer_wait: float | None = None  # share of the decode side's requests waiting for their KV transfer
+    prefill_busy: float | None = None  # busy share of the prefill instances' time (breakdown)
 
     def get(self, name: str) -> Hypothesis:
         return next(h for h in self.hypotheses if h.name == name)
@@ -106,4 +109,10 @@ def diagnose(summary: Summary | None, evidence: dict[str, Any], tpot_limit_ms: f
     return Diagnosis(hypotheses=hyps, propose_profile=profile, profile_reason=why, tpot_headroom=head,
                      prefill_limit=limit, prefill_limit_why=limit_why, prefill_budget_fill=fill, client_limit=client,
                      client_limit_why=client_why, decode_demand=decode_demand(ev), spec_positions=positions(ev),
-                     draft_cost=draft_cost(ev, k), imbalance_loss=imbalance_loss(ev)[0])
+                     draft_cost=draft_cost(ev, k), imbalance_loss=imbalance_loss(ev)[0],
+                     transfer_wait=(transfer_wait(ev) or (None,))[0], prefill_busy=_busy(ev, "prefill"))
+
+
+def _busy(ev: dict[str, Any], role: str) -> float | None:
+    d = (ev.get("breakdown") or {}).get(role)
+    return num(d, "busy_share") if isinstance(d, dict) else None

@@ -26,6 +26,7 @@ from agent.candidates import CandidateCard, build_card
 from agent.checks import check, estimate, retry_note
 from agent.history import History
 from agent.pairs import build_pair
+from agent.screens import load_unchanged, screen_blind, to_confirm
 from agent.value import CLASS_FACTOR, Value
 from core.canonical import canon
 from core.ledger import Interval
@@ -277,10 +278,11 @@ def _card(history: History, space: Space, model: Model, moves: list[tuple[str, i
                 f"expects {pred.ei_pct:.2f} % from moving {named[0][0]} and {named[1][0]} together"))
     except Exception:  # a knob outside the catalog cannot become a card
         return None
-    if check(card, history):  # the screen's checks (a known negative, a veto, ...) hold for its re-staging too
-        return None
-    if restage is not None:
-        card = restage(card)
+    if check(card, history) or load_unchanged(card, goal.protocol.confirm_n):  # the screen's checks (a known
+        return None  # negative, a veto, ...) hold for its re-staging too; a change no N can see is no experiment
+    blind = screen_blind(card, history, pred.ei / pred.base if pred.base > 0 else None) if restage is None else None
+    if restage is not None or blind is not None:
+        card = restage(card) if restage is not None else to_confirm(card, history, blind or "")
         if check(card, history):
             return None
     cost = estimate(card, history)

@@ -5,7 +5,8 @@ either change alone cannot win: the client cannot fill a larger batch (C per dec
 batch limit) while the decode batch sits at its limit (raising max_num_seqs alone starves, raising C alone only queues: move both); the sender's rate and its
 concurrency cap bind together (QPS ≈ r and in flight ≈ C: either alone is held by the other); or the acceptance
 model values a wider draft while the decode batch is held at its limit or by TPOT (a wider draft raises tokens per
-step and lowers TPOT per token: the decode batch must move with it). Load pairs need TPOT headroom. The card names that coupling and its
+step and lowers TPOT per token: the decode batch must move with it). Load pairs need TPOT headroom (10 %, or a
+fitted TPOT line that gives the step a fair chance: agent/rules/load_headroom.py). The card names that coupling and its
 evidence (`coupling`), costs its dearer change's class, and passes the same checks as a one-change card (a known
 negative or a veto of either change refuses the pair; its parent is the best station). The explorer's pair
 (agent/explorer.py) comes from the same builder.
@@ -20,6 +21,7 @@ from agent.checks import estimate, retry_note
 from agent.diagnosis import LOAD_HEADROOM, Diagnosis
 from agent.history import History
 from agent.rules.base import MoveRule, decode_at_limit, num
+from agent.rules.load_headroom import room_for
 from agent.rules.spec_acceptance import DEFAULT_DRAFT_COST, predicted_gain
 from agent.value import Value, value_of
 from core.knobs import COST_ORDER, catalog
@@ -85,11 +87,15 @@ def couplings(history: History, diag: Diagnosis | None) -> list[tuple[str, str, 
     # the station's C (what the pair changes): per decode instance no more than the batch limit, a larger batch
     # cannot be filled by this client
     c, limit, inst = history.best_knobs.get("concurrency"), num(ev, "decode_batch_limit"), num(ev, "decode_instances")
-    if at_limit and room and isinstance(c, (int, float)) and limit and c / (inst or 1.0) <= limit:
+    # under 10 % headroom the TPOT line fitted from the runs made may still give the step a fair chance
+    fit, line = room_for(history, head, history.best_knobs | {"concurrency": _up(history, "concurrency"),
+                                                              "max_num_seqs": _up(history, "max_num_seqs")})
+    if at_limit and fit and isinstance(c, (int, float)) and limit and c / (inst or 1.0) <= limit:
         out.append(("concurrency", "max_num_seqs", "client_supply",
                     f"decode batch at its limit (running {ev.get('decode_running_max'):.0f} of {limit:.0f}) and the "
                     f"client cannot fill a larger batch (C={c:g} over {inst or 1.0:.0f} decode instance(s) is no more "
-                    f"than the limit): raising max_num_seqs alone starves, raising C alone queues; move both"))
+                    f"than the limit): raising max_num_seqs alone starves, raising C alone queues; move both"
+                    + (f" ({line})" if line else "")))
     r = s.request_rate
     if full and room and r and math.isfinite(r) and win.qps >= RATE_BOUND * r:
         out.append(("concurrency", "request_rate", "client_supply",

@@ -29,6 +29,8 @@ from agent.recovery import (
 )
 from agent.pairs import coupled, pair_hypothesis
 from agent.plan import Plan
+from agent.rules import RULES
+from agent.screens import load_unchanged, screen_blind, to_confirm
 from agent.stops import MIN_VALUE, explore_or_stop
 from agent.value import Value, value_of
 from core.station import (
@@ -131,19 +133,18 @@ def _native_missing(history: History) -> bool:
         and ref.summary.native is None
 
 
-SIZED_STEP_DISCOUNT = 0.8  # the one-step move when the queue sizes a bigger one: same hypothesis, less of the gap
+SIZED_STEP_DISCOUNT = 0.8  # the one-step move when the evidence sizes a bigger one: same hypothesis, less of the gap
 
 
-def sized_up(knob: str, cur, values: list, diag: Diagnosis | None):  # type: ignore[no-untyped-def]
-    """The listed value the evidence sizes an 'up' move to, when that is beyond the next step: the decode batch
-    limit raised to the demand the queue shows (running + waiting per instance), as an engineer would."""
-    if knob != "max_num_seqs" or diag is None or diag.decode_demand is None or cur is None:
-        return None
-    ups = sorted(v for v in values if v is not None and v > cur)
-    if len(ups) < 2:
-        return None
-    target = next((v for v in ups if v >= diag.decode_demand), ups[-1])
-    return target if target != ups[0] else None
+def sized_jumps(knob: str, cur, values: list, history: History, diag: Diagnosis | None) -> dict[str, tuple]:  # type: ignore[no-untyped-def]
+    """The jumps the rules' evidence sizes for one knob, by direction: (value, expected effect in words). Each
+    rule sizes its own moves (agent/rules/<hypothesis>.py `sized`); the first rule to size a direction wins."""
+    out: dict[str, tuple] = {}
+    for r in RULES:
+        got = r.sized(knob, cur, values, history, diag) if r.sized is not None else None
+        if got is not None and got[0] not in out:
+            out[got[0]] = (got[1], got[2])
+    return out
 
 
 def candidates(history: History, diag: Diagnosis | None) -> list[tuple[CandidateCard, Value]]:
@@ -157,18 +158,19 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
     for knob, values in goal.space().items():
         cur = history.best_knobs.get(knob)
         moves = neighbours(knob, cur, list(values))
-        jump = sized_up(knob, cur, list(values), diag)
-        if jump is not None:
-            moves = [("up", jump)] + moves
+        jumps = sized_jumps(knob, cur, list(values), history, diag)
+        moves = [(d, j[0]) for d, j in jumps.items()] + moves
         for direction, new in moves:
+            jump = jumps.get(direction)
             try:
                 over = {}
-                if jump is not None and new == jump:
-                    over["expected_effect"] = (f"decode demand ≈ {diag.decode_demand:.0f} requests per instance "  # type: ignore[union-attr]
-                                               f"at a limit of {cur}: a limit of {jump} admits it; TPOT rises")
+                if jump is not None and new == jump[0]:
+                    over["expected_effect"] = jump[1]
                 card = build_card(history.goal_id, goal.scenario, history.best_knobs, knob, new, stage="screen",
                                   n=goal.protocol.screen_n, direction=direction, **over)
             except Exception:  # a knob outside the catalog cannot become a card
+                continue
+            if load_unchanged(card, goal.protocol.confirm_n):  # not even the confirm could see it
                 continue
             cost = estimate(card, history)
             v = value_of(card, rule_for(knob, direction), diag, cost, history.budget_left_card_hours, native_missing,
@@ -182,9 +184,9 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
                 if floor.value > v.value:
                     v = floor.model_copy(update={"why": floor.why + "; a decode batch cap can keep a gain that crosses "
                                                                     "the TPOT limit"})
-            if jump is not None and direction == "up" and new != jump:
+            if jump is not None and new != jump[0]:
                 v = v.model_copy(update={"value": round(v.value * SIZED_STEP_DISCOUNT, 6),
-                                         "why": v.why + f"; the queue sizes a jump to {jump} instead"})
+                                         "why": v.why + f"; the evidence sizes a jump to {jump[0]} instead"})
             out.append((card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
                                                 "note": retry_note(card, history)}), v))
     out = coupled(history, diag, restart, out)  # a pair only where the evidence names the coupling
@@ -252,7 +254,7 @@ class DeterministicPlanner:
                 if direct else None)
         for card, v in candidates(history, diag):
             refusals = check(card, history)
-            why_direct = left or _confident(v, history)
+            why_direct = left or _confident(v, history) or screen_blind(card, history, v.gain)
             if why_direct and not refusals:
                 card = straight_to_confirm(card, history, why_direct)
                 refusals = check(card, history)
@@ -319,11 +321,7 @@ def _confident(v: Value, history: History) -> str | None:
             f"station's N={goal.protocol.confirm_n} run is the comparison")
 
 
-def straight_to_confirm(card: CandidateCard, history: History, why: str) -> CandidateCard:
-    """The screen card re-staged as its confirm (the same change at confirm N), saying why."""
-    conf = with_stage(card, "confirm", history.goal.protocol.confirm_n)
-    return conf.model_copy(update={"score": card.score, "est_card_hours": round(estimate(conf, history), 4),
-                                   "note": "; ".join(x for x in (card.note, f"straight to confirm N={conf.n}: {why}") if x)})
+straight_to_confirm = to_confirm  # the screen card re-staged as its confirm (agent/screens.py)
 
 
 def hot_while_warm(passing: list[tuple[CandidateCard, Value]],

@@ -73,7 +73,9 @@ def test_rejecting_everything_ends_with_nothing_left_that_was_not_rejected(tmp_p
     process and the CLI; a deny of the authorisation table ends the same way)."""
     import yaml
 
-    g = small_goal("all-vetoed", experiments=4)
+    # N = 160 (confirm 180): a screen holds up to 160 requests in flight, so C 90 and C 160 both change the load
+    # (at N = 40 neither C would: such a move is no candidate, agent/screens.py)
+    g = small_goal("all-vetoed", experiments=4, n=160)
     g["search_space"] = {"concurrency": [90, 128, 160]}
     goal = tmp_path / "goal.yaml"
     goal.write_text(yaml.safe_dump(g))

@@ -99,7 +99,9 @@ def test_a_deny_of_the_authorisation_table_is_remembered_and_the_run_ends(tmp_pa
     process ends by itself (it used to re-propose the denied card forever)."""
     import yaml
 
-    g = small_goal("deny-restart", ask=False, experiments=4)
+    # five experiments: the two references, the hot rate move's screen and confirm (the planner's first hot
+    # move on the warm start), then the restart card, which the table denies
+    g = small_goal("deny-restart", ask=False, experiments=5)
     g["authorisation"]["restart"] = "deny"
     goal = tmp_path / "goal.yaml"
     goal.write_text(yaml.safe_dump(g))

@@ -66,6 +66,9 @@ class Adjusted:
 
 
 ValueModel = Callable[[Any, bool, Any, float, float], Adjusted | None]  # (change, up, diagnosis, conf, gain)
+# a jump the rule's evidence sizes for one knob, beyond the next listed value: (knob, current value, listed
+# values, history, diagnosis) -> (direction, value, expected effect in words), or None
+SizedMove = Callable[[str, Any, list, Any, Any], "tuple[str, Any, str] | None"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class Rule:
     score: Callable[[Ctx], Hypothesis]
     moves: dict[tuple[str, str], MoveRule] = field(default_factory=dict)
     value: ValueModel | None = None
+    sized: SizedMove | None = None  # where the evidence sizes a move's step (a jump), not only its direction
     # a throughput explanation a profile capture can tell apart from the others (latency and load are about
     # the offered load; KV capacity is read directly off the KV usage)
     separable: bool = True

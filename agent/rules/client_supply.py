@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from agent.rules.base import Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp, num
+from agent.tpot_fit import sized_rate
 from core.summary import Summary
 
 NOT_BINDING = 0.25  # a higher C while r holds the load down (or a higher r while C does) changes nothing in flight
@@ -62,11 +63,20 @@ def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjuste
     return None
 
 
+def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[str, Any, str] | None:
+    """Where the arrival rate binds: a raise of r sized by Little's law along the fitted TPOT line
+    (agent/tpot_fit.py), not the next listed rate."""
+    if knob != "request_rate" or diag is None or diag.client_limit != "request_rate":
+        return None
+    got = sized_rate(cur, values, history, history.goal.constraints.tpot_mean_ms_lt)
+    return None if got is None else ("up", got[0], got[1])
+
+
 RULE = Rule(
     name="client_supply",
     prompt=("client_supply: achieved concurrency far below C points at the client; QPS ≈ r with free slots means r "
             "binds (raise r, not C); in flight ≈ C means C binds (raise C, not r)."),
-    score=score, value=value,
+    score=score, value=value, sized=sized,
     moves={
         ("request_rate", "up"): MoveRule(
             hypotheses=("client_supply",), gain=0.15,

@@ -48,11 +48,26 @@ def decode_demand(ev: dict[str, Any]) -> float | None:
     return run_mean + waiting / max(inst, 1.0)
 
 
+def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[str, Any, str] | None:
+    """The decode batch limit raised to the demand the queue shows (running + waiting per instance), as an
+    engineer would, when that is beyond the next listed value."""
+    if knob != "max_num_seqs" or diag is None or diag.decode_demand is None or cur is None:
+        return None
+    ups = sorted(v for v in values if v is not None and v > cur)
+    if len(ups) < 2:
+        return None
+    target = next((v for v in ups if v >= diag.decode_demand), ups[-1])
+    if target == ups[0]:
+        return None
+    return "up", target, (f"decode demand ≈ {diag.decode_demand:.0f} requests per instance at a limit of {cur}: "
+                          f"a limit of {target} admits it; TPOT rises")
+
+
 RULE = Rule(
     name="decode_capacity",
     prompt=("decode_capacity: decode running at its batch limit with waiting requests; the queue (running + "
             "waiting per instance) sizes the new limit."),
-    score=score,
+    score=score, sized=sized,
     moves={
         ("num_decode_instances", "up"): MoveRule(
             hypotheses=("decode_capacity",), gain=0.25,

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.rules.base import Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp
+from agent.tpot_fit import sized_down
 
 FEASIBLE_GAIN = 0.3  # a move that may bring an infeasible best inside the TPOT limit: feasibility is the gain
 FEASIBLE_CONFIDENCE = 0.7
@@ -38,11 +39,20 @@ def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjuste
                     f" (mean TPOT {-diag.tpot_headroom:.0%} over its limit: feasibility first)")
 
 
+def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[str, Any, str] | None:
+    """While the best station breaks its TPOT limit: a cut of C or max_num_seqs sized along the latency (the
+    proportional bound, then the fitted TPOT line: agent/tpot_fit.py), not a fixed step."""
+    if diag is None:
+        return None
+    got = sized_down(knob, cur, values, history, diag.tpot_headroom, history.goal.constraints.tpot_mean_ms_lt)
+    return None if got is None else ("down", got[0], got[1])
+
+
 RULE = Rule(
     name="latency_bound",
     prompt=("latency_bound: mean TPOT at or over its limit: get feasible first (fewer requests in flight, a decode "
             "batch cap); trade-offs are results, kept on the frontier."),
-    score=score, value=value, separable=False,
+    score=score, value=value, separable=False, sized=sized,
     moves={
         ("concurrency", "down"): MoveRule(
             hypotheses=("latency_bound",), gain=0.03, tradeoff=True,

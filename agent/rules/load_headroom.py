@@ -2,7 +2,10 @@
 absorbs every request the client allows, decode runs below its batch limit, and no queue forms inside."""
 from __future__ import annotations
 
+from typing import Any
+
 from agent.rules.base import Ctx, Hypothesis, MoveRule, Rule, clamp, decode_full, num
+from agent.tpot_fit import fits
 
 LOAD_HEADROOM = 0.1  # TPOT at least this far under its limit leaves room for a bigger decode batch
 
@@ -45,6 +48,16 @@ def score(ctx: Ctx) -> Hypothesis:
             pfor.append(f"decode batch peaks at {run_max:.0f} of a {limit:.0f} limit: room to batch more")
             sc += 0.1
     return Hypothesis(name="load_headroom", likelihood=clamp(sc), evidence_for=pfor, evidence_against=pagainst)
+
+
+def room_for(history: Any, head: float | None, target: dict[str, Any]) -> tuple[bool, str | None]:
+    """Whether a load raise to `target` (a coupled C + max_num_seqs step of the best station) has room under the
+    TPOT limit: 10 % headroom, or, under that, a TPOT line fitted from the runs made (agent/tpot_fit.py) that
+    gives it a fair chance of staying under the limit (then the line's words)."""
+    if head is None or head >= LOAD_HEADROOM:
+        return True, None
+    line = fits(history, target, history.goal.constraints.tpot_mean_ms_lt)
+    return line is not None, (f"{head:.0%} TPOT headroom, but {line}" if line else None)
 
 
 RULE = Rule(

@@ -1,0 +1,99 @@
+"""Load steps by a TPOT line (agent/tpot_fit.py) and screens that cannot see a load change (agent/screens.py), on
+real simulator evidence of the bench's library profiles: over its TPOT limit the start's load cut is sized by the
+proportional bound and, once two batches are measured, by the fitted line; a C + max_num_seqs pair under 10 %
+headroom runs only when the line gives it a fair chance; a screen whose N holds the same load either way goes
+straight to confirm N, and its card passes the same checks."""
+from __future__ import annotations
+
+from agent.candidates import build_card
+from agent.checks import check
+from agent.planner import candidates, diagnosis_for
+from agent.screens import screen_blind, to_confirm
+from agent.tpot_fit import predicted_tpot, sized_down, tpot_line
+from tests.rules_support import measure, measured_start
+
+ABOVE = "llama33-70b-910b-above-slo"  # starts at ~54 ms against a 40 ms limit, decode batch ~180
+MTP = "deepseek-v3-910c-wider-mtp-wins"
+
+
+def _at_confirm(tmp_path, case, **start):
+    h = measured_start(tmp_path, case, n=640, **start)
+    return h, h.goal.constraints.tpot_mean_ms_lt
+
+
+def test_over_the_limit_the_load_cut_is_sized_by_the_proportional_bound_then_by_the_line(tmp_path):
+    h, limit = _at_confirm(tmp_path, ABOVE)
+    head = diagnosis_for(h).tpot_headroom
+    assert head < 0
+    space = h.goal.space()
+    jump, why = sized_down("concurrency", 256, list(space["concurrency"]), h, head, limit)
+    assert jump == 128 and "TPOT falls at most in proportion" in why  # 180 × 40 / 54 ≈ 133: 128 is listed
+    assert sized_down("concurrency", 256, list(space["concurrency"]), h, 0.05, limit) is None  # feasible: no jump
+    cards = {(c.change.knob, c.change.new): v for c, v in candidates(h, diagnosis_for(h)) if c.also is None}
+    assert cards[("concurrency", 128)].value > cards[("concurrency", 192)].value  # the step is discounted
+    assert "sizes a jump to 128" in cards[("concurrency", 192)].why
+    # the cut ran and was still over the limit: two batches now give a line, and it sizes the next cut
+    cut = build_card("g1", h.goal.scenario, h.best_knobs, "concurrency", 128, stage="confirm", n=640)
+    h2 = h.model_copy(update={"outcomes": h.outcomes + [measure(tmp_path, h.goal, cut, "negative")]})
+    line = tpot_line(h2, h2.best_knobs, 640)
+    assert line is not None and line.points == 2 and line.b > 0
+    jump, why = sized_down("concurrency", 256, list(space["concurrency"]), h2, head, limit)
+    assert jump == 96 and "the TPOT line over 2 run(s)" in why
+
+
+def test_a_load_pair_under_ten_percent_headroom_runs_only_where_the_line_allows_it(tmp_path):
+    # k 3 at C = max_num_seqs = 160 and 192: 9 % headroom at 192; the line gives 224 a fair chance
+    h, limit = _at_confirm(tmp_path, MTP, num_speculative_tokens=3, max_num_seqs=160, concurrency=160)
+    knobs = h.best_knobs | {"max_num_seqs": 192, "concurrency": 192}
+    o = measure(tmp_path, h.goal, build_card("g1", h.goal.scenario, {**knobs, "concurrency": 160}, "concurrency", 192,
+                                             stage="confirm", n=640), "new_best")
+    h2 = h.model_copy(update={"outcomes": h.outcomes + [o], "best_knobs": knobs})
+    assert 0 < diagnosis_for(h2).tpot_headroom < 0.1
+    tpot, ok, words = predicted_tpot(h2, knobs | {"max_num_seqs": 224, "concurrency": 256}, limit)
+    assert ok and "chance under the 20 ms limit" in words
+    pairs = [c for c, _ in candidates(h2, diagnosis_for(h2)) if c.also is not None and c.hypothesis == "client_supply"]
+    assert pairs and "the TPOT line over 2 run(s)" in pairs[0].coupling, [c.coupling for c in pairs]
+    assert not check(pairs[0], h2)
+    _, ok, _ = predicted_tpot(h2, knobs | {"max_num_seqs": 512, "concurrency": 512}, limit)
+    assert not ok  # far past the limit on the line
+
+
+def test_a_screen_that_holds_the_same_load_either_way_goes_straight_to_confirm(tmp_path):
+    h = measured_start(tmp_path, MTP, concurrency=320, max_num_seqs=384)  # N = 320 = C: every request in flight
+    card = build_card("g1", h.goal.scenario, h.best_knobs, "concurrency", 384, stage="screen", n=320)
+    assert screen_blind(card, h) is None  # no confirm-N run of the parent to compare a confirm with
+    ref = build_card("g1", h.goal.scenario, h.best_knobs, None, None, stage="baseline", n=640)
+    h2 = h.model_copy(update={"outcomes": h.outcomes + [measure(tmp_path, h.goal, ref, "reference")]})
+    why = screen_blind(card, h2)
+    assert why is not None and "holds at most 320 request(s) in flight" in why
+    conf = to_confirm(card, h2, why)
+    assert conf.stage == "confirm" and conf.n == 640 and "straight to confirm N=640" in conf.note
+    assert not check(conf, h2)
+    other = build_card("g1", h.goal.scenario, h.best_knobs, "num_speculative_tokens", 2, stage="screen", n=320)
+    assert screen_blind(other, h2) is None  # not a load change: the screen sees it
+    lower = build_card("g1", h.goal.scenario, h.best_knobs, "concurrency", 256, stage="screen", n=320)
+    assert screen_blind(lower, h2) is None  # 256 < 320 in flight: the screen sees the cut
+
+
+def test_a_screen_that_deploys_too_little_of_a_load_change_to_see_its_effect_goes_straight_to_confirm(tmp_path):
+    h = measured_start(tmp_path, MTP, concurrency=256, max_num_seqs=384)
+    ref = build_card("g1", h.goal.scenario, h.best_knobs, None, None, stage="baseline", n=640)
+    h2 = h.model_copy(update={"outcomes": h.outcomes + [measure(tmp_path, h.goal, ref, "reference")]})
+    card = build_card("g1", h.goal.scenario, h.best_knobs, "concurrency", 384, stage="screen", n=320)
+    # over 8 decode instances: at N = 320 the batch moves 32 -> 40 per instance, at the confirm's 640 32 -> 48,
+    # so the screen deploys half the change and an expected 3 % shows as 1.5 %
+    why = screen_blind(card, h2, gain=0.03)
+    assert why is not None and "deploys 50% of the load change" in why and "inside the screen's 2% noise" in why, why
+    assert screen_blind(card, h2, gain=0.2) is None  # a large expected effect still shows at the screen's N
+    assert screen_blind(card, h2) is None  # without an expected effect only an invisible change is blind
+
+
+def test_a_load_change_that_no_n_can_see_is_no_candidate(tmp_path):
+    from agent.screens import load_unchanged
+    h = measured_start(tmp_path, ABOVE, concurrency=96)
+    same = build_card("g1", h.goal.scenario, h.best_knobs, "max_num_seqs", 192, stage="confirm", n=640)
+    assert load_unchanged(same, 640) is not None  # max_num_seqs 256 -> 192 above C = 96 never binds
+    cut = build_card("g1", h.goal.scenario, h.best_knobs, "max_num_seqs", 64, stage="confirm", n=640)
+    assert load_unchanged(cut, 640) is None
+    moves = {(c.change.knob, c.change.new) for c, _ in candidates(h, diagnosis_for(h)) if c.also is None}
+    assert ("max_num_seqs", 192) not in moves and ("concurrency", 128) in moves
