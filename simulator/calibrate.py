@@ -343,9 +343,7 @@ def calibrate(run_dirs: list[Path], base: Profile, name: str | None = None) -> C
         raise CalibrationError("no run directory given")
     runs = [load_run(p, base) for p in run_dirs]
     if base.mixed:  # prefill and decode share the steps: the runs are replayed (simulator.calibrate_replay)
-        from simulator.calibrate_replay import ReplayProblem
-
-        prob: Problem = ReplayProblem(runs, base)
+        prob: Problem = _replay.ReplayProblem(runs, base)
     else:
         prob = Problem(runs, base)
     values, stderr, factors, r = prob.solve()
@@ -383,3 +381,8 @@ def base_profile(run_dirs: list[Path], name: str | None) -> Profile:
                 if prof:
                     return profiles.load(prof)
     raise CalibrationError("--base: the runs do not name a simulator profile; give the profile to start from")
+
+
+# The replay problem subclasses Problem, and simulator.calibrate_replay imports this module for it: it is imported
+# once Problem exists, and used by module (either module may be imported first).
+from simulator import calibrate_replay as _replay  # noqa: E402

@@ -29,12 +29,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.optimize import least_squares
 
 from core import records as rec
 from core import scenarios as sc
 from core.profiles import Profile
 from core.records import RequestRecord
 from simulator import calibrate_series as series
+from simulator import engine
 from simulator.calibrate import PREFILL, CalibrationError, Problem
 
 REL_STEP = 0.01  # finite-difference step of the Jacobian, relative to each coefficient
@@ -99,8 +101,6 @@ def profile_at(base: Profile, values: dict[str, float], factor: float) -> Profil
 
 def simulate(rp: Replay, prof: Profile, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(predicted TTFT, predicted decode time) per row of the replayed run."""
-    from simulator import engine
-
     run = rp.run
     knobs = dict(run.knobs) | {"concurrency": int(run.info.concurrency), "request_rate": float(run.info.request_rate)}
     out = engine.simulate(prof, rp.scenario, knobs, n=len(rp.offsets), warmup=rp.warmup, seed=seed,
@@ -177,8 +177,6 @@ class ReplayProblem(Problem):
         return np.array(cols).T
 
     def _fit(self, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Any:
-        from scipy.optimize import least_squares
-
         self._sol = least_squares(self.residuals, np.clip(x0, lo + 1e-9, hi), jac=self._jac, bounds=(lo, hi),
                                   x_scale="jac", method="trf", max_nfev=60)
         return self._sol
