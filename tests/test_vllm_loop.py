@@ -3,8 +3,9 @@
 The launcher starts `vllm serve` from the target (engine_command = the cached venv's vllm), the load generator
 streams to it, the scraper reads its own vllm:* metrics, and a warm service's prefix cache is emptied through
 POST /reset_prefix_cache (judged by its {"success": ...} body). The loop starts at max_num_seqs 2 under a C = 8
-client, so the evidence shows decode at its batch limit with a queue; it must raise max_num_seqs (screen, then
-confirm), every run valid. One experiment also runs through the ssh target against a test sshd.
+client, so the evidence shows decode at its batch limit with a queue; within 3 experiments (the references and
+one move) it must raise max_num_seqs and confirm it (a screen of N=16 that shows the change, or straight to the
+confirm N when it cannot), every run valid. One experiment also runs through the ssh target against a test sshd.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def test_loop_tunes_the_real_vllm_end_to_end(engine, tmp_path):
                              "concurrency": [4, 8, 16]},
             "protocol": {"screen_n": 16, "confirm_n": 32, "warmup": 2},
             "authorisation": {"hot": "auto", "restart": "auto"},
-            "budget": {"card_hours": 50, "experiments": 5}, "stop": {"max_without_improvement": 2, "min_gain_pct": 1.0}})
+            "budget": {"card_hours": 50, "experiments": 3}, "stop": {"max_without_improvement": 2, "min_gain_pct": 1.0}})
         res = run_session(goal, store.url, auto_approve=True, executor=ex)
         assert res.status in ("done", "stopped"), res.reason
         runs = store.runs(res.goal_id)
