@@ -125,6 +125,19 @@ def test_whole_and_native_match_server_ground_truth(tmp_path):
     events that bound it (the burst of sends that opens it, the completion that closes it), so the truth
     measures the same window in the server's time. A machine stall that lands on a boundary event is
     named in the failure, with the server's own scheduling lag, instead of passing for a client error."""
+    busy = []
+    for _attempt in range(3):  # a stall of the machine is measured again (other workers share the cores)
+        why = _whole_and_native_against_truth(tmp_path / f"try{_attempt}")
+        if why is None:
+            return
+        busy.append(why)
+    pytest.fail("machine too busy for a 2 % check in 3 tries: " + " | ".join(busy))
+
+
+def _whole_and_native_against_truth(tmp_path) -> str | None:
+    """None when the client's figures match the server's truth within 2 %; why, when the server's own event loop
+    stalled past the budget (the machine, not the client, moved the boundary events); fails on a client error."""
+    tmp_path.mkdir()
     scale, c, n = 5.0, 32, 240  # 5 virtual s per wall s: fewer chunks per wall s, so fewer stalls
     p, url = start_server(time_scale=scale)
     try:
@@ -190,11 +203,11 @@ def test_whole_and_native_match_server_ground_truth(tmp_path):
                   f"transit jitter {jitter / scale * 1e3:.1f} wall ms (budget {budget_ms:.0f}); "
                   f"server scheduling lag (wall ms) {server_lag}; load average {os.getloadavg()[0]:.1f}")
         if (server_lag["max"] or 0) > budget_ms:
-            pytest.fail(f"machine too busy for a 2 % check: the server's own event loop stalled "
-                        f"{server_lag['max']:.0f} ms > {budget_ms:.0f} ms (2 % of the native window); "
-                        f"off: {bad}; {detail}")
+            return (f"the server's own event loop stalled {server_lag['max']:.0f} ms > {budget_ms:.0f} ms "
+                    f"(2 % of the native window); off: {bad}; {detail}")
         pytest.fail(f"client figures off from the server's truth: {bad}; {detail}")
     assert got.native.duration >= 60 and got.native.n_requests >= 128
+    return None
 
 
 def test_truncate_fault_is_a_contract_violation_naming_the_requests(tmp_path):
