@@ -3,9 +3,9 @@
 PostgreSQL comes from TUNELOOP_TEST_PG_URL (exported by `make test`). Without it a PostgreSQL test
 fails under CI=true and is skipped otherwise.
 
-`make test` runs the suite on two pytest-xdist workers (`-n 2`). The modules that start a real
-engine (vLLM, llama-server) are one scheduling scope (pytest_xdist_make_scheduler below), so they run one after another on one worker and never two
-engines at once on this machine's two cores; the rest is spread over both workers.
+`make test` runs the suite on two pytest-xdist workers (`-n 2`). The modules that start a real engine (vLLM,
+llama-server) are one scheduling scope (pytest_xdist_make_scheduler below), so they run one after another on one
+worker and never two engines at once on this machine's two cores; the rest is spread over both workers.
 """
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ def pytest_xdist_make_scheduler(config, log):
             return "real-engines" if module in REAL_ENGINE_MODULES else nodeid
 
     return RealEnginesTogether(config, log)
-
 
 
 def _pg_base() -> str:
