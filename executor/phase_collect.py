@@ -5,6 +5,7 @@ what the transport launched, never from the record being checked.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ class CollectPhases:
             verdict = Verdict(kind="collection_fault", reasons=[Reason(code="statistics_failed", message=error or "")])
         healthy = await self.healthy_after()
         if not healthy and verdict.kind != "valid":
-            died = await self.transport.dead_service_text(self.rendered.services if self.rendered else ())
+            died = await self.died_text()
             if died:  # a server that died mid-run is a tooling fault with its own words, never a slow result
                 verdict = Verdict(kind="orchestration_fault", reasons=[Reason(code="server_died", message=died)])
                 error = died
@@ -74,6 +75,25 @@ class CollectPhases:
             # a real load's run.json carries no knobs: limits the digest reads (batch limit) come from the station
             evidence = digest_run(run_dir, rec.RunInfo.model_validate(info), self.station.knobs)
         return evidence
+
+    async def died_text(self, grace_s: float = 10.0, every_s: float = 0.5) -> str | None:
+        """The words of a service that died during the run, or None. The launcher's wrapper shell outlives its
+        engine by the moment it takes to write rc and done (longer on a busy host), so a service that fails its
+        health check but still reads alive is asked again for up to grace_s."""
+        services = self.rendered.services if self.rendered else ()
+        loop = asyncio.get_running_loop()
+        until = loop.time() + grace_s
+        while True:
+            died = await self.transport.dead_service_text(services)
+            if died or loop.time() >= until or not await self._alive_but_unhealthy(services):
+                return died
+            await asyncio.sleep(every_s)
+
+    async def _alive_but_unhealthy(self, services: Any) -> bool:
+        for svc in services:
+            if (await self.transport.service_state(svc)).alive and not await self.transport.health(svc):
+                return True
+        return False
 
     async def healthy_after(self) -> bool:
         if not self.rendered:

@@ -222,6 +222,8 @@ class Store(Fencing, Candidates, Instructions, Negatives, Steering):
             gid = goal_id or (run.goal_id if run else None)
             row = s.get(ResultRow, result.run_id)
             data = canon(result.model_dump(mode="json"))
+            if run is not None and result.station_hash:  # one transaction: a verdict is never shown without its station
+                run.station_hash = result.station_hash
             if row is None:
                 row = ResultRow(run_id=result.run_id, goal_id=gid, verdict=result.verdict.kind, result=data,
                                 station_hash=result.station_hash, created_at=utcnow())

@@ -93,8 +93,9 @@ def test_runs_results_and_ledger(store: Store, make_result):
     assert _run(store, g.id, "r1") == r  # idempotent on run_id
     store.set_run_status("r1", "running")
     store.record_result(make_result("r1", verdict="collection_fault"))
-    store.record_result(make_result("r1"))  # re-collected: replaces, never double-charges
+    store.record_result(make_result("r1", station_hash="st-1"))  # re-collected: replaces, never double-charges
     assert store.get_result("r1").verdict == "valid"
+    assert store.get_run("r1").station_hash == "st-1"  # in the result's transaction: no verdict without its station
     assert len(store.ledger(g.id)) == 2
     assert store.card_hours_used(g.id) == pytest.approx((300 + 120) * 16 / 3600)
     b = store.budget(g.id)
