@@ -1,6 +1,7 @@
 """The deterministic planner (the default; no LLM): history in, the next card or None out (ask/tell).
 
-Order of business: a reference of the best station at screen N; then a recovery of a gain the goal cannot
+Order of business: a reference of the starting station at confirm N (a screen-N reference of the best station
+only before a screen); then a recovery of a gain the goal cannot
 take as it is (agent.recovery: a lost native window, a load gain that broke only TPOT); then any promising
 screen is confirmed (with a reference of its parent at confirm N first, so the comparison is like for like);
 then the diagnosis of the best station's latest evidence ranks moves by value, each passed through `checks`.
@@ -210,8 +211,14 @@ class DeterministicPlanner:
         at_confirm = ref is None and goal.protocol.confirm_n != goal.protocol.screen_n \
             and history.reference(history.best_knobs, goal.protocol.confirm_n) is not None
         if ref is None and not at_confirm:
+            # the first reference runs at confirm N: every later comparison can use it (a confirm compares there,
+            # and its evidence is the longer run's), and the screen-N reference is measured only when a screen
+            # follows (at_confirm, below) — a first move that goes straight to confirm needs none
             card = build_card(history.goal_id, goal.scenario, history.best_knobs, None, None, stage="baseline",
-                              n=goal.protocol.screen_n)
+                              n=goal.protocol.confirm_n)
+            refusals = check(card, history)
+            if refusals and all(r.startswith("affordable") for r in refusals):  # a budget that pays a screen-N one
+                card = with_stage(card, "baseline", goal.protocol.screen_n)
             veto = history.vetoed(card)
             if veto is not None:
                 return Plan(card=None, stop_reason=f"nothing left that was not rejected: the reference of the "

@@ -20,8 +20,8 @@ def runs_root(tmp_path, monkeypatch):
 
 
 def test_go_back_to_the_best_restores_it_through_the_executor_and_records_who_asked(tmp_path):
-    spec = load_goal(goal_file(tmp_path, budget={"experiments": 4}))
-    # references (cap 1) at N=320 and 640, then confirms straight away (supported hypotheses): cap 2 (the new
+    spec = load_goal(goal_file(tmp_path, budget={"experiments": 3}))
+    # the reference (cap 1) at N=640, then confirms straight away (supported hypotheses): cap 2 (the new
     # best), then the token budget (no native window: not the best), which the warm service is left running
     first = run_session(spec, url(tmp_path), auto_approve=True)
     st = Store(url(tmp_path))
@@ -42,7 +42,7 @@ def test_go_back_to_the_best_restores_it_through_the_executor_and_records_who_as
         assert out["healthy"] and out["identical"] and out["station"] == best.hash
         assert out["restarted"]  # the warm service ran the token-budget confirm: going back needed a restart
         assert st.current_instruction(res.goal_id) is None  # carried out once, no longer in force
-        assert len([r for r in st.runs(res.goal_id) if r.stage != "restore"]) == 4  # no experiment was run
+        assert len([r for r in st.runs(res.goal_id) if r.stage != "restore"]) == 3  # no experiment was run
         # the store's history (the one source of the warm station) knows the service now runs the best again
         assert build_history(st, res.goal_id).warm_knobs == best.knobs
     finally:
