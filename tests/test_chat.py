@@ -65,7 +65,7 @@ def test_chat_drives_the_loop_and_cites_ids_and_figures(client):
                                  if x["id"] != first["id"]])[0]
     status = say(c, gid, "status", role="viewer")["reply"]
     run = c.get(f"/goals/{gid}/experiments", headers=auth("viewer")).json()[0]
-    assert run["id"] in status and "tok/s/card at N=40" in status and f"candidate {second['id']}" in status
+    assert run["id"] in status and "tok/s/card at N=60" in status and f"candidate {second['id']}" in status
     out = say(c, gid, f"reject {second['id']} because the client is not the bottleneck")
     assert out["action"]["decision"] == "reject"
     why = say(c, gid, f"why was {second['id']} rejected?", role="viewer")["reply"]

@@ -131,14 +131,14 @@ def test_post_goal_approve_in_browser_and_see_the_decision(tmp_path):
         expect(page.locator("#progress .budget")).to_contain_text("0.00 of 24.00 card-hours")
         page.evaluate("() => { window.__same_page = true; }")  # gone if anything reloads the page
         card.locator("button.approve").click()
-        row = page.locator("#decisions tr.decision", has_text="reference at N=40")
+        row = page.locator("#decisions tr.decision", has_text="reference at N=60")
         expect(row.first).to_be_visible(timeout=180_000)
         # the progress box followed the loop by itself: budget spent, one experiment used
         expect(page.locator("#progress .budget")).not_to_contain_text("0.00 of 24.00", timeout=60_000)
         expect(page.locator("#progress .budget")).to_contain_text("1 of 1 experiments", timeout=60_000)
         assert page.evaluate("() => window.__same_page === true")
         expect(page.locator("#best tr.objective")).to_be_visible(timeout=120_000)
-        expect(page.locator("#best tr.n td")).to_have_text("40")
+        expect(page.locator("#best tr.n td")).to_have_text("60")
         assert page.locator("#best").bounding_box()["width"] <= 1280  # a table, not one 3000 px line
         expect(page.locator("#frontier")).to_be_visible(timeout=60_000)
         page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)

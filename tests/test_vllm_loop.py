@@ -3,9 +3,9 @@
 The launcher starts `vllm serve` from the target (engine_command = the cached venv's vllm), the load generator
 streams to it, the scraper reads its own vllm:* metrics, and a warm service's prefix cache is emptied through
 POST /reset_prefix_cache (judged by its {"success": ...} body). The loop starts at max_num_seqs 2 under a C = 8
-client, so the evidence shows decode at its batch limit with a queue; within 3 experiments (the references and
-one move) it must raise max_num_seqs and confirm it (a screen of N=16 that shows the change, or straight to the
-confirm N when it cannot), every run valid. One experiment also runs through the ssh target against a test sshd.
+client, so the evidence shows decode at its batch limit with a queue; within 3 experiments (the start's reference
+at confirm N, then the moves, a screen-N reference only before a screen) it must raise max_num_seqs and confirm it
+(a screen of N=16 that shows the change, or straight to the confirm N when it cannot), every run valid. One experiment also runs through the ssh target against a test sshd.
 """
 from __future__ import annotations
 
