@@ -107,11 +107,16 @@ class Veto(BaseModel):
     who: str = ""
     reason: str = ""
     candidate_id: int | None = None
+    also_knob: str | None = None  # a rejected coupled pair's second change: the veto is of that pair only
+    also_value: Any = None
 
     def applies(self, card: CandidateCard, data_version: str, source_identity: str) -> bool:
-        """A veto of a change holds for a coupled pair that makes it too (either of its two changes)."""
-        moves = [(c.knob, c.new) for c in card.changes] or [(None, None)]
-        return (any(self.knob == knob and canon(self.value) == canon(value) for knob, value in moves)
+        """A veto of a change holds for a coupled pair that makes it too (either of its two changes); a veto of
+        a pair holds for that pair only (a person who refused the two together said nothing of either alone)."""
+        moves = [(c.knob, canon(c.new)) for c in card.changes] or [(None, canon(None))]
+        vetoed = [(self.knob, canon(self.value))] + ([(self.also_knob, canon(self.also_value))]
+                                                     if self.also_knob is not None else [])
+        return (all(m in moves for m in vetoed)
                 and self.scenario == card.scenario
                 and self.parent_knobs_hash == card.parent_knobs_hash and self.data_version == data_version
                 and self.source_identity == source_identity)

@@ -356,8 +356,9 @@ def calibrate(run_dirs: list[Path], base: Profile, name: str | None = None) -> C
                               prob.per_run(r, role), int(len(prob.p_dt) if role == "prefill" else len(prob.g_obs)))
     dec, pre = fitted["decode"], fitted["prefill"]
     d_s, p_s = prob.sched["decode"], prob.sched["prefill"]
-    dc = base.decode_cost.model_copy(update=dec.values | ({"sched_s": d_s} if d_s is not None else {}))
-    pc = base.prefill_cost.model_copy(update=pre.values | ({"sched_s": p_s} if p_s is not None else {}))
+    held = prob.base  # the base with what the fit held at a bounded value (calibrate_replay), else the base itself
+    dc = held.decode_cost.model_copy(update=dec.values | ({"sched_s": d_s} if d_s is not None else {}))
+    pc = held.prefill_cost.model_copy(update=pre.values | ({"sched_s": p_s} if p_s is not None else {}))
     info = {"from_runs": [str(x.path) for x in runs], "base_profile": base.name, "stderr": stderr,
             "held": prob.held, "prefill_from": prob.prefill_source,
             "run_factors": {str(x.path): float(f) for x, f in zip(runs, factors)}}

@@ -220,14 +220,27 @@ class ReplayProblem(Problem):
         weak = [n for n in self.names if se.get(n) is not None and se[n] > p[n]]
         if weak and len(weak) < len(self.names):
             for n in weak:
-                self.held[n] = (f"not identified by these runs (± {se[n]:.2g} on {p[n]:.2g} at a first fit): "
-                                f"kept")
+                base = self._base(n)
+                if se[n] < base:  # near zero, and the base value is ruled out: the runs bound it, the fit's value holds
+                    self._hold(n, p[n])
+                    self.held[n] = (f"bounded by these runs (± {se[n]:.2g} on {p[n]:.2g} at a first fit; the base "
+                                    f"{base:.2g} is ruled out): held at the first fit's value")
+                else:
+                    self.held[n] = (f"not identified by these runs (± {se[n]:.2g} on {p[n]:.2g} at a first fit): "
+                                    f"kept")
             keep = [i for i, n in enumerate(self.names) if n not in weak]
             self.names, self.scale = [self.names[i] for i in keep], self.scale[keep]
             out = super().solve()
         robust = self.robust_stderr()  # the larger of the two: rows of a closed loop are not independent
         se = {n: max(v, robust[n]) if v is not None and robust[n] is not None else v for n, v in out[1].items()}
         return out[0], se, out[2], out[3]
+
+    def _hold(self, name: str, value: float) -> None:
+        """Hold a coefficient at `value` (the base profile the replay and the calibrated profile start from)."""
+        role, k = name.split(".")
+        field = "prefill_cost" if role == "prefill" else "decode_cost"
+        self.base = self.base.model_copy(update={field: getattr(self.base, field).model_copy(update={k: value})})
+        self._cache.clear()
 
     def per_run(self, r: np.ndarray, role: str) -> dict[str, dict[str, float]]:
         n_p, n_d = len(self.p_dt), len(self.g_obs)

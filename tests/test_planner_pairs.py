@@ -113,3 +113,62 @@ def test_the_explorer_pairs_only_once_every_one_change_neighbour_is_measured(tmp
                    data_version="dv1", parent_station=h.best_knobs_hash, source_identity="sim", experiment_key="x")
     after, _ = propose(spent.model_copy(update={"negatives": [neg]}), "test")
     assert props[0].card.experiment_key not in {p.card.experiment_key for p in after}
+
+
+def test_a_person_rejecting_a_pair_card_vetoes_that_pair_and_neither_change_alone(tmp_path):
+    """Through `tuneloop run` and `tuneloop approve --reject`: the loop asks for the pair the evidence names, a
+    person refuses it, and the next card is something else; the stored veto is of the pair (both changes), so
+    the draft width alone is still a card the checks pass (refusing the two together says nothing of either)."""
+    import yaml
+
+    from agent.record import build_history
+    from state.store import Store
+    from tests.rules_support import goal_of
+    from tests.test_loop_cli import tuneloop
+
+    g = goal_of(MTP).model_dump(mode="json", exclude_none=True)
+    g["authorisation"] |= {"hot": "ask", "restart": "ask"}
+    g["budget"]["experiments"] = 6
+    goal = tmp_path / "goal.yaml"
+    goal.write_text(yaml.safe_dump(g))
+    db = f"sqlite:///{tmp_path / 't.db'}"
+
+    def asked() -> dict:
+        out = tuneloop(tmp_path, "run", str(goal), "--db", db)
+        assert "waiting: approve candidate" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+        cid = int(out.stdout.split("waiting: approve candidate ", 1)[1].split()[0])
+        st = Store(db)
+        try:
+            return {"id": cid, **st.get_candidate(cid).card}
+        finally:
+            st.close()
+
+    card = asked()
+    for _ in range(3):  # the start's reference(s) first
+        if card.get("also"):
+            break
+        assert card["change"] is None, card  # no other move before the pair on this profile
+        assert tuneloop(tmp_path, "approve", str(card["id"]), "--db", db).returncode == 0
+        card = asked()
+    assert card.get("also") and card.get("coupling"), card
+    first, second = card["change"], card["also"]
+    assert (first["knob"], second["knob"]) == ("num_speculative_tokens", "max_num_seqs")
+    r = tuneloop(tmp_path, "approve", str(card["id"]), "--reject", "--reason", "not both at once", "--db", db)
+    assert r.returncode == 0, r.stderr
+    nxt = asked()
+    assert nxt["experiment_key"] != card["experiment_key"]
+    st = Store(db)
+    try:
+        gid = st.goals()[0].id
+        h = build_history(st, gid)
+        [veto] = h.vetoes
+        assert (veto.knob, veto.value, veto.also_knob, veto.also_value) == (first["knob"], first["new"],
+                                                                            second["knob"], second["new"])
+        rejected = [d for d in st.decisions(gid) if d.kind == "rejected"]
+        assert len(rejected) == 1 and " + max_num_seqs" in rejected[0].text and "not both at once" in rejected[0].text
+        pair = card_of({k: v for k, v in card.items() if k != "id"})
+        assert h.vetoed(pair) is veto and any(r.startswith("rejected:") for r in check(pair, h))
+        alone = build_card(gid, pair.scenario, h.best_knobs, first["knob"], first["new"], stage=pair.stage, n=pair.n)
+        assert h.vetoed(alone) is None and not [r for r in check(alone, h) if r.startswith("rejected:")]
+    finally:
+        st.close()
