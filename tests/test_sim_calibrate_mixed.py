@@ -139,3 +139,31 @@ def test_the_vllm_bench_refits_measured_runs_by_replay(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "prefill from replay of the measured arrivals" in proc.stdout and "replay TTFT rows: 24" in proc.stdout
+
+
+def test_a_cost_the_runs_bound_near_zero_is_held_there_not_at_the_base_they_rule_out(tmp_path):
+    """A mixed engine whose decode step does not grow with the batch (decode.b = 0), calibrated from a base that
+    says it does: the fit drives b to ~0 with an error far below the base value, so b is held at the fitted value
+    (and said so), never put back at the base the runs rule out; the held-out TPOT follows the flat truth."""
+    truth = profiles.load(TRUTH)
+    flat = truth.model_copy(update={"name": "mixed-flat-batch",
+                                    "decode_cost": truth.decode_cost.model_copy(update={"b": 0.0})})
+    dirs = []
+    for i, (sc, *k) in enumerate(CAL):
+        d = tmp_path / f"cal{i}"
+        engine.write_run_dir(engine.simulate(flat, sc, flat.knobs(_knobs(*k)), n=100, warmup=2, seed=11 + i), d)
+        dirs.append(d)
+    res = calibrate(dirs, truth)  # the base: truth's decode.b, which these runs rule out
+    table = {name: (v, se, note) for name, v, se, note in res.table()}
+    v, se, note = table["decode.b"]
+    # at these seeds the first fit puts b at its bound (0) with an error above that value: held there, never at
+    # the base ("not identified ... kept")
+    assert note.startswith("bounded by these runs") and "the base 0.004 is ruled out" in note, (v, se, note)
+    assert v < 0.05 * truth.decode_cost.b and res.profile.decode_cost.b == v, (v, se, note)
+    sc, *k = HELD[4]  # the widest batch held out: where a per-sequence cost would show most
+    d = tmp_path / "held"
+    engine.write_run_dir(engine.simulate(flat, sc, flat.knobs(_knobs(*k)), n=60, warmup=2, seed=60), d)
+    s = summarize(list(rec.read_jsonl(d / rec.REQUESTS, RequestRecord)),
+                  rec.RunInfo.model_validate_json((d / rec.RUN_INFO).read_text()))
+    p = predict(res.profile, sc, _knobs(*k), 60, warmup=2, seed=7)
+    assert abs(p["tpot_mean_ms"] / s.tpot_ms.mean - 1) < 0.05, (p, s.tpot_ms.mean)
