@@ -89,10 +89,6 @@ class CandidateCard(BaseModel):
         """The digest of this card's knobs; its frozen station hash exists once its run prepared it."""
         return knobs_hash(self.knobs)
 
-    # the former names of the two digests, kept for callers written before the rename (not serialised)
-    parent_station = property(lambda self: self.parent_knobs_hash)
-    station = property(lambda self: self.knobs_hash)
-
     @computed_field  # type: ignore[prop-decorator]
     @property
     def experiment_key(self) -> str:  # the digest's field name stays, so run ids stay what they were

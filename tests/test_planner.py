@@ -133,7 +133,7 @@ def test_planner_measures_the_start_then_proposes_the_prefill_cap_first():
     h = history([outcome(first.card, summary(n=640, native=185.0), "reference")])
     plan = p.ask(h)
     if plan.card is not None and plan.card.change is None:  # the move is screened: its screen-N reference first
-        assert plan.card.stage == "baseline" and plan.card.n == 320 and plan.card.station == first.card.station
+        assert plan.card.stage == "baseline" and plan.card.n == 320 and plan.card.knobs_hash == first.card.knobs_hash
         h = history(h.outcomes + [outcome(plan.card, summary(), "reference")])
         plan = p.ask(h)
     assert plan.card is not None and plan.card.change is not None
@@ -245,7 +245,7 @@ def test_planner_confirms_promising_screen_with_a_parent_reference_at_confirm_n(
     up = screen("max_prefill_reqs", 2)
     h = history([outcome(baseline(), summary(), "reference"), outcome(up, summary(whole=230.0), "promising")])
     nxt = p.ask(h).card
-    assert nxt is not None and nxt.stage == "baseline" and nxt.n == 640 and nxt.station == up.parent_station
+    assert nxt is not None and nxt.stage == "baseline" and nxt.n == 640 and nxt.knobs_hash == up.parent_knobs_hash
     h2 = history(h.outcomes + [outcome(nxt, summary(n=640), "reference")])
     conf = p.ask(h2).card
     assert conf is not None and conf.stage == "confirm" and conf.n == 640 and conf.change == up.change

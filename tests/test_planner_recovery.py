@@ -49,7 +49,7 @@ def test_confirm_without_the_objective_window_is_never_the_best_and_a_lower_c_re
                  best=best, budget=400.0, experiments=40)
     rec = DeterministicPlanner().ask(h2).card
     # the recovery runs at confirm N from the pending station (one change: C down), never as a whole-window screen
-    assert rec is not None and rec.stage == "confirm" and rec.n == 640 and rec.parent_station == conf.station
+    assert rec is not None and rec.stage == "confirm" and rec.n == 640 and rec.parent_knobs_hash == conf.knobs_hash
     assert (rec.change.knob, rec.change.old, rec.change.new) == ("concurrency", 128, 90)
     d2, why2 = decide(rec, "valid", f(summary(n=640, whole=250.0, native=340.0)), h2)
     assert d2 == "new_best" and "vs the best station" in why2 and "native" in why2  # whole fell: judged natively
@@ -58,7 +58,7 @@ def test_confirm_without_the_objective_window_is_never_the_best_and_a_lower_c_re
     h3 = history(h2.outcomes + [outcome(rec, summary(n=640, whole=250.0, native=None), "negative")],
                  best=best, budget=400.0, experiments=40)
     nxt = DeterministicPlanner().ask(h3).card
-    assert nxt is not None and nxt.change.new == 64 and nxt.parent_station == conf.station
+    assert nxt is not None and nxt.change.new == 64 and nxt.parent_knobs_hash == conf.knobs_hash
 
 
 def test_a_window_lost_to_slow_arrivals_is_recovered_by_a_higher_rate_before_a_lower_c():
@@ -72,13 +72,13 @@ def test_a_window_lost_to_slow_arrivals_is_recovered_by_a_higher_rate_before_a_l
             outcome(baseline(best, n=640), summary(n=640, whole=220.0, native=236.0), "reference"),
             outcome(up, summary(whole=230.0), "promising"), outcome(conf, starved, "window_pending")]
     rec = DeterministicPlanner().ask(history(outs, best=best, budget=400.0, experiments=40)).card
-    assert rec is not None and rec.stage == "confirm" and rec.n == 640 and rec.parent_station == conf.station
+    assert rec is not None and rec.stage == "confirm" and rec.n == 640 and rec.parent_knobs_hash == conf.knobs_hash
     assert (rec.change.knob, rec.change.old, rec.change.new) == ("request_rate", 6.0, 8)
     assert rec.hypothesis == "client_supply" and "arrivals" in rec.mechanism
     no_window = outcome(rec, summary(n=640, whole=262.0, native=None, conc=75.0), "negative")
     nxt = DeterministicPlanner().ask(history(outs + [no_window], best=best, budget=400.0, experiments=40)).card
     assert nxt is not None and (nxt.change.knob, nxt.change.new) == ("concurrency", 90)
-    assert nxt.parent_station == conf.station  # still from the pending station, not from the rate-up one
+    assert nxt.parent_knobs_hash == conf.knobs_hash  # still from the pending station, not from the rate-up one
 
 
 def test_a_load_gain_that_breaks_only_tpot_is_kept_by_capping_the_decode_batch():
@@ -104,7 +104,7 @@ def test_a_load_gain_that_breaks_only_tpot_is_kept_by_capping_the_decode_batch()
 
     plan, h = ask(broke, viol)
     card = plan.card
-    assert card is not None and card.stage == "confirm" and card.n == 640 and card.parent_station == load.station
+    assert card is not None and card.stage == "confirm" and card.n == 640 and card.parent_knobs_hash == load.knobs_hash
     assert (card.change.knob, card.change.old, card.change.new) == ("max_num_seqs", 256, 128)
     assert card.hypothesis == "latency_bound" and "queues before decode" in card.mechanism
     d, why = decide(card, "valid", Figures.of(summary(n=640, whole=190.0, native=195.0, tpot=18.9),

@@ -273,10 +273,10 @@ def test_each_plot_draws_the_stored_data_and_is_not_blank(demo):
     best = st.best(gid)
     q, b = rep.plots["queues"].series, rep.plots["prefill_batches"].series
     # beside it: its parent station's latest valid run at the same N before it (whatever path the loop took)
-    parent_station = card_of(st.get_candidate(best.candidate_id).card).parent_station
+    parent_station = card_of(st.get_candidate(best.candidate_id).card).parent_knobs_hash
     runs = st.runs(gid)
     at = next(i for i, r in enumerate(runs) if r.id == best.run_id)
-    parent = [r for r in runs[:at] if card_of(st.get_candidate(r.candidate_id).card).station == parent_station
+    parent = [r for r in runs[:at] if card_of(st.get_candidate(r.candidate_id).card).knobs_hash == parent_station
               and r.n == runs[at].n and st.get_result(r.id).valid][-1]
     for who, run_id in (("candidate", best.run_id), ("parent", parent.id)):
         ev = st.get_result(run_id).result.evidence
