@@ -161,7 +161,6 @@ class History(BaseModel):
         """The digest of the best station's knobs (as cards' knobs_hash); the frozen hash is the store's."""
         return station_hash(self.best_knobs)
 
-
     def vetoed(self, card: CandidateCard) -> Veto | None:
         """The veto that rules this card out under the current conditions, if any."""
         return next((v for v in self.vetoes if v.applies(card, self.data_version, self.source_identity)), None)
