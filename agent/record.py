@@ -15,7 +15,6 @@ from agent.history import Figures, History, Negative, Outcome, Veto
 from agent.value import CostModel
 from core.canonical import canon
 from core.scenarios import load
-from state.errors import NotFound
 from state.snapshots import Conditions
 from state.store import best_of
 
@@ -94,7 +93,7 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
                  for n in store.negatives(scenario=spec.scenario)]
     vetoes = [Veto(knob=v.knob, value=v.value, scenario=v.scenario, data_version=v.data_version or "",
                    parent_knobs_hash=v.parent_hash, source_identity=v.source_identity or "", source=v.source, who=v.who,
-                   reason=v.reason, candidate_id=v.candidate_id, **_vetoed_pair(store, v.candidate_id))
+                   reason=v.reason, candidate_id=v.candidate_id, **_vetoed_pair(cands.get(v.candidate_id)))
               for v in store.vetoes(goal_id)]
     budget = store.budget(goal_id)
     runs = {r.id: r.n for r in store.runs(goal_id)}
@@ -136,12 +135,7 @@ def _scenario_version(name: str) -> str:
     return load(name).data_version
 
 
-def _vetoed_pair(store: Any, candidate_id: int | None) -> dict[str, Any]:
+def _vetoed_pair(cand: Any) -> dict[str, Any]:
     """A rejected coupled pair's second change, read from the card a person refused: the veto is of that pair."""
-    if candidate_id is None:
-        return {}
-    try:
-        also = store.get_candidate(candidate_id).card.get("also")
-    except NotFound:
-        return {}
+    also = cand.card.get("also") if cand is not None else None
     return {"also_knob": also["knob"], "also_value": also["new"]} if also else {}
