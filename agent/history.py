@@ -182,6 +182,13 @@ class History(BaseModel):
                 return o
         return None
 
+    def best_at_confirm_only(self) -> bool:
+        """The best station was measured at the confirm N and not at the (different) screen N: its comparison is at
+        confirm N, and a screen of a move from it needs a screen-N reference first."""
+        proto = self.goal.protocol
+        return proto.confirm_n != proto.screen_n and self.reference(self.best_knobs, proto.screen_n) is None \
+            and self.reference(self.best_knobs, proto.confirm_n) is not None
+
     def latest_valid(self, knobs: dict[str, Any]) -> Outcome | None:
         h = station_hash(knobs)
         best = None

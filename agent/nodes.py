@@ -187,8 +187,7 @@ class Loop:
         direction = direction_of(Change(knob=knob, old=old, new=value)) if knob in history.goal.space() else "up"
         why: list[str] = []
         for stage, n in (("screen", proto.screen_n), ("confirm", proto.confirm_n)):
-            if stage == "screen" and n != proto.confirm_n and history.reference(history.best_knobs, n) is None \
-                    and history.reference(history.best_knobs, proto.confirm_n) is not None:
+            if stage == "screen" and history.best_at_confirm_only():
                 continue  # the best station was measured at confirm N only: the comparison that exists is there
             card = build_card(self.goal_id, history.goal.scenario, history.best_knobs, knob, value, stage=stage, n=n,
                               direction=direction, planner="instruction", note=f"instruction {ins.id} by {ins.who}")

@@ -208,8 +208,7 @@ class DeterministicPlanner:
         ref = history.reference(history.best_knobs, goal.protocol.screen_n)
         # a best confirmed at confirm N only (a recovery, a direct confirm) is compared there; its screen-N
         # reference is measured only when screens will follow (below)
-        at_confirm = ref is None and goal.protocol.confirm_n != goal.protocol.screen_n \
-            and history.reference(history.best_knobs, goal.protocol.confirm_n) is not None
+        at_confirm = history.best_at_confirm_only()
         if ref is None and not at_confirm:
             # the first reference runs at confirm N: every later comparison can use it (a confirm compares there,
             # and its evidence is the longer run's), and the screen-N reference is measured only when a screen
