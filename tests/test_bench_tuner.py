@@ -140,3 +140,27 @@ def test_bad_case_file_names_the_field(tmp_path):
     p = run("--cases", str(bad), "--quick", "--out", str(tmp_path / "o"), tmp=tmp_path)
     assert p.returncode == 2
     assert "search_space.max_prefill_reqs" in p.stderr and data["cases"][0]["name"] in p.stderr
+
+
+def _summary(hours, n, spent=10.0):
+    return {"median_card_hours_to_target": hours, "median_experiments_to_target": n, "median_card_hours": spent}
+
+
+def test_target_below_one_deployment_asks_for_an_early_reach():
+    """Where 1/3 of TPE's (or 1/10 of grid's) card-hours is less than one deployment, the target is reaching within
+    3 experiments after the baseline; elsewhere it stays the ratio."""
+    sys.path.insert(0, str(ROOT))
+    from bench.tuners import scoring
+
+    tpe_one_trial = {"tuneloop": _summary(2.0, 4), "tpe": _summary(0.6, 1), "grid": _summary(30.0, 20),
+                     "random": _summary(1.0, 2)}
+    t = scoring.target_check(tpe_one_trial, deployment=0.5)  # TPE's allowance 0.2 < 0.5
+    assert t["tpe"]["below_one_deployment"] and t["tpe"]["holds"] and t["holds"]
+    assert t["tpe"]["ratio"] == pytest.approx(2.0 / 0.6, abs=1e-4)
+    late = tpe_one_trial | {"tuneloop": _summary(2.0, 5)}  # experiment 5 = 4 after the baseline
+    assert not scoring.target_check(late, deployment=0.5)["tpe"]["holds"]
+    # an allowance a deployment fits in keeps the ratio, however early the reach
+    assert not scoring.target_check(tpe_one_trial, deployment=0.1)["tpe"]["holds"]
+    assert not scoring.target_check(tpe_one_trial)["tpe"]["holds"]
+    runs = {"tpe": [{"trials": [{"card_hours": 0.7}]}], "grid": [{"trials": [{"card_hours": 0.4}]}, {"trials": []}]}
+    assert scoring.one_deployment(runs) == 0.4
