@@ -20,7 +20,7 @@ from agent.candidates import (
     with_stage,
 )
 from agent.checks import check, estimate, retry_note
-from agent.diagnosis import LOAD_HEADROOM, OPEN_LOW, SUPPORTED, Diagnosis, diagnose
+from agent.diagnosis import LOAD_HEADROOM, OPEN_LOW, Diagnosis, diagnose
 from agent.history import History
 from agent.recovery import (
     LOAD_UP,
@@ -258,9 +258,10 @@ class DeterministicPlanner:
         passing: list[tuple[CandidateCard, Value]] = []
         left = (f"{history.experiments_left} experiment(s) left cannot pay a reference, a screen and its confirm"
                 if direct else None)
-        for card, v in candidates(history, diag):
-            refusals = check(card, history)
-            why_direct = left or _confident(v, history) or screen_blind(card, history, v.gain)
+        cands = [(card, v, check(card, history)) for card, v in candidates(history, diag)]
+        screens = sum(1 for c, _, r in cands if not r and c.stage == "screen")  # would share a screen-N reference
+        for card, v, refusals in cands:
+            why_direct = left or _cheaper_direct(card, v, history, screens) or screen_blind(card, history, v.gain)
             if why_direct and not refusals:
                 card = straight_to_confirm(card, history, why_direct)
                 refusals = check(card, history)
@@ -315,16 +316,31 @@ class DeterministicPlanner:
         return Plan(card=card, diagnosis=diag, ranked=[(card.title(), 1.0, why)])
 
 
-def _confident(v: Value, history: History) -> str | None:
-    """Why a move skips its screen: a screen that passes costs a run and then the confirm anyway, so with a
-    supported hypothesis (a screen more likely to pass than not) and a confirm-N reference of the best already
-    measured, the confirm alone is the cheaper experiment. None: screen first."""
+def _cheaper_direct(card: CandidateCard, v: Value, history: History, screens: int) -> str | None:
+    """Why a move skips its screen: the screen path costs more card-hours than the confirm alone. The screen path
+    is the parent's screen-N reference where it is missing (its share: every passing screen of this plan would
+    compare with it), the screen, and, with the probability that the screen passes (the move's confidence), the
+    confirm on the station the screen left warm. A restart is paid once on either path, so the choice turns on the
+    load a failed screen saves against the chance of paying for the confirm as well, and on a reference still to
+    be measured. Needs the parent's run at the confirm N to compare a confirm with. None: screen first."""
     goal = history.goal
-    if goal.protocol.confirm_n == goal.protocol.screen_n or v.confidence < SUPPORTED \
-            or history.reference(history.best_knobs, goal.protocol.confirm_n) is None:
+    conf_n = goal.protocol.confirm_n
+    if conf_n == goal.protocol.screen_n or card.stage != "screen" \
+            or history.reference(card.parent_knobs, conf_n) is None:
         return None
-    return (f"confidence {v.confidence:.2f} >= {SUPPORTED}: a screen would more likely pass than not, and the best "
-            f"station's N={goal.protocol.confirm_n} run is the comparison")
+    direct = estimate(to_confirm(card, history, ""), history)
+    screen = estimate(card, history)
+    ref = 0.0
+    if history.reference(card.parent_knobs, card.n) is None:
+        ref_card = build_card(history.goal_id, goal.scenario, card.parent_knobs, None, None, stage="baseline", n=card.n)
+        ref = estimate(ref_card, history) / max(1, screens)
+    p = min(1.0, max(0.0, v.confidence))
+    then = history.cost.estimate("hot", conf_n, goal.protocol.warmup, needs_restart=False)
+    path = ref + screen + p * then
+    if direct > path:
+        return None
+    parts = (f"{ref:.2f} reference share + " if ref else "") + f"{screen:.2f} screen + {p:.2f} x {then:.2f} confirm"
+    return (f"the confirm alone ({direct:.2f} card-h) costs no more than screening first ({parts} = {path:.2f} card-h)")
 
 
 straight_to_confirm = to_confirm  # the screen card re-staged as its confirm (agent/screens.py)

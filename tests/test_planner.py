@@ -273,3 +273,32 @@ def test_lower_latency_at_a_small_whole_cost_is_a_tradeoff_not_a_loss():
 
 
 # -- planner efficiency (issue 9): objective window, load headroom, retries -------------------------------
+
+
+def test_a_screen_runs_only_where_it_is_cheaper_than_the_confirm_alone():
+    """The screen path (the screen-N reference where missing, shared by the plan's screens; the screen; then the
+    confirm on the warm station times the chance the screen passes) against the confirm alone. A restart is paid
+    once either way; a likely pass, or a reference still to be measured for this screen alone, sends the move
+    straight to confirm N; an open hypothesis with its reference at hand is screened. The card says why."""
+    from agent.planner import _cheaper_direct
+    from agent.value import CostModel, Value
+
+    ref640 = outcome(baseline(n=640), summary(n=640), "reference")
+    ref320 = outcome(baseline(), summary(), "reference")
+    move = screen("max_num_seqs", 128)  # a restart move
+    rate = screen("request_rate", 12.0)  # a hot one
+    assert move.cost_class == "restart" and rate.cost_class == "hot"
+    v = Value(value=1.0, gain=0.1, confidence=0.3, rules_out=0.0, cost_card_hours=1.0, why="")
+    sure = v.model_copy(update={"confidence": 0.9})
+    cost = CostModel(cards=16, seconds={"restart": 600.0, "weight_load": 900.0, "warmup": 60.0}, load_s_per_request=0.5)
+    h = history([ref640, ref320]).model_copy(update={"cost": cost})
+    for card in (move, rate):
+        assert _cheaper_direct(card, v, h, screens=4) is None  # open hypothesis, reference measured: screen it
+        why = _cheaper_direct(card, sure, h, screens=4)  # it would pass anyway: the confirm alone is cheaper
+        assert why is not None and why.startswith("the confirm alone (") and "0.90 x" in why
+    # the screen-N reference still to be measured for this screen alone: the confirm alone is cheaper
+    h1 = history([ref640]).model_copy(update={"cost": cost})
+    assert "reference share" in (_cheaper_direct(rate, v, h1, screens=1) or "")
+    assert _cheaper_direct(rate, v, h1, screens=8) is None  # eight screens share it: screen
+    # no confirm-N run of the parent to compare a confirm with: screen first
+    assert _cheaper_direct(rate, sure, history([ref320]).model_copy(update={"cost": cost}), screens=4) is None
