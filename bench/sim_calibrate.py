@@ -191,7 +191,7 @@ def main() -> None:
     ap.add_argument("--no-pin", action="store_true", help="let engine and load generator share every core (default: "
                     "the engine on the last core, the load generator on the others)")
     args = ap.parse_args()
-    from simulator.calibrate import calibrate
+    from simulator.calibrate import calibrate, tokens_line
     from simulator.stations import predict
 
     out = Path(args.out or f".tuneloop/bench-sim-calibrate-{args.engine}").resolve()
@@ -223,6 +223,7 @@ def main() -> None:
         true = getattr(known.prefill_cost if role == "prefill" else known.decode_cost, k)
         shown = f"true {true:.4g} ({v / true - 1:+.1%})" if simulated and true else ""
         print(f"  {name:18} {v:11.4g} {'± ' + format(se / v, '.1%') if se and v else '':>9}  {shown:26} {note}")
+    print(f"  {tokens_line(res.profile.calibration.get('prompt_tokens'))}")
     for run, sr in res.series.items():  # the engine's own iteration series: its residual rows per calibration run
         print(f"  iteration series {Path(run).parent.name if Path(run).name == 'load' else Path(run).name}: "
               f"{sr['steps']} scrape intervals, batch {sr['batch_min']:.1f}-{sr['batch_max']:.1f}, "

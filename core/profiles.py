@@ -101,6 +101,11 @@ class Profile(BaseModel):
     noise_run_sigma: float = Field(0.012, ge=0)
     noise_step_sigma: float = Field(0.01, ge=0)
     calibration: dict[str, Any] | None = None  # provenance of fitted coefficients (simulator.calibrate)
+    # the served model's prompt tokens per request: fixed + per_word × the scenario's words (its tokenizer and chat
+    # template; 1 and 0 = the simulator's own count, a token per word); a calibrated profile carries what its runs
+    # measured, so a prediction sends the prompts the engine saw (simulator.engine.tokenized)
+    prompt_tokens_per_word: float = Field(1.0, gt=0)
+    prompt_tokens_fixed: float = Field(0.0, ge=0)
     # one engine per instance that prefills and decodes in the same steps (vLLM, SGLang without disaggregation):
     # a step carries the running requests' decode tokens and, in the token budget left, chunks of waiting prompts;
     # its time is t_D + [a chunk in it]·a_P + b_P·Σn + c_P·Σn(ctx + n/2) (simulator.mixed). The prefill role must

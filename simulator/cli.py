@@ -165,7 +165,8 @@ def calibrate(
     if json_out:
         typer.echo(json.dumps({"profile": str(out), "coefficients": [
             {"name": n, "value": v, "stderr": se, "note": note} for n, v, se, note in rows],
-            "prefill_from": res.prefill_source, "runs": [
+            "prefill_from": res.prefill_source, "prompt_tokens": res.profile.calibration.get("prompt_tokens"),
+            "runs": [
                 {"run": p, "prefill": pr, "decode": dr, "series": res.series.get(p), "run_factor": f}
                 for p, pr, dr, f in per_run]}, indent=1))
         return
@@ -174,6 +175,7 @@ def calibrate(
     for n, v, se, note in rows:
         rel = f"± {se / v:.1%}" if se is not None and v else "      "
         typer.echo(f"  {n:18} {v:12.5g} {rel:>9}  {note}")
+    typer.echo(f"  {cal.tokens_line(res.profile.calibration.get('prompt_tokens'))}")
     typer.echo("residuals per run (relative step time: rms / mean; steps; the engine's iteration series: scrape "
                "intervals, batch range), run time factor:" if not prof.mixed else
                "residuals per run (a mixed engine's replay: relative TTFT as prefill, relative decode time as "

@@ -47,6 +47,17 @@ def _record(cluster: Cluster, req, spec: sc.RequestSpec, t_sched: float, t_send:
         finish_reason=req.finish_reason, http_status=200, ok=True, error=None)
 
 
+def tokenized(profile: Profile, specs: list[sc.RequestSpec]) -> list[sc.RequestSpec]:
+    """The scenario's requests as the profile's engine tokenises them: fixed + per_word × words prompt tokens (a
+    shared prefix scales by per_word alone); unchanged at the simulator's own count (1 and 0). A replay's requests
+    carry measured token counts and are not tokenised again."""
+    w, f = profile.prompt_tokens_per_word, profile.prompt_tokens_fixed
+    if w == 1.0 and f == 0.0:
+        return specs
+    return [s.model_copy(update={"n_in": max(1, round(f + w * s.n_in)), "prefix_len": round(w * s.prefix_len)})
+            for s in specs]
+
+
 def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any], n: int, warmup: int = 0,
              seed: int = 0, faults: Faults | None = None, arrival: str = "constant",
              burstiness: float = 1.0, requests: list[sc.RequestSpec] | None = None,
@@ -67,7 +78,7 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
     cluster = Cluster(profile, knobs, seed=seed, faults=faults, task=scen.task, stream=False)
     if not cluster.healthy:
         raise SimHealthError("simulated engine never became healthy (fault never_healthy)")
-    specs = sc.generate(scen, n, warmup) if requests is None else list(requests)
+    specs = tokenized(profile, sc.generate(scen, n, warmup)) if requests is None else list(requests)
     if requests is not None and len(specs) != n + warmup:
         raise ValueError(f"requests: {len(specs)} given for n={n} + warmup={warmup}")
     if offsets is not None and len(offsets) != n:

@@ -167,3 +167,39 @@ def test_a_cost_the_runs_bound_near_zero_is_held_there_not_at_the_base_they_rule
                   rec.RunInfo.model_validate_json((d / rec.RUN_INFO).read_text()))
     p = predict(res.profile, sc, _knobs(*k), 60, warmup=2, seed=7)
     assert abs(p["tpot_mean_ms"] / s.tpot_ms.mean - 1) < 0.05, (p, s.tpot_ms.mean)
+
+
+def test_the_engines_tokenisation_is_measured_and_predictions_send_its_prompts(tmp_path):
+    """An engine that makes 5 + 3 tokens a word of each prompt (its tokenizer and template): the calibration reads
+    fixed and per-word tokens off the runs' counts against the scenario's words, and the calibrated profile predicts
+    a held-out station from those prompts; left at a token per word (the simulator's own count), the same
+    coefficients predict a much faster engine."""
+    from simulator.calibrate import load_run, prompt_tokens, tokens_line
+    from simulator.engine import tokenized
+
+    truth = profiles.load(TRUTH).model_copy(update={"prompt_tokens_per_word": 3.0, "prompt_tokens_fixed": 5.0})
+    words = engine.sc.generate(engine.sc.load(A), 4)
+    assert [s.n_in for s in tokenized(truth, words)] == [round(5 + 3 * s.n_in) for s in words]
+    assert tokenized(profiles.load(TRUTH), words) == words  # the simulator's own count: unchanged
+    dirs = []
+    for i, (sc, *k) in enumerate([(A, 8, 2048, 8), (B, 4, 1024, 8)]):
+        d = tmp_path / f"cal{i}"
+        engine.write_run_dir(engine.simulate(truth, sc, truth.knobs(_knobs(*k)), n=40, warmup=2, seed=i), d)
+        dirs.append(d)
+    base = profiles.load(TRUTH)  # the true step costs, a token per word
+    res = calibrate(dirs, base)
+    tok = res.profile.calibration["prompt_tokens"]
+    assert tok == prompt_tokens([load_run(d, base) for d in dirs])
+    assert tok["per_word"] == pytest.approx(3.0, abs=1e-3) and tok["fixed"] == pytest.approx(5.0, abs=0.05)
+    assert res.profile.prompt_tokens_per_word == tok["per_word"] and "5 + 3 x words" in tokens_line(tok)
+    held = (B, 8, 1024, 16)
+    d = tmp_path / "held"
+    engine.write_run_dir(engine.simulate(truth, held[0], truth.knobs(_knobs(*held[1:])), n=40, warmup=2, seed=9), d)
+    s = summarize(list(rec.read_jsonl(d / rec.REQUESTS, RequestRecord)),
+                  rec.RunInfo.model_validate_json((d / rec.RUN_INFO).read_text()))
+    words_only = res.profile.model_copy(update={"prompt_tokens_per_word": 1.0, "prompt_tokens_fixed": 0.0})
+    err = {}
+    for name, prof in (("measured", res.profile), ("word", words_only)):
+        p = predict(prof, held[0], _knobs(*held[1:]), 40, warmup=2, seed=9)
+        err[name] = abs(p["output_tok_s"] / s.whole.output_tok_s - 1)
+    assert err["measured"] < 0.05 < 0.3 < err["word"], err
