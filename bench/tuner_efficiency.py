@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -162,7 +163,12 @@ def explain_miss(methods: dict[str, Any], target: dict[str, Any]) -> str:
             part += (f", below the {floor:.2f} card-h of a single deployment; tuneloop reached at experiment {n:g}, "
                      f"more than {scoring.EARLY} after its baseline)")
         else:
-            part += ")"
+            base = statistics.median(r["trials"][0]["card_hours"] for r in runs if r["trials"])
+            if allowed < base + floor:  # the start is measured first, then at least one more deployment
+                part += (f", below tuneloop's baseline ({base:.2f} card-h) and one more deployment ({floor:.2f}): only a "
+                         f"first move that lands within the gap could meet it)")
+            else:
+                part += ")"
         parts.append(part)
     return "tuneloop reached, but spent too much device time relative to " + "; ".join(parts)
 
