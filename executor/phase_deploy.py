@@ -15,7 +15,7 @@ from core.knobs import KnobError
 from core.station import Station, change_cost, content_hash, full_knobs, needs_restart
 from executor.phases import PhaseFailure, crashpoint, load_resume_action
 from executor.templates import ENGINE_KEY, ServiceSpec, layout_files, render
-from executor.transports.base import AlreadyClaimed
+from executor.transports.base import PROBE_S, AlreadyClaimed
 
 log = logging.getLogger("tuneloop.executor")
 
@@ -113,8 +113,10 @@ class DeployPhases:
 
     async def health(self) -> dict:
         assert self.rendered
-        # our own deadline comes before the phase's outer timeout, so the record says never_healthy, not timeout
-        deadline = time.monotonic() + 0.9 * self.s.timeout("health")
+        # our own deadline comes before the phase's outer timeout, so the record says never_healthy, not timeout:
+        # it leaves room for the last probe (a state query and a health request of up to PROBE_S on busy cores)
+        limit = self.s.timeout("health")
+        deadline = time.monotonic() + max(0.5 * limit, min(0.9 * limit, limit - PROBE_S))
         for svc in self.rendered.services:
             await self.transport.until_healthy(svc, deadline, self.renew, self.s.poll_interval_s)
         return {"healthy": [s.name for s in self.rendered.services]}

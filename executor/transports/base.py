@@ -38,6 +38,9 @@ from executor.targets import Target
 from executor.templates import ServiceSpec, svc_dir
 
 
+HEALTH_PROBE_S = 2.0  # one health request's timeout
+PROBE_S = 2 * HEALTH_PROBE_S  # one round of a start-up poll: the service's state, then its health route
+
 class TransportError(Exception):
     pass
 
@@ -203,7 +206,7 @@ class LauncherTransport(abc.ABC):
         except httpx.HTTPError as e:
             return None, repr(e)
 
-    async def health(self, svc: ServiceSpec, timeout: float = 2.0) -> bool:
+    async def health(self, svc: ServiceSpec, timeout: float = HEALTH_PROBE_S) -> bool:
         return (await self.http(svc, "GET", svc.health_path, timeout))[0] == 200
 
     def load_argv(self, key: str, plan: LoadPlan) -> list[str]:
@@ -266,7 +269,7 @@ class LauncherTransport(abc.ABC):
             if not st.alive:
                 text = (await self.service_log(svc)).strip()
                 raise PhaseFailure("launch_failure", f"{svc.name} exited during start-up (rc={st.rc}): {text[-3000:]}")
-            if await self.health(svc):
+            if await self.health(svc, min(HEALTH_PROBE_S, max(0.2, deadline - time.monotonic()))):
                 return
             if time.monotonic() > deadline:
                 raise PhaseFailure("never_healthy", f"{svc.name}: {svc.health_path} never answered 200")
