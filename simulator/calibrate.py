@@ -41,6 +41,7 @@ from scipy.optimize import least_squares
 
 from core import profiles
 from core import records as rec
+from core import scenarios as sc
 from core.profiles import Profile
 from core.records import EngineSample, PrefillBatch, RequestRecord, RunInfo
 from simulator import calibrate_series as series
@@ -380,8 +381,6 @@ def prompt_tokens(runs: list[Run]) -> dict[str, Any] | None:
     n_in, the engine's usage counts) on the scenario's words per request (the same seeded requests the load
     generator sent), tokens = fixed + per_word × words; per_word alone when the fixed part comes out negative or
     every prompt has the same word count. None when no run's scenario (at its version) is installed here."""
-    from core import scenarios as sc
-
     words, tokens = [], []
     for r in runs:
         try:
