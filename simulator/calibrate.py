@@ -294,7 +294,7 @@ class Problem:
         s2 = float(r @ r) / max(1, len(r) - len(x0))
         try:
             se = np.sqrt(np.clip(np.diag(np.linalg.inv(sol.jac.T @ sol.jac) * s2), 0, None))[:len(self.names)]
-            stderr: dict[str, float | None] = {n: float(e * sc) for n, e, sc in zip(self.names, se, self.scale)}
+            stderr: dict[str, float | None] = {n: float(e * scl) for n, e, scl in zip(self.names, se, self.scale)}
         except np.linalg.LinAlgError:
             stderr = {n: None for n in self.names}
         p, f = self.unpack(sol.x)
