@@ -69,6 +69,8 @@ def test_without_a_token_the_page_asks_for_one(tmp_path):
         page.fill("#token", "not-a-token")
         page.click("#save-token")
         expect(page.locator("#login-error")).to_contain_text("401", timeout=30_000)
+        page.wait_for_timeout(2500)  # the page refreshes every second: the refusal stays until the next try
+        expect(page.locator("#login-error")).to_contain_text("401", timeout=100)
         page.fill("#token", TOKENS["viewer"])
         page.click("#save-token")
         expect(page.locator("#main")).to_be_visible(timeout=30_000)
