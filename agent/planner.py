@@ -328,7 +328,7 @@ def _cheaper_direct(card: CandidateCard, v: Value, history: History, screens: in
     if conf_n == goal.protocol.screen_n or card.stage != "screen" \
             or history.reference(card.parent_knobs, conf_n) is None:
         return None
-    direct = estimate(to_confirm(card, history, ""), history)
+    direct = estimate(with_stage(card, "confirm", conf_n), history)
     screen = estimate(card, history)
     ref = 0.0
     if history.reference(card.parent_knobs, card.n) is None:

@@ -88,5 +88,6 @@ def target_check(methods: dict[str, dict[str, Any]], deployment: float | None = 
             holds = ours_n is not None and ours_n <= EARLY + 1  # the baseline is experiment 1
         out[name] = {"ratio": None if ratio is None else round(ratio, 4), "limit": round(frac, 4), "basis": basis,
                      "allowed_card_hours": round(allowed, 4), "below_one_deployment": below, "holds": holds}
+    out["one_deployment_card_hours"] = deployment
     out["holds"] = bool(out["tuneloop_reached"] and out["tpe"]["holds"] and out["grid"]["holds"])
     return out

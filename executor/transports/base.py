@@ -41,6 +41,7 @@ from executor.templates import ServiceSpec, svc_dir
 HEALTH_PROBE_S = 2.0  # one health request's timeout
 PROBE_S = 2 * HEALTH_PROBE_S  # one round of a start-up poll: the service's state, then its health route
 
+
 class TransportError(Exception):
     pass
 
