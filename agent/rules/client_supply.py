@@ -12,6 +12,17 @@ from core.summary import Summary
 NOT_BINDING = 0.25  # a higher C while r holds the load down (or a higher r while C does) changes nothing in flight
 
 
+def offered_qps(s: Summary, win: Any) -> float:
+    """The completion rate a window shows when the arrival rate r alone sets the load: the window's requests
+    are sent over n/r seconds and the last of them completes about one mean E2E later, so a finite run's QPS
+    sits below r by its drain (n/r against n/r + E2E), more so the shorter the run. r itself when the window
+    has no count or no E2E."""
+    r, n, e2e = s.request_rate, win.n_requests, s.e2e_ms.mean
+    if not n or not e2e or not r or not math.isfinite(r):
+        return r
+    return n / (n / r + e2e / 1000.0)
+
+
 def score(ctx: Ctx) -> Hypothesis:
     s, ev = ctx.summary, ctx.ev
     pfor, pagainst, sc = [], [], 0.1
@@ -28,8 +39,9 @@ def score(ctx: Ctx) -> Hypothesis:
             if win.qps < 0.8 * s.request_rate and ratio < 0.7:
                 pfor.append(f"QPS {win.qps:.2f} below r={s.request_rate:g} with free concurrency slots")
                 sc += 0.2
-            elif win.qps >= 0.95 * s.request_rate:
-                pfor.append(f"QPS {win.qps:.2f} ≈ r={s.request_rate:g}: the sender's rate may be the limit")
+            elif win.qps >= 0.95 * offered_qps(s, win):
+                pfor.append(f"QPS {win.qps:.2f} ≈ r={s.request_rate:g} (less the run's drain): the sender's rate "
+                            f"may be the limit")
                 sc += 0.2
     pshare = num(ev, "prefill_waiting_nonzero_share")
     if pshare is not None and pshare >= 0.5:
@@ -48,9 +60,10 @@ def client_limit(s: Summary | None) -> tuple[str | None, str | None]:
         return "concurrency", (f"achieved concurrency {win.achieved_concurrency:.1f} ≈ C={s.concurrency}: a higher "
                                f"arrival rate only queues at the sender")
     r = s.request_rate
-    if r and math.isfinite(r) and win.qps >= 0.9 * r and ratio < 0.7:
-        return "request_rate", (f"QPS {win.qps:.2f} ≈ r={r:g} with {ratio:.0%} of C={s.concurrency} in flight: "
-                                f"a higher C adds nothing while the rate binds")
+    if r and math.isfinite(r) and ratio < 0.7 and win.qps >= 0.9 * offered_qps(s, win):
+        drain = "" if offered_qps(s, win) == r else f" (the {offered_qps(s, win):.2f} r gives over the run's drain)"
+        return "request_rate", (f"QPS {win.qps:.2f} ≈ r={r:g}{drain} with {ratio:.0%} of C={s.concurrency} in "
+                                f"flight: a higher C adds nothing while the rate binds")
     return None, None
 
 
