@@ -51,6 +51,7 @@ class Diagnosis(BaseModel):
     decode_demand: float | None = None
     spec_positions: list[float] | None = None  # acceptance per draft position (share of drafts)
     draft_cost: float | None = None  # one draft position's time relative to a decode step (breakdown draft_s)
+    draft_cost_why: str | None = None  # where draft_cost comes from when not the breakdown (a fit over widths)
     imbalance_loss: float | None = None  # share of device time lost to expert imbalance
     transfer_wait: float | None = None  # share of the decode side's requests waiting for their KV transfer
     prefill_busy: float | None = None  # busy share of the prefill instances' time (breakdown)

@@ -31,6 +31,7 @@ from agent.recovery import (
 from agent.pairs import coupled, pair_hypothesis
 from agent.plan import Plan
 from agent.rules import RULES
+from agent.rules.spec_acceptance import fitted_cost
 from agent.screens import load_unchanged, screen_blind, to_confirm
 from agent.stops import MIN_VALUE, explore_or_stop
 from agent.value import Value, value_of
@@ -94,7 +95,11 @@ def _diagnose(history: History) -> Diagnosis | None:
     if ref is None or ref.summary is None:
         return None
     knobs = full_knobs(history.best_knobs, history.goal.engine)
-    return diagnose(ref.summary, ref.evidence, tpot_limit(history.goal), knobs, ruled_out(history))
+    d = diagnose(ref.summary, ref.evidence, tpot_limit(history.goal), knobs, ruled_out(history))
+    fit = fitted_cost(history, history.best_knobs) if d.spec_positions is not None else None
+    if fit is not None:  # the measured widths price a position (verification too), not the draft share alone
+        d = d.model_copy(update={"draft_cost": round(fit[0], 4), "draft_cost_why": fit[1]})
+    return d
 
 
 def _pending_confirm(history: History) -> CandidateCard | None:

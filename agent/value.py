@@ -98,8 +98,11 @@ def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_c
     if rule.tradeoff and native_missing:
         # no valid steady state at this C: a lower C may give one, and lower latency (a frontier point)
         conf = max(conf, 0.5)
-    # A negative on a supported hypothesis separates explanations; on a weak one it tells little.
-    rules_out = 0.1 * conf if conf >= OPEN_LOW and not answered else 0.0
+    # A negative on a supported hypothesis separates explanations; on a weak one it tells little. A trade-off
+    # move's negative closes no hypothesis (agent.planner.closes_hypothesis): it may lose on the objective by
+    # design, so only its gain counts, unless it may give the missing native window.
+    closes = not rule.tradeoff or native_missing
+    rules_out = 0.1 * conf if conf >= OPEN_LOW and not answered and closes else 0.0
     share = cost_card_hours / budget_left if budget_left > 0 else 1.0
     per_hour = restart_card_hours / (restart_card_hours + cost_card_hours) if restart_card_hours else 1.0
     v = (gain * conf + rules_out) * CLASS_FACTOR.get(card.cost_class, 0.4) * per_hour * max(0.0, 1.0 - 0.5 * share)

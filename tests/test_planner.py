@@ -310,3 +310,22 @@ def test_a_screen_runs_only_where_it_is_cheaper_than_the_confirm_alone():
     assert _cheaper_direct(rate, v, h1, screens=8) is None  # eight screens share it: screen
     # no confirm-N run of the parent to compare a confirm with: screen first
     assert _cheaper_direct(rate, sure, history([ref320]).model_copy(update={"cost": cost}), screens=4) is None
+
+
+def test_a_trade_off_move_earns_nothing_for_ruling_out_while_the_native_window_is_there():
+    """A lower C may lose on the objective by design, so its negative closes no hypothesis (closes_hypothesis):
+    near the TPOT limit it is worth its small gain only, unless the native window is missing (then a lower C may
+    give one, and ruling that out counts)."""
+    from agent.candidates import rule_for
+    from agent.planner import closes_hypothesis
+    from agent.value import value_of
+
+    d = diagnose(summary(tpot=19.6), DECODE_BOUND, 20.0, {})
+    assert d.likelihood("latency_bound") >= 0.7
+    card = screen("concurrency", 64)
+    rule = rule_for("concurrency", "down")
+    assert rule.tradeoff and closes_hypothesis("negative", card, history()) is None
+    v = value_of(card, rule, d, 0.1, 24.0)
+    assert v.rules_out == 0.0 and "rules out 0.00" in v.why
+    windowless = value_of(card, rule, d, 0.1, 24.0, native_missing=True)
+    assert windowless.rules_out > 0.0 and windowless.value > v.value

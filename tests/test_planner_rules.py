@@ -133,3 +133,37 @@ def test_a_stale_streak_stops_only_when_the_explorer_expects_less_than_min_gain(
     varied = streak("qwen25-32b-h100-starved-sender")
     plan = DeterministicPlanner().ask(varied)
     assert plan.card is not None and plan.card.mechanism.startswith("exploration:"), plan.stop_reason
+
+
+def test_two_measured_draft_widths_price_a_position_with_its_verification_and_turn_the_next_move(tmp_path):
+    """The breakdown's draft share prices the draft passes only; every position also adds a token per sequence to
+    the verification pass. On the profile where acceptance falls fast, k 3 -> 2 measured at the same batch prices
+    a position at several times the draft share, the model then rates k 2 -> 1 a gain (the breakdown alone rates
+    it a loss), and the simulator agrees: k = 1 beats k = 2 at that station."""
+    from agent.candidates import build_card
+    from agent.planner import _diagnose
+    from agent.rules.spec_acceptance import fitted_cost, predicted_gain
+
+    h = measured_start(tmp_path, "llama31-8b-l40s-wider-draft-loses", n=640)
+    goal = h.goal
+    k2 = build_card("g1", goal.scenario, h.best_knobs, "num_speculative_tokens", 2, stage="confirm", n=640)
+    o2 = measure(tmp_path, goal, k2, "new_best")
+    assert fitted_cost(h, h.best_knobs) is None  # one width: nothing to fit
+    two = h.model_copy(update={"outcomes": h.outcomes + [o2], "best_knobs": k2.knobs, "warm_knobs": k2.knobs})
+    c, why = fitted_cost(two, two.best_knobs)
+    d = _diagnose(two)
+    share_only = diagnosis_for(h).draft_cost  # the breakdown's draft share at k = 3
+    assert d.draft_cost == round(c, 4) and c > 2 * share_only and "fitted from the step time at k 2 and 3" in why
+    assert predicted_gain(d.spec_positions, 2, 1, share_only) < 0 < predicted_gain(d.spec_positions, 2, 1, c)
+    _, narrower = _move(two, "num_speculative_tokens", 1)
+    assert narrower.gain > 0 and "fitted from the step time" in narrower.why
+    k1 = build_card("g1", goal.scenario, k2.knobs, "num_speculative_tokens", 1, stage="confirm", n=640)
+    o1 = measure(tmp_path, goal, k1, "new_best")
+    assert o1.figures.whole > o2.figures.whole  # the simulator's answer: the narrower draft wins
+
+    # with k = 1 and k = 2 measured from the k = 3 start, the model sizes k 3 -> 1 in one move
+    from agent.rules.spec_acceptance import sized
+    three = h.model_copy(update={"outcomes": h.outcomes + [o2, o1.model_copy(update={"card": build_card(
+        "g1", goal.scenario, h.best_knobs, "num_speculative_tokens", 1, stage="confirm", n=640)})]})
+    jump = sized("num_speculative_tokens", 3, [1, 2, 3, 4], three, _diagnose(three))
+    assert jump is not None and jump[:2] == ("down", 1), jump
