@@ -35,6 +35,8 @@ DEFINITIONS = {
     "qps": "requests completed successfully inside the window / window length",
     "goodput": "requests completed inside the window meeting every SLO / window length",
     "cache_hit": "sum n_cached / sum n_in over formal requests; min over requests also reported",
+    "prompt_uncached_mean": "mean of n_in - n_cached over formal requests with n_in (n_cached 0 when absent): the "
+                            "prompt tokens a prefill pass must compute per request",
     "n_requests": "formal requests whose t_send falls inside the window",
     "percentiles": "linear interpolation between closest ranks (numpy default), as vllm bench serve",
 }
@@ -229,6 +231,7 @@ def summarize(records: Sequence[RequestRecord], info: RunInfo, slos: dict[str, f
         itl.extend((ts[k] - ts[k - 1]) * 1e3 for k in range(1, len(ts)))
     hits = [(r.n_cached, r.n_in) for r in formal if r.n_cached is not None and r.n_in]
     outs = [n_out_of(r) for r in ok if n_out_of(r) is not None]
+    fresh = [r.n_in - (r.n_cached or 0) for r in formal if r.n_in]
     defs = dict(DEFINITIONS)
     defs["native_window"] = defs["native_window"].format(min_n=native_min_requests, min_s=native_min_seconds)
     if slos:
@@ -244,6 +247,7 @@ def summarize(records: Sequence[RequestRecord], info: RunInfo, slos: dict[str, f
         queue_delay_ms=dist([(r.t_send - r.t_sched) * 1e3 for r in sent]),
         cache_hit=(sum(c for c, _ in hits) / sum(n for _, n in hits)) if hits else None,
         cache_hit_min_request=min(c / n for c, n in hits) if hits else None,
+        prompt_uncached_mean=sum(fresh) / len(fresh) if fresh else None,
         output_len_min=int(min(outs)) if outs else None,
         output_len_max=int(max(outs)) if outs else None,
         definitions=defs,

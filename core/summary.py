@@ -59,6 +59,7 @@ class Summary(BaseModel):
     queue_delay_ms: Dist
     cache_hit: float | None = None  # sum cached / sum input over formal requests
     cache_hit_min_request: float | None = None
+    prompt_uncached_mean: float | None = None  # mean n_in - n_cached (0 when not reported) over formal requests
     output_len_min: int | None = None
     output_len_max: int | None = None
     definitions: dict[str, str] = Field(default_factory=dict)

@@ -131,6 +131,9 @@ def test_cache_hit_overall_min_and_absent():
     assert s.cache_hit == pytest.approx(240 / 400) and s.cache_hit_min_request == pytest.approx(0.5)
     s2 = summarize([rec(0, 0.0, [1.0], n_in=100)], info(c=2))
     assert s2.cache_hit is None and s2.cache_hit_min_request is None
+    # the prompt tokens a prefill pass computes per request: 10 and 150 uncached; 100 when nothing was cached
+    assert s.prompt_uncached_mean == pytest.approx(80.0) and s2.prompt_uncached_mean == pytest.approx(100.0)
+    assert summarize([rec(0, 0.0, [1.0])], info(c=2)).prompt_uncached_mean is None  # no usage.prompt_tokens
 
 
 def test_format_summary_states_windows_and_definitions():

@@ -167,3 +167,36 @@ def test_two_measured_draft_widths_price_a_position_with_its_verification_and_tu
         "g1", goal.scenario, h.best_knobs, "num_speculative_tokens", 1, stage="confirm", n=640)})]})
     jump = sized("num_speculative_tokens", 3, [1, 2, 3, 4], three, _diagnose(three))
     assert jump is not None and jump[:2] == ("down", 1), jump
+
+
+def test_prefill_evidence_sizes_the_budget_to_a_prompt_and_the_instances_to_the_queue(tmp_path):
+    """Prefill-bound 8K summarisation on the library's MoE: a 2048-token budget splits each ~8.2K-token prompt
+    into five passes, so the budget jumps to the listed value that holds one (16384, past 4096 and 8192); with
+    the prefill instances saturated and ~90 requests queueing for them against ~17 in decode, the instances
+    double (2 -> 4, not the next listed 3), again from 4 (-> 8), and at 8, where decode holds most of the
+    requests, the evidence sizes no jump."""
+    from agent.candidates import build_card
+
+    h = measured_start(tmp_path, "qwen3-30b-910b-prefill-bound")
+    card, v = _move(h, "max_num_batched_tokens", 16384)
+    assert "holds one in a single pass" in card.expected_effect and not check(card, h)
+    _, step = _move(h, "max_num_batched_tokens", 4096)
+    assert step.value < v.value and "the evidence sizes a jump to 16384" in step.why
+
+    def at(p: int):
+        return measured_start(tmp_path, "qwen3-30b-910b-prefill-bound", n=640, max_num_batched_tokens=16384,
+                              num_prefill_instances=p)
+
+    for p, jump, plain in ((2, 4, 3), (4, 8, 6)):
+        hp = at(p)
+        card, v = _move(hp, "num_prefill_instances", jump)
+        assert f"so {p} -> {jump} instances" in card.expected_effect and not check(card, hp), card.expected_effect
+        _, one = _move(hp, "num_prefill_instances", plain)
+        assert one.value < v.value
+    from agent.rules.prefill_supply import sized
+    h8 = at(8)
+    values = h8.goal.space()["num_prefill_instances"]
+    assert sized("num_prefill_instances", 8, values, h8, diagnosis_for(h8)) is None
+    card, _ = _move(h8, "num_prefill_instances", 10)  # the next listed value, in the rule's own words
+    assert card.expected_effect == build_card("g1", h8.goal.scenario, h8.best_knobs, "num_prefill_instances", 10,
+                                              stage="screen", n=320).expected_effect

@@ -10,6 +10,8 @@ BUDGET_FULL = 0.95  # prefill batches using this share of the token budget on av
 CAP_FULL = 0.95  # carrying this share of the request cap on average (with budget to spare): the cap binds
 # a bigger prefill budget when the request cap binds only trims the tail chunks: this share of its confidence
 BUDGET_NOT_BINDING = 0.5
+BUSY = 0.9  # prefill instances busy this share of the run: saturated, so their count sets the supply
+MAX_SCALE = 2.0  # an instance jump at most doubles the supply: past that, decode's TPOT is an extrapolation
 
 
 def score(ctx: Ctx) -> Hypothesis:
@@ -83,12 +85,48 @@ def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjuste
     return None
 
 
+def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[str, Any, str] | None:
+    """Where the token budget binds: a budget that holds the mean uncached prompt in one pass (a smaller one splits
+    every prompt into chunks that each pay a pass's fixed cost). Where the prefill instances are saturated with
+    requests queueing for them and decode has room: the instance count scaled by the supply the queue asks for
+    ((prefill waiting + decode running) / decode running: everything queued moves to decode), at most doubled.
+    Each only when beyond the next listed value."""
+    if diag is None or not isinstance(cur, (int, float)) or isinstance(cur, bool):
+        return None
+    ref = history.latest_valid(history.best_knobs)
+    if ref is None or ref.summary is None:
+        return None
+    ev = ref.evidence or {}
+    ups = sorted(v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > cur)
+    if len(ups) < 2:
+        return None
+    if knob in ("max_num_batched_tokens", "chunked_prefill_size"):
+        prompt = ref.summary.prompt_uncached_mean
+        if diag.prefill_limit != "token_budget" or not prompt or prompt <= cur:
+            return None
+        target = next((v for v in ups if v >= prompt), ups[-1])
+        why = (f"{diag.prefill_limit_why}; the mean uncached prompt is {prompt:.0f} tokens, so a budget of {cur} "
+               f"splits each into {-(-prompt // cur):.0f} passes: {target} holds one in a single pass")
+    elif knob == "num_prefill_instances":
+        waiting, running = num(ev, "prefill_waiting_mean"), num(ev, "decode_running_total_mean")
+        if diag.prefill_busy is None or diag.prefill_busy < BUSY or not waiting or not running or decode_full(ev):
+            return None
+        scale = min(MAX_SCALE, (waiting + running) / running)
+        target = max((v for v in ups if v <= cur * scale), default=ups[0])
+        why = (f"prefill busy {diag.prefill_busy:.0%} with {waiting:.0f} requests waiting for it and {running:.0f} "
+               f"running in decode: supply x{(waiting + running) / running:.1f} would move the queue to decode "
+               f"(at most x{MAX_SCALE:g} per move), so {cur} -> {target} instances")
+    else:
+        return None
+    return None if target == ups[0] else ("up", target, why)
+
+
 RULE = Rule(
     name="prefill_supply",
     prompt=("prefill_supply: a prefill queue persistently non-empty while decode waiting is near zero; prefill "
             "batches that fill the token budget call for budget (or P instances), batches at the request cap with "
             "budget to spare call for a higher cap."),
-    score=score, value=value,
+    score=score, value=value, sized=sized,
     moves={
         ("max_prefill_reqs", "up"): MoveRule(
             hypotheses=("prefill_supply",), gain=0.3,
