@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -18,16 +17,13 @@ from typing import Sequence
 import httpx
 
 from executor.llamabuild import _signal_text
+from executor.ports import free_port, owned
 from executor.vllmsetup import BASE_ENV, SelfTestError, avx2_check, loaded_kernels, version
 
 # the flags every CPU serve here needs (ENGINES facts: eager mode, fp32 on an AVX2-only CPU, a short context)
 CPU_ARGS = ("--dtype", "float32", "--enforce-eager", "--max-model-len", "512")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -66,8 +62,25 @@ class Server:
         return SelfTestError(f"{self.vllm}: `vllm serve` died with {what} {when}; log ({self.log_path}) tail:\n"
                              f"{self.log_tail(1500)}")
 
-    def start(self, timeout_s: float = 600.0) -> "Server":
+    def start(self, timeout_s: float = 600.0, attempts: int = 3) -> "Server":
+        """Start and wait for /health; a health answer from a process not of this server's session (another
+        process took the port between free_port() and the bind) restarts it on a fresh port (`attempts` in all)."""
         t0 = time.monotonic()
+        for attempt in range(attempts):
+            if self._start_once(t0, timeout_s):
+                self.startup_s = round(time.monotonic() - t0, 1)
+                return self
+            taken = self.port
+            self.stop(keep_log=True)
+            if attempt == attempts - 1:
+                raise SelfTestError(f"{self.vllm}: port {taken} was taken by another process before `vllm serve` "
+                                    f"bound it, {attempts} times")
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+        raise AssertionError("unreachable")
+
+    def _start_once(self, t0: float, timeout_s: float) -> bool:
+        """True once this server answers /health; False when the answer came from another process's listener."""
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                          cwd=self.log_path.parent, start_new_session=True)
@@ -77,17 +90,15 @@ class Server:
                     raise self._died("while starting")
                 try:
                     if client.get("/health").status_code == 200:
-                        break
+                        return owned(self.port, self.proc.pid) is not False
                 except httpx.TransportError:
                     pass
                 if time.monotonic() - t0 > timeout_s:
                     self.stop()
                     raise SelfTestError(f"{self.vllm}: not healthy after {timeout_s:.0f} s; log tail:\n{self.log_tail()}")
                 time.sleep(0.5)
-        self.startup_s = round(time.monotonic() - t0, 1)
-        return self
 
-    def stop(self) -> None:
+    def stop(self, keep_log: bool = False) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -95,7 +106,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        if self._tmp is not None:
+        if self._tmp is not None and not keep_log:
             self._tmp.cleanup()
             self._tmp = None
 

