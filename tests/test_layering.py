@@ -155,3 +155,22 @@ def test_the_checker_sees_a_function_level_import_off_the_allow_list(tmp_path: P
     root = _synthetic(tmp_path)
     assert bad_deferred(root, ("low", "high"), set()) == ["low/m.py:2: high"]  # the matplotlib one is allowed
     assert bad_deferred(root, ("low", "high"), {"low/m.py"}) == []
+
+
+@pytest.mark.parametrize("command", [("sim", "serve", "--help"), ("load", "run", "--help")])
+def test_the_commands_a_target_host_runs_load_no_planner_api_or_report(command: tuple[str, ...]):
+    """`sim serve` and `load run` start at every deployment and load phase, against a health deadline: they must
+    not import the planner, the API or the report stack (langgraph, fastapi's app, matplotlib)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, contextlib, io, tuneloop_cli\n"
+             f"sys.argv = ['tuneloop', *{list(command)!r}]\n"
+             "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()) as out:\n"
+             "    tuneloop_cli.main()\n"
+             "assert 'Usage' in out.getvalue(), out.getvalue()\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+             "{'agent', 'api', 'state', 'langgraph', 'matplotlib', 'optuna', 'openai'}))\n")
+    res = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]", res.stdout
