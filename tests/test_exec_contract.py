@@ -67,7 +67,7 @@ def test_local_target_that_launches_one_instance_fewer_than_defined_breaks_the_c
     assert target.cards == 16
     ex = Executor(Store(f"sqlite:///{tmp_path / 's.db'}"), {"loc": target},
                   ExecSettings(runs_root=tmp_path / "runs", holder="contract:local", poll_interval_s=0.05,
-                               timeouts_s={"health": 12.0, "load": 120.0}))
+                               timeouts_s={"health": 60.0, "load": 120.0}))
     try:
         r = ex.run_trial(_spec(scenario, "loc-16", "loc", {}, 16))
         assert r.verdict.kind == "contract_violation", r.verdict

@@ -117,6 +117,7 @@ def test_never_healthy_is_an_orchestration_fault(world):
                      transports=lambda target, root: StatsFailsOnce(target))
     r = _run(short, tmp, "nh", ["never_healthy"])
     assert r.verdict.kind == "orchestration_fault" and r.verdict.reasons[0].code == "never_healthy"
+    assert "(last probe: HTTP 503" in r.verdict.reasons[0].message  # what answered, for the engineer reading it
     assert "start-run nh.load" not in _log(tmp)
 
 

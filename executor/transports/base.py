@@ -270,10 +270,15 @@ class LauncherTransport(abc.ABC):
             if not st.alive:
                 text = (await self.service_log(svc)).strip()
                 raise PhaseFailure("launch_failure", f"{svc.name} exited during start-up (rc={st.rc}): {text[-3000:]}")
-            if await self.health(svc, min(HEALTH_PROBE_S, max(0.2, deadline - time.monotonic()))):
+            code, text = await self.http(svc, "GET", svc.health_path,
+                                         min(HEALTH_PROBE_S, max(0.2, deadline - time.monotonic())))
+            if code == 200:
                 return
             if time.monotonic() > deadline:
-                raise PhaseFailure("never_healthy", f"{svc.name}: {svc.health_path} never answered 200")
+                last = f"HTTP {code}: {text[:200]}" if code is not None else text[:200]
+                tail = (await self.service_log(svc)).strip()[-1500:]
+                raise PhaseFailure("never_healthy", f"{svc.name}: {svc.health_path} never answered 200 (last probe: "
+                                   f"{last}); its log ends: {tail}")
             await keepalive()
             await asyncio.sleep(poll_s)  # polling an external process, bounded by the deadline
 
