@@ -34,6 +34,7 @@ from agent.rules import RULES
 from agent.rules.spec_acceptance import fitted_cost
 from agent.screens import load_unchanged, screen_blind, to_confirm
 from agent.stops import MIN_VALUE, explore_or_stop
+from agent.tpot_fit import load_chance
 from agent.value import Value, value_of
 from core.station import (
     full_knobs,  # the deployed station: catalog defaults filled in (the token budget)
@@ -139,6 +140,7 @@ def _native_missing(history: History) -> bool:
         and ref.summary.native is None
 
 
+BATCH_UP = ("max_num_seqs", "concurrency")  # raises that widen the decode batch
 SIZED_STEP_DISCOUNT = 0.8  # the one-step move when the evidence sizes a bigger one: same hypothesis, less of the gap
 
 
@@ -190,6 +192,14 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
                 if floor.value > v.value:
                     v = floor.model_copy(update={"why": floor.why + "; a decode batch cap can keep a gain that crosses "
                                                                     "the TPOT limit"})
+            elif knob in BATCH_UP and direction == "up" and diag is not None and diag.tpot_headroom is not None \
+                    and 0 <= diag.tpot_headroom < LOAD_HEADROOM:
+                # near the limit, with no way back but the move itself: worth its gain only as often as the wider
+                # batch stays under the limit (agent/tpot_fit.py load_chance)
+                got = load_chance(history, card.knobs, goal.constraints.tpot_mean_ms_lt)
+                if got is not None and got[0] < 1.0:
+                    v = v.model_copy(update={"value": round(v.value * got[0], 6),
+                                             "why": v.why + f"; × {got[0]:.2f}, its chance under the TPOT limit: {got[1]}"})
             if jump is not None and new != jump[0]:
                 v = v.model_copy(update={"value": round(v.value * SIZED_STEP_DISCOUNT, 6),
                                          "why": v.why + f"; the evidence sizes a jump to {jump[0]} instead"})

@@ -80,6 +80,12 @@ def predicted_tpot(history: History, target: dict[str, Any],
     """Mean TPOT the line predicts at `target`, a load change of
     the best station; whether its chance of staying under the limit is at least MIN_CHANCE; both in words. None: no line. The best
     station's batch fill (mean running over its cap) is assumed to hold at the target's cap."""
+    got = _on_line(history, target, limit_ms)
+    return None if got is None else (got[0], got[1] >= MIN_CHANCE, got[2])
+
+
+def _on_line(history: History, target: dict[str, Any], limit_ms: float | None) -> tuple[float, float, str] | None:
+    """predicted_tpot's figures: the TPOT at `target`, its chance under the limit, the words."""
     ref = history.latest_valid(history.best_knobs)
     line = tpot_line(history, history.best_knobs, ref.card.n) if ref is not None else None
     if line is None or ref is None or limit_ms is None:
@@ -93,10 +99,40 @@ def predicted_tpot(history: History, target: dict[str, Any],
     tpot = line.at(batch)
     sigma = max(line.residual, SIGMA_FLOOR * limit_ms)
     chance = 0.5 * (1.0 + math.erf((limit_ms - tpot) / (sigma * math.sqrt(2.0))))
-    return tpot, chance >= MIN_CHANCE, (
+    return tpot, chance, (
         f"the TPOT line over {line.points} run(s) ({line.a:.1f} + {line.b:.4f} ms per sequence) predicts "
         f"{tpot:.1f} ± {sigma:.1f} ms at a decode batch of ~{batch:.0f}: a {chance:.0%} chance under the "
         f"{limit_ms:g} ms limit")
+
+
+def load_chance(history: History, target: dict[str, Any], limit_ms: float | None) -> tuple[float, str] | None:
+    """The chance that `target`, a load raise of the best station, keeps mean TPOT under the limit, in words. With
+    a line (two batches measured), the line's. From the best station's run alone: TPOT = a + b·batch with a, b ≥ 0
+    rises at least not at all and at most in proportion to the batch, so at a batch g times the current one it lies
+    in [T, g·T]; knowing nothing of the fixed share a / T, every point of that range is as likely, and the chance is
+    the share of it under the limit. None: no figures, no limit, or a target whose decode batch cannot grow."""
+    got = _on_line(history, target, limit_ms)
+    if got is not None:
+        return got[1], got[2]
+    ref = history.latest_valid(history.best_knobs)
+    s = ref.summary if ref is not None else None
+    if limit_ms is None or s is None or not s.tpot_ms.mean:
+        return None
+    ev = ref.evidence or {}  # type: ignore[union-attr]
+    inst = num(ev, "decode_instances") or 1.0
+    cap0, cap1 = _cap(history.best_knobs, inst), _cap(target, inst)
+    if not cap0 or not cap1 or cap1 <= cap0:
+        return None
+    g, t = cap1 / cap0, float(s.tpot_ms.mean)
+    waiting, running = num(ev, "decode_waiting_mean"), num(ev, "decode_running_total_mean")
+    if target.get("concurrency") == history.best_knobs.get("concurrency") and waiting is not None and running:
+        g = min(g, 1.0 + waiting / running)  # the same load: a wider batch admits only what waits for decode
+    if g <= 1.0:
+        return None
+    chance = min(1.0, max(0.0, (limit_ms - t) / (t * (g - 1.0))))
+    return chance, (f"mean TPOT {t:.1f} ms of a {limit_ms:g} ms limit: a decode batch up to x{g:.2f} puts it between "
+                    f"{t:.1f} and {g * t:.1f} ms (no fixed cost to all fixed cost), {chance:.0%} of that range under "
+                    f"the limit")
 
 
 def fits(history: History, target: dict[str, Any], limit_ms: float | None) -> str | None:

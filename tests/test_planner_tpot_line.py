@@ -97,3 +97,32 @@ def test_a_load_change_that_no_n_can_see_is_no_candidate(tmp_path):
     assert load_unchanged(cut, 640) is None
     moves = {(c.change.knob, c.change.new) for c, _ in candidates(h, diagnosis_for(h)) if c.also is None}
     assert ("max_num_seqs", 192) not in moves and ("concurrency", 128) in moves
+
+
+IMBALANCE = "qwen3-235b-h800-expert-imbalance"  # starts at ~28.9 ms of a 30 ms limit, decode full at 128 with a queue
+
+
+def test_near_the_limit_a_batch_raise_is_worth_its_chance_under_it_so_the_relayout_goes_first(tmp_path):
+    from agent.tpot_fit import load_chance
+
+    h, limit = _at_confirm(tmp_path, IMBALANCE)
+    head = diagnosis_for(h).tpot_headroom
+    assert 0 < head < 0.1
+    wider = h.best_knobs | {"max_num_seqs": 256}
+    chance, words = load_chance(h, wider, limit)
+    # one run: TPOT lies between T and g·T at g times the batch; the queue bounds g (the same C admits only what waits)
+    assert 0 < chance < 0.1 and "no fixed cost to all fixed cost" in words, words
+    assert "up to x1.7" in words or "up to x1.8" in words, words  # 128 running + 94 waiting, not the cap's x2
+    more, words2 = load_chance(h, wider | {"concurrency": 384}, limit)  # more load from the client: the cap's x2
+    assert "up to x2.00" in words2 and more < chance, words2
+    ranked = [(c.change.knob, c.change.new, v) for c, v in candidates(h, diagnosis_for(h)) if c.also is None]
+    top = ranked[0]
+    assert top[:2] == ("expert_layout", "static_eplb"), ranked[:4]
+    seqs = next(v for k, new, v in ranked if k == "max_num_seqs" and new == 256)
+    assert "its chance under the TPOT limit" in seqs.why
+    # with headroom (TPOT well under its limit) the same raise is not discounted
+    h2, _ = _at_confirm(tmp_path, IMBALANCE, expert_layout="static_eplb")
+    assert diagnosis_for(h2).tpot_headroom > 0.1
+    seqs2 = next(v for c, v in candidates(h2, diagnosis_for(h2))
+                 if c.also is None and c.change.knob == "max_num_seqs" and c.change.new == 256)
+    assert "chance under the TPOT limit" not in seqs2.why
