@@ -14,30 +14,18 @@ import typer
 TARGET_SIDE = ("sim", "load")
 
 
-def _root() -> typer.Typer:
-    return typer.Typer(
-        name="tuneloop",
-        help="Closed-loop performance tuning of LLM inference deployments under a latency limit.",
-        no_args_is_help=True,
-        add_completion=False,
-    )
-
-
-def _add_target_side(app: typer.Typer) -> None:
+def target_app() -> typer.Typer:
+    """The commands a target host runs (`sim`, `load`), with their full help, and nothing else."""
     from executor.loadcli import app as load_app
     from simulator.cli import app as sim_app
     from simulator.server import serve as sim_serve
 
-    if not any(c.name == "serve" for c in sim_app.registered_commands):
+    if not any(c.name == "serve" for c in sim_app.registered_commands):  # sim_app is a module's: register once
         sim_app.command("serve")(sim_serve)
+    app = typer.Typer(name="tuneloop", no_args_is_help=True, add_completion=False,
+                      help="Closed-loop performance tuning of LLM inference deployments under a latency limit.")
     app.add_typer(sim_app, name="sim", help="The embedded simulated PD-disaggregated cluster.")
     app.add_typer(load_app, name="load", help="Load generator: run a scenario against an endpoint, summarize, export.")
-
-
-def target_app() -> typer.Typer:
-    """The commands a target host runs (`sim`, `load`), with their full help, and nothing else."""
-    app = _root()
-    _add_target_side(app)
     return app
 
 
@@ -52,8 +40,7 @@ def build_app() -> typer.Typer:
     from executor.llamacpp import app as llamacpp_app
     from executor.vllmcli import app as vllm_app
 
-    app = _root()
-    _add_target_side(app)
+    app = target_app()
     app.add_typer(exec_app, name="exec", help="Deterministic executor: run one trial, resume interrupted runs, phases.")
     app.command("restore")(restore_cmd)
     app.command("run")(run)
