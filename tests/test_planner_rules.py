@@ -200,3 +200,36 @@ def test_prefill_evidence_sizes_the_budget_to_a_prompt_and_the_instances_to_the_
     card, _ = _move(h8, "num_prefill_instances", 10)  # the next listed value, in the rule's own words
     assert card.expected_effect == build_card("g1", h8.goal.scenario, h8.best_knobs, "num_prefill_instances", 10,
                                               stage="screen", n=320).expected_effect
+
+
+def test_a_binding_request_cap_is_sized_to_the_prompts_the_budget_holds_and_the_requests_waiting(tmp_path):
+    """2K chat prompts behind a prefill request cap of 1 with an 8192-token budget: batches carry one request
+    and use a quarter of the budget. With requests queueing for prefill the cap jumps to the listed value the
+    budget holds (8192 / ~2020 -> 4, past the next listed 2); at the start's arrival rate nothing waits, so
+    there is nothing to batch beyond the next value and the evidence sizes no jump."""
+    from agent.rules.prefill_supply import sized
+
+    queued = measured_start(tmp_path, "dsv4-chat2k-wide", n=640, request_rate=12)
+    d = diagnosis_for(queued)
+    assert d.prefill_limit == "request_cap", d.prefill_limit_why
+    card, v = _move(queued, "max_prefill_reqs", 4)
+    assert "a cap of 4 fills the pass" in card.expected_effect and "holds 4.1 mean uncached prompts" in \
+        card.expected_effect and not check(card, queued), card.expected_effect
+    _, one = _move(queued, "max_prefill_reqs", 2)
+    assert one.value < v.value and "the evidence sizes a jump to 4" in one.why
+
+    idle = measured_start(tmp_path, "dsv4-chat2k-wide", n=640)  # 6 requests/s: the prefill queue is empty
+    di = diagnosis_for(idle)
+    assert di.prefill_limit == "request_cap"
+    assert sized("max_prefill_reqs", 1, idle.goal.space()["max_prefill_reqs"], idle, di) is None
+
+    # at the cap of 4, batches carry the ~1-2 requests that wait and use about a third of the budget: a bigger
+    # budget adds no tokens to them, where the 8K prompts behind a 2048-token budget fill it and gain
+    spare = measured_start(tmp_path, "dsv4-chat2k-wide", n=640, request_rate=12, max_prefill_reqs=4)
+    ds = diagnosis_for(spare)
+    assert ds.prefill_limit is None and ds.prefill_budget_fill < 0.5
+    _, bigger = _move(spare, "max_num_batched_tokens", 16384)
+    assert bigger.gain == 0.0 and "adds no tokens to them" in bigger.why and bigger.value < MIN_VALUE
+    full = measured_start(tmp_path, "qwen3-30b-910b-prefill-bound")
+    _, grows = _move(full, "max_num_batched_tokens", 16384)
+    assert grows.gain > 0.0 and grows.value >= MIN_VALUE

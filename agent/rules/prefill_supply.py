@@ -10,6 +10,7 @@ BUDGET_FULL = 0.95  # prefill batches using this share of the token budget on av
 CAP_FULL = 0.95  # carrying this share of the request cap on average (with budget to spare): the cap binds
 # a bigger prefill budget when the request cap binds only trims the tail chunks: this share of its confidence
 BUDGET_NOT_BINDING = 0.5
+BUDGET_SPARE = 0.5  # batches using under this share of the token budget on average: a prompt fits with room to spare
 BUSY = 0.9  # prefill instances busy this share of the run: saturated, so their count sets the supply
 MAX_SCALE = 2.0  # an instance jump at most doubles the supply: past that, decode's TPOT is an extrapolation
 
@@ -71,11 +72,18 @@ def prefill_limit(ev: dict[str, Any], knobs: dict[str, Any]) -> tuple[str | None
 
 
 def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjusted | None:
-    """Cap vs budget: a bigger budget while the cap binds keeps half its confidence; a higher cap while the
-    batches already fill the budget gains at most the unused share of the budget (and asks nothing new)."""
+    """Cap vs budget: a bigger budget while the cap binds keeps half its confidence; a bigger budget while the
+    batches use under half of it and no limit binds adds no tokens to them (nothing to gain, nothing new asked);
+    a higher cap while the batches already fill the budget gains at most the unused share of the budget."""
     knob = change.knob
     if not up:
         return None
+    fill = diag.prefill_budget_fill
+    if knob in ("max_num_batched_tokens", "chunked_prefill_size") and diag.prefill_limit is None \
+            and fill is not None and fill < BUDGET_SPARE:
+        return Adjusted(conf, 0.0, f" (gain 0: prefill batches use {fill:.0%} of the token budget on average and "
+                                   f"no per-batch limit binds, so a bigger budget adds no tokens to them)",
+                        answered=True)
     if knob in ("max_num_batched_tokens", "chunked_prefill_size") and diag.prefill_limit == "request_cap":
         return Adjusted(conf * BUDGET_NOT_BINDING, gain,
                         f" × {BUDGET_NOT_BINDING} = {conf * BUDGET_NOT_BINDING:.2f} ({diag.prefill_limit_why})")
@@ -87,7 +95,10 @@ def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjuste
 
 def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[str, Any, str] | None:
     """Where the token budget binds: a budget that holds the mean uncached prompt in one pass (a smaller one splits
-    every prompt into chunks that each pay a pass's fixed cost). Where the prefill instances are saturated with
+    every prompt into chunks that each pay a pass's fixed cost). Where the request cap binds with budget to spare:
+    the cap that fills the budget with mean uncached prompts (budget / prompt: past it the budget binds instead),
+    at most the requests there are to batch (the cap plus those waiting per prefill instance, at least one more).
+    Where the prefill instances are saturated with
     requests queueing for them and decode has room: the instance count scaled by the supply the queue asks for
     ((prefill waiting + decode running) / decode running: everything queued moves to decode), at most doubled.
     Each only when beyond the next listed value."""
@@ -107,6 +118,18 @@ def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[s
         target = next((v for v in ups if v >= prompt), ups[-1])
         why = (f"{diag.prefill_limit_why}; the mean uncached prompt is {prompt:.0f} tokens, so a budget of {cur} "
                f"splits each into {-(-prompt // cur):.0f} passes: {target} holds one in a single pass")
+    elif knob == "max_prefill_reqs":
+        prompt = ref.summary.prompt_uncached_mean
+        budget = history.best_knobs.get("max_num_batched_tokens") or history.best_knobs.get("chunked_prefill_size")
+        waiting, inst = num(ev, "prefill_waiting_mean"), num(ev, "prefill_instances") or 1.0
+        if diag.prefill_limit != "request_cap" or not prompt or not budget or waiting is None:
+            return None
+        fill = float(budget) / prompt
+        queued = cur + max(1.0, waiting / inst)
+        target = max((v for v in ups if v <= min(fill, queued)), default=ups[0])
+        why = (f"{diag.prefill_limit_why}; a {budget}-token budget holds {fill:.1f} mean uncached prompts "
+               f"({prompt:.0f} tokens) and {waiting:.1f} wait per prefill instance on average, so a cap of {target} "
+               f"fills the pass")
     elif knob == "num_prefill_instances":
         waiting, running = num(ev, "prefill_waiting_mean"), num(ev, "decode_running_total_mean")
         if diag.prefill_busy is None or diag.prefill_busy < BUSY or not waiting or not running or decode_full(ev):
