@@ -128,7 +128,7 @@ def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[s
         queued = cur + max(1.0, waiting / inst)
         target = max((v for v in ups if v <= min(fill, queued)), default=ups[0])
         why = (f"{diag.prefill_limit_why}; a {budget}-token budget holds {fill:.1f} mean uncached prompts "
-               f"({prompt:.0f} tokens) and {waiting:.1f} wait per prefill instance on average, so a cap of {target} "
+               f"({prompt:.0f} tokens) and {waiting / inst:.1f} wait per prefill instance on average, so a cap of {target} "
                f"fills the pass")
     elif knob == "num_prefill_instances":
         waiting, running = num(ev, "prefill_waiting_mean"), num(ev, "decode_running_total_mean")
