@@ -11,6 +11,7 @@ CAP_FULL = 0.95  # carrying this share of the request cap on average (with budge
 # a bigger prefill budget when the request cap binds only trims the tail chunks: this share of its confidence
 BUDGET_NOT_BINDING = 0.5
 BUDGET_SPARE = 0.5  # batches using under this share of the token budget on average: a prompt fits with room to spare
+BUDGET_KNOBS = ("max_num_batched_tokens", "chunked_prefill_size")  # the prefill token budget, by engine
 BUSY = 0.9  # prefill instances busy this share of the run: saturated, so their count sets the supply
 MAX_SCALE = 2.0  # an instance jump at most doubles the supply: past that, decode's TPOT is an extrapolation
 
@@ -53,10 +54,15 @@ def score(ctx: Ctx) -> Hypothesis:
     return Hypothesis(name="prefill_supply", likelihood=clamp(s), evidence_for=pfor, evidence_against=pagainst)
 
 
+def budget_of(knobs: dict[str, Any]) -> Any:
+    """The station's prefill token budget (vLLM's max_num_batched_tokens or SGLang's chunked_prefill_size)."""
+    return next((knobs[k] for k in BUDGET_KNOBS if knobs.get(k)), None)
+
+
 def prefill_limit(ev: dict[str, Any], knobs: dict[str, Any]) -> tuple[str | None, str | None, float | None]:
     """Which per-batch limit fills the prefill batches (the token budget, the request cap, or neither: None), why,
     and the share of the budget the batches use on average (None without batch records or a budget)."""
-    budget = knobs.get("max_num_batched_tokens") or knobs.get("chunked_prefill_size")
+    budget = budget_of(knobs)
     cap = knobs.get("max_prefill_reqs")
     reqs, toks = num(ev, "prefill_batch_reqs_mean"), num(ev, "prefill_batch_tokens_mean")
     if toks is None or not budget:
@@ -79,16 +85,16 @@ def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjuste
     if not up:
         return None
     fill = diag.prefill_budget_fill
-    if knob in ("max_num_batched_tokens", "chunked_prefill_size") and diag.prefill_limit is None \
+    if knob in BUDGET_KNOBS and diag.prefill_limit is None \
             and fill is not None and fill < BUDGET_SPARE:
         return Adjusted(conf, 0.0, f" (gain 0: prefill batches use {fill:.0%} of the token budget on average and "
                                    f"no per-batch limit binds, so a bigger budget adds no tokens to them)",
                         answered=True)
-    if knob in ("max_num_batched_tokens", "chunked_prefill_size") and diag.prefill_limit == "request_cap":
+    if knob in BUDGET_KNOBS and diag.prefill_limit == "request_cap":
         return Adjusted(conf * BUDGET_NOT_BINDING, gain,
                         f" × {BUDGET_NOT_BINDING} = {conf * BUDGET_NOT_BINDING:.2f} ({diag.prefill_limit_why})")
-    if knob == "max_prefill_reqs" and diag.prefill_limit == "token_budget" and diag.prefill_budget_fill is not None:
-        return Adjusted(conf, min(gain, max(0.0, 1.0 - diag.prefill_budget_fill)),
+    if knob == "max_prefill_reqs" and diag.prefill_limit == "token_budget" and fill is not None:
+        return Adjusted(conf, min(gain, max(0.0, 1.0 - fill)),
                         f" (gain bounded by the unused budget: {diag.prefill_limit_why})", answered=True)
     return None
 
@@ -111,7 +117,7 @@ def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[s
     ups = sorted(v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > cur)
     if len(ups) < 2:
         return None
-    if knob in ("max_num_batched_tokens", "chunked_prefill_size"):
+    if knob in BUDGET_KNOBS:
         prompt = ref.summary.prompt_uncached_mean
         if diag.prefill_limit != "token_budget" or not prompt or prompt <= cur:
             return None
@@ -120,14 +126,14 @@ def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[s
                f"splits each into {-(-prompt // cur):.0f} passes: {target} holds one in a single pass")
     elif knob == "max_prefill_reqs":
         prompt = ref.summary.prompt_uncached_mean
-        budget = history.best_knobs.get("max_num_batched_tokens") or history.best_knobs.get("chunked_prefill_size")
+        budget = budget_of(history.best_knobs)
         waiting, inst = num(ev, "prefill_waiting_mean"), num(ev, "prefill_instances") or 1.0
         if diag.prefill_limit != "request_cap" or not prompt or not budget or waiting is None:
             return None
-        fill = float(budget) / prompt
+        holds = float(budget) / prompt
         queued = cur + max(1.0, waiting / inst)
-        target = max((v for v in ups if v <= min(fill, queued)), default=ups[0])
-        why = (f"{diag.prefill_limit_why}; a {budget}-token budget holds {fill:.1f} mean uncached prompts "
+        target = max((v for v in ups if v <= min(holds, queued)), default=ups[0])
+        why = (f"{diag.prefill_limit_why}; a {budget}-token budget holds {holds:.1f} mean uncached prompts "
                f"({prompt:.0f} tokens) and {waiting / inst:.1f} wait per prefill instance on average, so a cap of {target} "
                f"fills the pass")
     elif knob == "num_prefill_instances":
