@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -368,9 +369,12 @@ def calibrate(run_dirs: list[Path], base: Profile, name: str | None = None) -> C
             "held": prob.held, "prefill_from": prob.prefill_source,
             "run_factors": {str(x.path): float(f) for x, f in zip(runs, factors)}, "prompt_tokens": tok}
     words = {} if tok is None else {"prompt_tokens_per_word": tok["per_word"], "prompt_tokens_fixed": tok["fixed"]}
-    prof = base.model_copy(update={"name": name or f"{base.name}-calibrated", "decode_cost": dc, "prefill_cost": pc,
+    # a re-calibration (the drift check's suggestion: the base is itself calibrated) says so once, not twice
+    stem, desc = base.name.removesuffix("-calibrated"), re.sub(r" — step times calibrated from \d+ run\(s\)$", "",
+                                                                base.description)
+    prof = base.model_copy(update={"name": name or f"{stem}-calibrated", "decode_cost": dc, "prefill_cost": pc,
                                    "calibration": info, **words,
-                                   "description": f"{base.description} — step times calibrated from {len(runs)} run(s)"})
+                                   "description": f"{desc} — step times calibrated from {len(runs)} run(s)"})
     return Calibration(profile=Profile.model_validate(prof.model_dump()), decode=dec, prefill=pre,
                        sched=prob.sched, prefill_source=prob.prefill_source, runs=[str(x.path) for x in runs],
                        run_factors=[float(f) for f in factors], series=prob.per_run(r, "series"))

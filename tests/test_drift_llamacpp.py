@@ -1,11 +1,17 @@
 """Drift check against the real llama.cpp server on this machine: a profile calibrated from one real run, then
 deliberately made 30 % too fast, raises the drift flag on the goal's first real run — in the run's evidence, on
-the card and at the top of the report, and in STATE.md — with a re-calibration to run. The correctly calibrated
-profile's prediction of the same station is closer than the wrong one's."""
+the card and at the top of the report, and in STATE.md — with a re-calibration to run. Running that re-calibration,
+as the suggestion words it, gives a profile whose prediction of the same run is closer than the wrong one's, and its
+TPOT within the threshold. It is fitted to the flagged run itself, so the comparison does not hang on the host running
+the calibration run and the goal's run at the same speed: under test-suite load they differed by over 30 %, and a
+profile fitted to the first run then predicted the second worse than the 30 %-fast one (0.343 against 0.283). Its
+throughput stays off by about a fifth: llama-server prefills in the decode steps, which the profile's separate prefill
+instance does not see (no request finds the prefill idle), so the re-calibrated profile is not asserted unflagged."""
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -77,11 +83,18 @@ def test_a_profile_thirty_percent_off_raises_the_drift_flag_on_the_first_real_ru
         assert d["predicted"]["tpot_mean_ms"] < d["measured"]["tpot_mean_ms"]  # a 30 % too fast profile
         assert d["flagged"] is True and d["worst"] > 0.15 and d["threshold"] == 0.15
         assert "re-calibrate" in d["suggestion"] and result.run_dir in d["suggestion"]
-        # the same station predicted with the right calibration is closer than with the wrong one
-        right = drift_check(tgt.model_copy(update={"calibrated_profile": str(cal)}),
+        # the suggested re-calibration, run as worded, predicts the same run within the threshold
+        cmd = shlex.split(d["suggestion"].split("e.g. ", 1)[1])
+        assert cmd[:4] == ["tuneloop", "sim", "calibrate", result.run_dir] and cmd[-2:] == ["--out", "PROFILE.yaml"]
+        recal = tmp_path / "recal.yaml"
+        proc = subprocess.run([str(TUNELOOP), *cmd[1:-1], str(recal)], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        again = yaml.safe_load(recal.read_text())  # a calibrated base's provenance is said once, not twice
+        assert again["description"].count("step times calibrated from") == 1, again["description"]
+        right = drift_check(tgt.model_copy(update={"calibrated_profile": str(recal)}),
                             _trial(res.run_id, "llama-drift", STATION, n=m.n_formal).model_copy(update={"warmup": 2}),
                             m, result.run_dir)
-        assert right["worst"] < d["worst"], (right, d)
+        assert right["worst"] < d["worst"] and abs(right["drift"]["tpot_mean_ms"]) < d["threshold"], (right, d)
     finally:
         store.close()
     state = next((tmp_path / "runs").glob("*/STATE.md")).read_text()

@@ -59,6 +59,12 @@ def test_a_profile_recovered_from_its_own_runs_is_within_five_percent(tmp_path):
     assert prof.calibration["from_runs"] == [str(d) for d in dirs]
     run = engine.simulate(prof, "chat2k", prof.knobs({}, start=True), n=40)
     assert run.truth["whole_tok_s"] > 0
+    # re-calibrated from that profile (what the drift check suggests): named and described as calibrated once
+    proc = _calibrate(dirs[:2], tmp_path / "again.yaml", "--base", str(tmp_path / "cal.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    again = profiles.load(str(tmp_path / "again.yaml"))
+    assert again.name == f"{LLAMA}-calibrated" and again.description.count("step times calibrated from") == 1
+    assert again.description.endswith("calibrated from 2 run(s)") and again.calibration["base_profile"] == prof.name
 
 
 def test_the_draft_costs_are_kept_without_a_speculative_run_and_the_text_says_why(tmp_path):
