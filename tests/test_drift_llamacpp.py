@@ -83,7 +83,7 @@ def test_a_profile_thirty_percent_off_raises_the_drift_flag_on_the_first_real_ru
         assert d["predicted"]["tpot_mean_ms"] < d["measured"]["tpot_mean_ms"]  # a 30 % too fast profile
         assert d["flagged"] is True and d["worst"] > 0.15 and d["threshold"] == 0.15
         assert "re-calibrate" in d["suggestion"] and result.run_dir in d["suggestion"]
-        # the suggested re-calibration, run as worded, predicts the same run within the threshold
+        # the suggested re-calibration, run as worded: closer on the same run than the wrong profile, TPOT within limit
         cmd = shlex.split(d["suggestion"].split("e.g. ", 1)[1])
         assert cmd[:4] == ["tuneloop", "sim", "calibrate", result.run_dir] and cmd[-2:] == ["--out", "PROFILE.yaml"]
         recal = tmp_path / "recal.yaml"
