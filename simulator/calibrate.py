@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -343,6 +342,9 @@ class Calibration:
         return out
 
 
+CALIBRATED_FROM = " — step times calibrated from "  # the calibrated profile's description: base's + this + N run(s)
+
+
 def calibrate(run_dirs: list[Path], base: Profile, name: str | None = None) -> Calibration:
     if not run_dirs:
         raise CalibrationError("no run directory given")
@@ -370,11 +372,10 @@ def calibrate(run_dirs: list[Path], base: Profile, name: str | None = None) -> C
             "run_factors": {str(x.path): float(f) for x, f in zip(runs, factors)}, "prompt_tokens": tok}
     words = {} if tok is None else {"prompt_tokens_per_word": tok["per_word"], "prompt_tokens_fixed": tok["fixed"]}
     # a re-calibration (the drift check's suggestion: the base is itself calibrated) says so once, not twice
-    stem, desc = base.name.removesuffix("-calibrated"), re.sub(r" — step times calibrated from \d+ run\(s\)$", "",
-                                                                base.description)
+    stem, desc = base.name.removesuffix("-calibrated"), base.description.split(CALIBRATED_FROM)[0]
     prof = base.model_copy(update={"name": name or f"{stem}-calibrated", "decode_cost": dc, "prefill_cost": pc,
                                    "calibration": info, **words,
-                                   "description": f"{desc} — step times calibrated from {len(runs)} run(s)"})
+                                   "description": f"{desc}{CALIBRATED_FROM}{len(runs)} run(s)"})
     return Calibration(profile=Profile.model_validate(prof.model_dump()), decode=dec, prefill=pre,
                        sched=prob.sched, prefill_source=prob.prefill_source, runs=[str(x.path) for x in runs],
                        run_factors=[float(f) for f in factors], series=prob.per_run(r, "series"))
