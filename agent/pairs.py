@@ -6,7 +6,10 @@ batch limit) while the decode batch sits at its limit (raising max_num_seqs alon
 concurrency cap bind together (QPS ≈ r and in flight ≈ C: either alone is held by the other); or the acceptance
 model values a wider draft while the decode batch is held at its limit or by TPOT (a wider draft raises tokens per
 step and lowers TPOT per token: the decode batch must move with it). Load pairs need TPOT headroom (10 %, or a
-fitted TPOT line that gives the step a fair chance: agent/rules/load_headroom.py). The card names that coupling and its
+fitted TPOT line that gives the step a fair chance: agent/rules/load_headroom.py); once the line exists it sizes
+the pair's step (C + max_num_seqs along the line; a wider draft's max_num_seqs along the line scaled by the
+acceptance model: agent/tpot_fit.py sized_pair, sized_draft_batch), and the one-step pair stays at 0.8 of its
+value. The card names that coupling and its
 evidence (`coupling`), costs its dearer change's class, and passes the same checks as a one-change card (a known
 negative or a veto of either change refuses the pair; its parent is the best station). The explorer's pair
 (agent/explorer.py) comes from the same builder.
@@ -23,9 +26,11 @@ from agent.history import History
 from agent.rules.base import MoveRule, decode_at_limit, num
 from agent.rules.load_headroom import room_for
 from agent.rules.spec_acceptance import DEFAULT_DRAFT_COST, predicted_gain
+from agent.tpot_fit import sized_draft_batch, sized_pair
 from agent.value import Value, value_of
 from core.knobs import COST_ORDER, catalog
 
+SIZED_STEP_DISCOUNT = 0.8  # the one-step move (or pair) when the evidence sizes a bigger one: same hypothesis, less of the gap
 HELD_ALONE = 0.25  # one change of a coupling the evidence says holds it back alone (as client_supply's NOT_BINDING)
 COUPLED = 0.5  # a pair's confidence floor: both facts of its coupling were measured at the best station (= open)
 IN_FLIGHT_FULL = 0.9  # achieved concurrency at least this share of C: the sender keeps every slot full
@@ -123,22 +128,44 @@ def coupled(history: History, diag: Diagnosis | None, restart: float,
     HELD_ALONE of what they were (the pair runs first; each alone stays open)."""
     out = []
     held: dict[tuple[str, str], str] = {}
+    space = history.goal.space()
     for k1, k2, hyp, why in couplings(history, diag):
         v1, v2 = _up(history, k1), _up(history, k2)
         if v1 is None or v2 is None:
             continue
         if hyp == "client_supply":
             held.update({(k1, repr(v1)): why, (k2, repr(v2)): why})
+        steps: list[tuple[Any, Any, str, str | None]] = [(v1, v2, why, None)]
+        if (k1, k2) == ("concurrency", "max_num_seqs"):  # the line sizes the pair's step once two batches are known
+            jump = sized_pair(history, list(space.get(k1) or []), list(space.get(k2) or []),
+                              history.goal.constraints.tpot_mean_ms_lt)
+            if jump is not None:
+                steps.insert(0, (jump[0], jump[1], f"{why}; {jump[2]}", jump[2]))
+        if (k1, k2) == ("num_speculative_tokens", "max_num_seqs") and diag is not None and diag.spec_positions:
+            # tokens per step over step time at the new width: TPOT scales by the inverse of the predicted gain
+            cost = DEFAULT_DRAFT_COST if diag.draft_cost is None else diag.draft_cost
+            g = predicted_gain(diag.spec_positions, int(history.best_knobs.get(k1) or 0), int(v1), cost)
+            jump = sized_draft_batch(history, list(space.get(k2) or []), 1.0 / (1.0 + g),
+                                     f"k {history.best_knobs.get(k1)} -> {v1} at {g:+.1%} decode throughput",
+                                     history.goal.constraints.tpot_mean_ms_lt) if g > -1.0 else None
+            if jump is not None:
+                steps.insert(0, (v1, jump[0], f"{why}; {jump[1]}", jump[1]))
         r1, r2 = rule_for(k1, "up"), rule_for(k2, "up")
-        card = build_pair(history, (k1, v1), (k2, v2), coupling=why, hypothesis=hyp)
-        cost = estimate(card, history)
-        # as sure as the strongest hypothesis either move tests (the coupling's own among them)
-        rule = MoveRule(hypotheses=(hyp, *r1.hypotheses, *r2.hypotheses), gain=r1.gain, mechanism=card.mechanism)
-        v = value_of(card, rule, diag, cost, history.budget_left_card_hours, restart_card_hours=restart,
-                     extra_gain=r2.gain, min_confidence=COUPLED)  # both levers move when the coupling holds
-        v = v.model_copy(update={"why": v.why + f"; coupled pair: {why}"})
-        out.append((card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
-                                            "note": retry_note(card, history)}), v))
+        for n1, n2, words, sized in steps:
+            over = {"expected_effect": sized} if sized else {}
+            card = build_pair(history, (k1, n1), (k2, n2), coupling=words, hypothesis=hyp, **over)
+            cost = estimate(card, history)
+            # as sure as the strongest hypothesis either move tests (the coupling's own among them)
+            rule = MoveRule(hypotheses=(hyp, *r1.hypotheses, *r2.hypotheses), gain=r1.gain, mechanism=card.mechanism)
+            v = value_of(card, rule, diag, cost, history.budget_left_card_hours, restart_card_hours=restart,
+                         extra_gain=r2.gain, min_confidence=COUPLED)  # both levers move when the coupling holds
+            v = v.model_copy(update={"why": v.why + f"; coupled pair: {words}"})
+            if len(steps) > 1 and sized is None:  # the one-step pair when the line sizes a bigger one
+                v = v.model_copy(update={"value": round(v.value * SIZED_STEP_DISCOUNT, 6),
+                                         "why": v.why + f"; the TPOT line sizes a jump to {k1}={steps[0][0]}, "
+                                                        f"{k2}={steps[0][1]} instead"})
+            out.append((card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
+                                                "note": retry_note(card, history)}), v))
     for card, v in singles:
         why = held.get((card.change.knob, repr(card.change.new))) if card.change is not None else None
         if why is not None:

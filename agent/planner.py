@@ -28,7 +28,7 @@ from agent.recovery import (
     latency_recovery,
     window_recovery,
 )
-from agent.pairs import coupled, pair_hypothesis
+from agent.pairs import SIZED_STEP_DISCOUNT, coupled, pair_hypothesis
 from agent.plan import Plan
 from agent.rules import RULES
 from agent.rules.spec_acceptance import fitted_cost
@@ -141,7 +141,6 @@ def _native_missing(history: History) -> bool:
 
 
 BATCH_UP = ("max_num_seqs", "concurrency")  # raises that widen the decode batch
-SIZED_STEP_DISCOUNT = 0.8  # the one-step move when the evidence sizes a bigger one: same hypothesis, less of the gap
 
 
 def sized_jumps(knob: str, cur, values: list, history: History, diag: Diagnosis | None) -> dict[str, tuple]:  # type: ignore[no-untyped-def]

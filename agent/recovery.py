@@ -12,8 +12,37 @@ from __future__ import annotations
 
 from agent.candidates import CandidateCard, build_card
 from agent.history import History
+from agent.rules.base import num
+from agent.tpot_fit import SIGMA_FLOOR, decode_cap, batch_at, tpot_line
 
 LOAD_UP = ("concurrency", "request_rate")  # load knobs a latency recovery follows when they go up
+
+
+def line_cap(history: History, violating, caps: list, limit_ms: float | None) -> tuple[int, str] | None:  # type: ignore[no-untyped-def]
+    """The largest of `caps` (listed max_num_seqs values at or above the batch the best station ran) whose decode
+    batch the TPOT line through the runs of the violating station's draft, model and layout (its own run among
+    them) keeps under the limit less the line's spread; the batch at a cap is the violating run's carried by the closed-loop run
+    model (agent/tpot_fit.py batch_at), since the load that broke the limit queues for the cap. None: no line, or only
+    the smallest cap is that sure (the cap the best station's own run vouches for)."""
+    if limit_ms is None:
+        return None
+    line = tpot_line(history, violating.card.knobs, violating.card.n)
+    ev = violating.evidence or {}
+    run, cap0 = num(ev, "decode_running_mean"), decode_cap(violating.card.knobs, num(ev, "decode_instances") or 1.0)
+    if line is None or not run or not cap0:
+        return None
+    sigma = max(line.residual, SIGMA_FLOOR * limit_ms)
+    inst = num(ev, "decode_instances") or 1.0
+
+    def batch(v: float) -> float:
+        return batch_at(run, cap0, min(v, cap0), violating.card.n, inst)
+
+    sure = [v for v in caps if line.at(batch(v)) + sigma <= limit_ms]
+    if not sure or max(sure) == min(caps):
+        return None
+    v = max(sure)
+    return v, (f"the TPOT line over {line.points} run(s) ({line.a:.1f} + {line.b:.4f} ms per sequence) puts a batch "
+               f"of ~{batch(v):.0f} at {line.at(batch(v)):.1f} ms, within the limit less its {sigma:.1f} ms spread")
 
 def rate_starved(summary) -> bool:  # type: ignore[no-untyped-def]
     """In flight stayed well under C on average: arrivals, not the cap, decided what was in flight."""
@@ -122,12 +151,14 @@ def latency_recovery(history: History) -> CandidateCard | None:
                       and (viol_max is None or v < viol_max))
         if not fits:
             return None
-        cap = fits[0]
+        cap, why = fits[0], f"the best station ran up to {ran:.0f} within the TPOT limit"
+        sized = line_cap(history, o, fits, goal.constraints.tpot_mean_ms_lt)
+        if sized is not None:
+            cap, why = sized
         card = build_card(history.goal_id, goal.scenario, o.card.knobs, "max_num_seqs", cap, stage="confirm",
                           n=goal.protocol.confirm_n, direction="down", hypothesis="latency_bound",
-                          mechanism=(f"cap the decode batch at {cap} (the best station ran up to {ran:.0f} within the "
-                                     f"TPOT limit): the extra load queues before decode instead of stretching every "
-                                     f"decode step"),
+                          mechanism=(f"cap the decode batch at {cap} ({why}): the extra load queues before decode "
+                                     f"instead of stretching every decode step"),
                           decision="whether the load's gain survives inside the TPOT limit",
                           expected_effect=f"mean TPOT back under the limit, most of the {got / base - 1:+.0%} kept; TTFT rises",
                           negative_rules_out=f"a decode batch cap of {cap} as the way to keep this load's gain")

@@ -68,7 +68,23 @@ def tpot_line(history: History, knobs: dict[str, Any], n: int) -> Line | None:
     return Line(a=float(a), b=float(b), points=len(xs), residual=float(res))
 
 
-def _cap(knobs: dict[str, Any], inst: float) -> float | None:
+def batch_at(run: float, cap0: float, cap1: float, n: int | None, inst: float) -> float:
+    """The mean running decode batch per instance at a cap of `cap1`, from a run of n requests that ran a mean
+    of `run` at a cap of `cap0`. A closed-loop run of n requests through m slots is not full all along: by
+    Little's law its mean batch is n·D / T (D: a request's decode time, T: the run's length), and T/D is n/m
+    waves of requests plus the ramp and drain, which take a share δ of D that the slots' count hardly moves (a
+    first wave admitted at once, a last one draining from m to 0). δ is read off the measured run
+    (n/run - n/m0 per instance); at cap1 the batch is then n / (n/m1 + δ). With n far above the cap this is the
+    run's fill held (run ∝ cap); near n it is well under it (a cap of n runs the whole run in one wave and its
+    drain, not at n)."""
+    nn = (n or 0) / max(inst, 1.0)
+    if run <= 0 or cap0 <= 0 or cap1 <= 0 or nn <= 0 or run >= min(cap0, nn):
+        return run * cap1 / cap0 if cap0 > 0 else run
+    delta = max(0.0, nn / run - nn / min(cap0, nn))
+    return nn / (nn / min(cap1, nn) + delta)
+
+
+def decode_cap(knobs: dict[str, Any], inst: float) -> float | None:
     """The decode batch per instance the knobs allow: the batch limit, or the client's cap spread over instances."""
     c, seqs = knobs.get("concurrency"), knobs.get("max_num_seqs")
     caps = [float(v) for v in (seqs, c / inst if isinstance(c, (int, float)) else None) if isinstance(v, (int, float))]
@@ -79,7 +95,7 @@ def predicted_tpot(history: History, target: dict[str, Any],
                    limit_ms: float | None) -> tuple[float, bool, str] | None:
     """Mean TPOT the line predicts at `target`, a load change of
     the best station; whether its chance of staying under the limit is at least MIN_CHANCE; both in words. None: no line. The best
-    station's batch fill (mean running over its cap) is assumed to hold at the target's cap."""
+    station's mean batch is carried to the target's cap by the closed-loop run model (batch_at)."""
     got = _on_line(history, target, limit_ms)
     return None if got is None else (got[0], got[1] >= MIN_CHANCE, got[2])
 
@@ -92,13 +108,13 @@ def _on_line(history: History, target: dict[str, Any], limit_ms: float | None) -
         return None
     ev = ref.evidence or {}
     inst = num(ev, "decode_instances") or 1.0
-    run, cap0, cap1 = num(ev, "decode_running_mean"), _cap(history.best_knobs, inst), _cap(target, inst)
+    run, cap0, cap1 = num(ev, "decode_running_mean"), decode_cap(history.best_knobs, inst), decode_cap(target, inst)
     if run is None or not cap0 or not cap1:
         return None
-    batch = run * cap1 / cap0
+    batch = batch_at(run, cap0, cap1, ref.card.n, inst)
     tpot = line.at(batch)
     sigma = max(line.residual, SIGMA_FLOOR * limit_ms)
-    chance = 0.5 * (1.0 + math.erf((limit_ms - tpot) / (sigma * math.sqrt(2.0))))
+    chance = chance_under(limit_ms, tpot, sigma)
     return tpot, chance, (
         f"the TPOT line over {line.points} run(s) ({line.a:.1f} + {line.b:.4f} ms per sequence) predicts "
         f"{tpot:.1f} ± {sigma:.1f} ms at a decode batch of ~{batch:.0f}: a {chance:.0%} chance under the "
@@ -120,7 +136,7 @@ def load_chance(history: History, target: dict[str, Any], limit_ms: float | None
         return None
     ev = ref.evidence or {}  # type: ignore[union-attr]
     inst = num(ev, "decode_instances") or 1.0
-    cap0, cap1 = _cap(history.best_knobs, inst), _cap(target, inst)
+    cap0, cap1 = decode_cap(history.best_knobs, inst), decode_cap(target, inst)
     if not cap0 or not cap1 or cap1 <= cap0:
         return None
     g, t = cap1 / cap0, float(s.tpot_ms.mean)
@@ -190,22 +206,123 @@ def sized_rate(cur: Any, values: list[Any], history: History, limit_ms: float | 
     ev = ref.evidence or {}
     line, run = tpot_line(history, history.best_knobs, ref.card.n), num(ev, "decode_running_mean")
     inst = num(ev, "decode_instances") or 1.0
-    cap = _cap(history.best_knobs, inst)
+    cap = decode_cap(history.best_knobs, inst)
     if line is None or not run or not cap:
         return None
     k = run / (cur * ref.summary.tpot_ms.mean)
     sigma = max(line.residual, SIGMA_FLOOR * limit_ms)
     ups = sorted(v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > cur)
-    best: tuple[Any, float, float] | None = None
-    for r in ups:
+
+    def at(r: float) -> tuple[float, float]:
         left = 1.0 - k * r * line.b
         batch = k * r * line.a / left if left > 0 else math.inf
-        tpot = line.at(batch)
-        if batch > cap or 0.5 * (1.0 + math.erf((limit_ms - tpot) / (sigma * math.sqrt(2.0)))) < 0.5:
-            break
-        best = (r, batch, tpot)
-    if best is None or len(ups) < 2 or best[0] == ups[0]:
+        return batch, (line.at(batch) if batch <= cap else math.inf)
+
+    best = largest_under(ups, at, limit_ms, sigma)
+    if best is None:
         return None
     r, batch, tpot = best
     return r, (f"the rate binds; by Little's law and the TPOT line over {line.points} run(s), r={r:g} runs a decode "
                f"batch of ~{batch:.0f} at ~{tpot:.1f} ms, under the {limit_ms:g} ms limit: the largest listed rate there")
+
+
+def chance_under(limit_ms: float, tpot: float, sigma: float) -> float:
+    """The chance a TPOT predicted at `tpot` with spread `sigma` stays under the limit (normal error)."""
+    return 0.5 * (1.0 + math.erf((limit_ms - tpot) / (sigma * math.sqrt(2.0))))
+
+
+def largest_under(ups: list[Any], at: Any, limit_ms: float, sigma: float) -> tuple[Any, float, float] | None:
+    """Walking the listed values up (`ups`, ascending), the last whose (batch, TPOT) = at(value) keeps an even
+    chance under the limit: (value, batch, TPOT). None: not beyond the first value up (a one-step move)."""
+    got: tuple[Any, float, float] | None = None
+    for v in ups:
+        batch, tpot = at(v)
+        if chance_under(limit_ms, tpot, sigma) < 0.5:
+            break
+        got = (v, batch, tpot)
+    return None if got is None or len(ups) < 2 or got[0] == ups[0] else got
+
+
+def _station_line(history: History) -> tuple[Line, int, float, float, float] | None:
+    """The best station's TPOT line and what carries a batch along it: (line, its N, decode instances, the latest
+    run's mean running batch per instance, its batch cap per instance). None without a line or those figures."""
+    best = history.best_knobs
+    ref = history.latest_valid(best)
+    line = tpot_line(history, best, ref.card.n) if ref is not None else None
+    if ref is None or line is None:
+        return None
+    ev = ref.evidence or {}
+    inst = num(ev, "decode_instances") or 1.0
+    run, cap0 = num(ev, "decode_running_mean"), decode_cap(best, inst)
+    return (line, ref.card.n, inst, run, cap0) if run and cap0 else None
+
+
+def sized_pair(history: History, values_c: list[Any], values_s: list[Any],
+               limit_ms: float | None) -> tuple[Any, Any, str] | None:
+    """Where the client and the decode batch limit bind together (a C + max_num_seqs pair): the listed pair a raise
+    jumps to, beyond the next step of both. Along the diagonal the client can fill (each listed max_num_seqs with
+    the smallest listed C that fills it over the decode instances), the largest pair whose TPOT on the line (the
+    best station's batch carried by batch_at, as predicted_tpot) has an even chance under the limit. Needs the line (two batches):
+    without it the pair moves one step. None: no line, or the next step of both is already that far."""
+    best = history.best_knobs
+    c0, s0 = best.get("concurrency"), best.get("max_num_seqs")
+    at = _station_line(history)
+    if limit_ms is None or at is None or not isinstance(c0, (int, float)) or not isinstance(s0, (int, float)):
+        return None
+    line, n, inst, run, cap0 = at
+
+    def listed(vs: list[Any]) -> list[float]:
+        return sorted(v for v in vs if isinstance(v, (int, float)) and not isinstance(v, bool))
+
+    cs, ss = listed(values_c), listed(values_s)
+    sigma = max(line.residual, SIGMA_FLOOR * limit_ms)
+    steps: list[tuple[Any, Any, float, float]] = []
+    for s in (v for v in ss if v > s0):
+        c = next((v for v in cs if v >= c0 and v / inst >= s), None)
+        if c is None:
+            break  # the client cannot fill a wider batch
+        if c <= c0:
+            continue  # C alone is not what moves here
+        batch = batch_at(run, cap0, min(s, c / inst), n, inst)
+        tpot = line.at(batch)
+        if chance_under(limit_ms, tpot, sigma) < 0.5:
+            break
+        steps.append((c, s, batch, tpot))
+    c_up = next((v for v in cs if v > c0), None)
+    s_up = next((v for v in ss if v > s0), None)
+    if not steps or (steps[-1][0], steps[-1][1]) == (c_up, s_up):
+        return None
+    c, s, batch, tpot = steps[-1]
+    return c, s, (f"the TPOT line over {line.points} run(s) ({line.a:.1f} + {line.b:.4f} ms per sequence) puts "
+                  f"C={c:g} with max_num_seqs={s:g} at a decode batch of ~{batch:.0f} and ~{tpot:.1f} ms, under the "
+                  f"{limit_ms:g} ms limit: the largest listed pair there")
+
+
+def sized_draft_batch(history: History, values_s: list[Any], factor: float, why: str,
+                      limit_ms: float | None) -> tuple[Any, str] | None:
+    """Where a wider draft moves with the decode batch limit (a num_speculative_tokens + max_num_seqs pair): the
+    listed max_num_seqs the pair jumps to, beyond the next step. The draft changes tokens per step and the step's
+    cost, not the batch's share of it, so the TPOT line of the current width, scaled by `factor` (the acceptance
+    model's TPOT at the new width over the old, `why`), is the new width's line; the largest listed limit whose
+    batch (the best station's carried by batch_at) has an even chance under the TPOT limit on it. The client's C still caps
+    the batch the pair itself runs; the wider limit is what a later hot raise of C fills. Needs the line (two
+    batches at the current width). None: no line, or the next step is already that far."""
+    s0 = history.best_knobs.get("max_num_seqs")
+    at = _station_line(history)
+    if limit_ms is None or not factor > 0 or at is None or not isinstance(s0, (int, float)):
+        return None
+    line, n, inst, run, cap0 = at
+    sigma = max(line.residual, SIGMA_FLOOR * limit_ms)
+    ups = sorted(v for v in values_s if isinstance(v, (int, float)) and not isinstance(v, bool) and v > s0)
+
+    def at(s: float) -> tuple[float, float]:
+        batch = batch_at(run, cap0, s, n, inst)
+        return batch, factor * line.at(batch)
+
+    got = largest_under(ups, at, limit_ms, sigma)
+    if got is None:
+        return None
+    s, batch, tpot = got
+    return s, (f"the TPOT line over {line.points} run(s) at this draft width ({line.a:.1f} + {line.b:.4f} ms per "
+               f"sequence) × {factor:.2f} ({why}) puts max_num_seqs={s:g} at a decode batch of ~{batch:.0f} and "
+               f"~{tpot:.1f} ms, under the {limit_ms:g} ms limit: the largest listed limit there, for C to fill")

@@ -1,8 +1,11 @@
 """Load steps by a TPOT line (agent/tpot_fit.py) and screens that cannot see a load change (agent/screens.py), on
 real simulator evidence of the bench's library profiles: over its TPOT limit the start's load cut is sized by the
 proportional bound and, once two batches are measured, by the fitted line; a C + max_num_seqs pair under 10 %
-headroom runs only when the line gives it a fair chance; a screen whose N holds the same load either way goes
-straight to confirm N, and its card passes the same checks."""
+headroom runs only when the line gives it a fair chance, and jumps along the line where it gives a larger pair an
+even chance (the target's mean batch carried by the closed-loop run model, not the fill held); a wider draft moves
+the batch limit to where its scaled line meets the limit; a latency recovery caps the batch where the line keeps it
+under the limit; a screen whose N holds the same load either way goes straight to confirm N, and its card passes
+the same checks."""
 from __future__ import annotations
 
 from agent.candidates import build_card
@@ -126,3 +129,87 @@ def test_near_the_limit_a_batch_raise_is_worth_its_chance_under_it_so_the_relayo
     seqs2 = next(v for c, v in candidates(h2, diagnosis_for(h2))
                  if c.also is None and c.change.knob == "max_num_seqs" and c.change.new == 256)
     assert "chance under the TPOT limit" not in seqs2.why
+
+
+def test_the_closed_loop_batch_model_holds_the_fill_far_below_n_and_not_near_it():
+    from agent.tpot_fit import batch_at
+
+    assert batch_at(199.4, 256, 256, 640, 1.0) == 199.4  # the measured station itself
+    # a run of 640 through 256 slots spent δ = 640/199.4 - 640/256 ≈ 0.71 of a request's decode time in ramp and
+    # drain; through 448 slots the same δ leaves ~299 running on average, not the fill-held 349
+    assert abs(batch_at(199.4, 256, 448, 640, 1.0) - 640 / (640 / 448 + 640 / 199.4 - 640 / 256)) < 1e-9
+    assert 295 < batch_at(199.4, 256, 448, 640, 1.0) < 305
+    n = 64_000  # n far above the cap, the same ramp and drain: the run's fill holds (its batch ∝ its cap)
+    run = n / (n / 256 + 0.71)
+    assert abs(batch_at(run, 256, 448, n, 1.0) / (run * 448 / 256) - 1.0) < 0.01
+    assert batch_at(120.0, 128, 256, 640, 2.0) < 2 * 120.0  # per instance: 320 requests each through 256 slots
+    assert batch_at(128.0, 128, 256, 640, 1.0) == 256.0  # a run held full by its queue: no ramp to carry
+
+
+def test_a_client_and_batch_pair_is_sized_along_the_line_by_the_closed_loop_batch(tmp_path):
+    # static layout: 128 and 256 slots measured at C = 256, N = 640: the line (~16 + 0.043 ms per sequence) puts
+    # C512 + max_num_seqs 448 at ~29 ms once the run's ramp and drain are carried (~299 running); held at the
+    # measured fill the same pair would run ~349 and cross the 30 ms limit
+    from agent.tpot_fit import sized_pair
+
+    h, limit = _at_confirm(tmp_path, IMBALANCE, expert_layout="static_eplb")
+    o = measure(tmp_path, h.goal, build_card("g1", h.goal.scenario, h.best_knobs, "max_num_seqs", 256,
+                                             stage="confirm", n=640), "new_best")
+    h2 = h.model_copy(update={"outcomes": h.outcomes + [o], "best_knobs": h.best_knobs | {"max_num_seqs": 256}})
+    space = h2.goal.space()
+    c, s, words = sized_pair(h2, list(space["concurrency"]), list(space["max_num_seqs"]), limit)
+    assert (c, s) == (512, 448) and "the largest listed pair there" in words, words
+    line, run = tpot_line(h2, h2.best_knobs, 640), o.evidence["decode_running_mean"]
+    assert line.at(run * 448 / 256) > limit  # the fill-held batch would have called it over the limit
+    ranked = [(c_, v) for c_, v in candidates(h2, diagnosis_for(h2)) if c_.also is not None]
+    top, step = ranked[0], next(cv for cv in ranked if cv[0].also.new == 384)
+    assert (top[0].change.new, top[0].also.new) == (512, 448) and "the TPOT line over 2 run(s)" in top[0].coupling
+    assert not check(top[0], h2)
+    assert step[1].value < top[1].value and "sizes a jump to concurrency=512" in step[1].why
+    # without the second batch there is no line, and the pair moves one step
+    h1 = h.model_copy(update={"best_knobs": h.best_knobs})
+    assert sized_pair(h1, list(space["concurrency"]), list(space["max_num_seqs"]), limit) is None
+
+
+def test_a_wider_draft_moves_the_batch_limit_to_where_its_scaled_line_meets_the_limit(tmp_path):
+    # k 2 at C = 96 and 128 (max_num_seqs 128): the acceptance model values k 3 at ~+20 %, so TPOT at a batch falls
+    # to ~0.83 of the k 2 line; the pair raises max_num_seqs to 256 (C fills it later, hot), not one step to 160
+    h, limit = _at_confirm(tmp_path, MTP, num_speculative_tokens=2, max_num_seqs=128, concurrency=96)
+    o = measure(tmp_path, h.goal, build_card("g1", h.goal.scenario, h.best_knobs, "concurrency", 128,
+                                             stage="confirm", n=640), "new_best")
+    h2 = h.model_copy(update={"outcomes": h.outcomes + [o], "best_knobs": h.best_knobs | {"concurrency": 128}})
+    pairs = [(c, v) for c, v in candidates(h2, diagnosis_for(h2))
+             if c.also is not None and c.change.knob == "num_speculative_tokens"]
+    (top, tv), (step, sv) = pairs[0], next(cv for cv in pairs if cv[0].also.new == 160)
+    assert (top.change.new, top.also.new) == (3, 256) and "× 0.83" in top.coupling, top.coupling
+    assert sv.value < tv.value and not check(top, h2)
+    # on the k 2 line itself (no draft change) a batch limit of 256 would break the limit
+    line = tpot_line(h2, h2.best_knobs, 640)
+    from agent.tpot_fit import batch_at
+    assert line.at(batch_at(o.evidence["decode_running_mean"], 128, 256, 640, 1.0)) > limit
+
+
+def test_a_latency_recovery_caps_the_batch_where_the_line_keeps_it_under_the_limit(tmp_path):
+    # k 3, max_num_seqs 256: C 128, 160, 192 under 20 ms, then C 256 at ~21 ms (a gain that broke only TPOT); the
+    # line through the four runs keeps a cap of 224 under the limit less its spread: the recovery caps there, not
+    # at 192 (the smallest cap holding what the best station ran)
+    from agent.recovery import latency_recovery
+
+    h, limit = _at_confirm(tmp_path, MTP, num_speculative_tokens=3, max_num_seqs=256, concurrency=128)
+    outs, knobs = list(h.outcomes), h.best_knobs
+    for c in (160, 192):
+        card = build_card("g1", h.goal.scenario, knobs, "concurrency", c, stage="confirm", n=640)
+        outs.append(measure(tmp_path, h.goal, card, "new_best"))
+        knobs = knobs | {"concurrency": c}
+    hot = measure(tmp_path, h.goal, build_card("g1", h.goal.scenario, knobs, "concurrency", 256, stage="confirm",
+                                               n=640), "negative")
+    assert hot.summary.tpot_ms.mean > limit and hot.figures.slo_violations
+    h2 = h.model_copy(update={"outcomes": outs + [hot], "best_knobs": knobs})
+    card = latency_recovery(h2)
+    assert card is not None and (card.change.knob, card.change.new) == ("max_num_seqs", 224), card
+    assert "the TPOT line over 4 run(s)" in card.mechanism and card.knobs["concurrency"] == 256
+    assert not check(card, h2)
+    # under a tighter limit the line vouches for no cap above the one the best station's run holds: that one
+    from agent.recovery import line_cap
+    assert line_cap(h2, hot, [192, 224], limit)[0] == 224
+    assert line_cap(h2, hot, [192, 224], limit - 1.0) is None
