@@ -30,7 +30,7 @@ from agent.tpot_fit import sized_draft_batch, sized_pair
 from agent.value import Value, value_of
 from core.knobs import COST_ORDER, catalog
 
-SIZED_STEP_DISCOUNT = 0.8  # the one-step move (or pair) when the evidence sizes a bigger one: same hypothesis, less of the gap
+SIZED_STEP_DISCOUNT = 0.8  # the one-step move (or pair) when the evidence sizes a bigger one: less of the gap
 HELD_ALONE = 0.25  # one change of a coupling the evidence says holds it back alone (as client_supply's NOT_BINDING)
 COUPLED = 0.5  # a pair's confidence floor: both facts of its coupling were measured at the best station (= open)
 IN_FLIGHT_FULL = 0.9  # achieved concurrency at least this share of C: the sender keeps every slot full

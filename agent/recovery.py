@@ -3,7 +3,8 @@
 * window recovery: a confirm that won without the objective's native window is run again, hot, at the next
   higher rate (when arrivals left C unfilled) or the next lower C, until a run gives the window;
 * latency recovery: a load move that gained but broke only the mean-TPOT limit is followed by a decode batch
-  cap (max_num_seqs) at the batch the best station ran at, from the violating station.
+  cap (max_num_seqs) at the batch the best station ran at, or at the largest cap the TPOT line keeps under the
+  limit less its spread, from the violating station.
 
 Both run at the confirm N from the station they recover (not the best station) and are judged against the
 best station (agent.judgement.decide), since that station is no reference.
@@ -11,19 +12,19 @@ best station (agent.judgement.decide), since that station is no reference.
 from __future__ import annotations
 
 from agent.candidates import CandidateCard, build_card
-from agent.history import History
+from agent.history import History, Outcome
 from agent.rules.base import num
-from agent.tpot_fit import SIGMA_FLOOR, decode_cap, batch_at, tpot_line
+from agent.tpot_fit import SIGMA_FLOOR, batch_at, decode_cap, tpot_line
 
 LOAD_UP = ("concurrency", "request_rate")  # load knobs a latency recovery follows when they go up
 
 
-def line_cap(history: History, violating, caps: list, limit_ms: float | None) -> tuple[int, str] | None:  # type: ignore[no-untyped-def]
+def line_cap(history: History, violating: Outcome, caps: list, limit_ms: float | None) -> tuple[int, str] | None:
     """The largest of `caps` (listed max_num_seqs values at or above the batch the best station ran) whose decode
     batch the TPOT line through the runs of the violating station's draft, model and layout (its own run among
-    them) keeps under the limit less the line's spread; the batch at a cap is the violating run's carried by the closed-loop run
-    model (agent/tpot_fit.py batch_at), since the load that broke the limit queues for the cap. None: no line, or only
-    the smallest cap is that sure (the cap the best station's own run vouches for)."""
+    them) keeps under the limit less the line's spread. The batch at a cap is the violating run's, carried by the
+    closed-loop run model (agent/tpot_fit.py batch_at), since the load that broke the limit queues for the cap.
+    None: no line, or only the smallest cap is that sure (the cap the best station's own run vouches for)."""
     if limit_ms is None:
         return None
     line = tpot_line(history, violating.card.knobs, violating.card.n)
@@ -43,6 +44,7 @@ def line_cap(history: History, violating, caps: list, limit_ms: float | None) ->
     v = max(sure)
     return v, (f"the TPOT line over {line.points} run(s) ({line.a:.1f} + {line.b:.4f} ms per sequence) puts a batch "
                f"of ~{batch(v):.0f} at {line.at(batch(v)):.1f} ms, within the limit less its {sigma:.1f} ms spread")
+
 
 def rate_starved(summary) -> bool:  # type: ignore[no-untyped-def]
     """In flight stayed well under C on average: arrivals, not the cap, decided what was in flight."""

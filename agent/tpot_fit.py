@@ -262,8 +262,9 @@ def sized_pair(history: History, values_c: list[Any], values_s: list[Any],
     """Where the client and the decode batch limit bind together (a C + max_num_seqs pair): the listed pair a raise
     jumps to, beyond the next step of both. Along the diagonal the client can fill (each listed max_num_seqs with
     the smallest listed C that fills it over the decode instances), the largest pair whose TPOT on the line (the
-    best station's batch carried by batch_at, as predicted_tpot) has an even chance under the limit. Needs the line (two batches):
-    without it the pair moves one step. None: no line, or the next step of both is already that far."""
+    best station's batch carried by batch_at, as predicted_tpot) has an even chance under the limit. Needs the
+    line (two batches): without it the pair moves one step. None: no line, or the next step of both is already
+    that far."""
     best = history.best_knobs
     c0, s0 = best.get("concurrency"), best.get("max_num_seqs")
     at = _station_line(history)
@@ -304,9 +305,9 @@ def sized_draft_batch(history: History, values_s: list[Any], factor: float, why:
     listed max_num_seqs the pair jumps to, beyond the next step. The draft changes tokens per step and the step's
     cost, not the batch's share of it, so the TPOT line of the current width, scaled by `factor` (the acceptance
     model's TPOT at the new width over the old, `why`), is the new width's line; the largest listed limit whose
-    batch (the best station's carried by batch_at) has an even chance under the TPOT limit on it. The client's C still caps
-    the batch the pair itself runs; the wider limit is what a later hot raise of C fills. Needs the line (two
-    batches at the current width). None: no line, or the next step is already that far."""
+    batch (the best station's, carried by batch_at) has an even chance under the TPOT limit on it. The client's C
+    still caps the batch the pair itself runs; the wider limit is what a later hot raise of C fills. Needs the line
+    (two batches at the current width). None: no line, or the next step is already that far."""
     s0 = history.best_knobs.get("max_num_seqs")
     at = _station_line(history)
     if limit_ms is None or not factor > 0 or at is None or not isinstance(s0, (int, float)):
