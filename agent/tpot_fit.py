@@ -78,8 +78,10 @@ def batch_at(run: float, cap0: float, cap1: float, n: int | None, inst: float) -
     run's fill held (run ∝ cap); near n it is well under it (a cap of n runs the whole run in one wave and its
     drain, not at n)."""
     nn = (n or 0) / max(inst, 1.0)
-    if run <= 0 or cap0 <= 0 or cap1 <= 0 or nn <= 0 or run >= min(cap0, nn):
+    if run <= 0 or cap0 <= 0 or cap1 <= 0 or nn <= 0:
         return run * cap1 / cap0 if cap0 > 0 else run
+    if run >= min(cap0, nn):  # held full by its queue: no ramp to carry, and never more than the run's requests
+        return run * min(cap1, nn) / min(cap0, nn)
     delta = max(0.0, nn / run - nn / min(cap0, nn))
     return nn / (nn / min(cap1, nn) + delta)
 

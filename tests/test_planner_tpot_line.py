@@ -144,6 +144,7 @@ def test_the_closed_loop_batch_model_holds_the_fill_far_below_n_and_not_near_it(
     assert abs(batch_at(run, 256, 448, n, 1.0) / (run * 448 / 256) - 1.0) < 0.01
     assert batch_at(120.0, 128, 256, 640, 2.0) < 2 * 120.0  # per instance: 320 requests each through 256 slots
     assert batch_at(128.0, 128, 256, 640, 1.0) == 256.0  # a run held full by its queue: no ramp to carry
+    assert batch_at(128.0, 128, 512, 320, 1.0) == 320.0  # ...and never more running than the run has requests
 
 
 def test_a_client_and_batch_pair_is_sized_along_the_line_by_the_closed_loop_batch(tmp_path):
