@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from agent.candidates import CandidateCard, build_card
 from agent.history import History, Outcome
-from agent.rules.base import num
-from agent.tpot_fit import SIGMA_FLOOR, batch_at, decode_cap, tpot_line
+from agent.tpot_fit import batch_at, station_line
 
 LOAD_UP = ("concurrency", "request_rate")  # load knobs a latency recovery follows when they go up
 
@@ -25,18 +24,14 @@ def line_cap(history: History, violating: Outcome, caps: list, limit_ms: float |
     them) keeps under the limit less the line's spread. The batch at a cap is the violating run's, carried by the
     closed-loop run model (agent/tpot_fit.py batch_at), since the load that broke the limit queues for the cap.
     None: no line, or only the smallest cap is that sure (the cap the best station's own run vouches for)."""
-    if limit_ms is None:
+    station = station_line(history, violating.card.knobs, violating)
+    if limit_ms is None or station is None:
         return None
-    line = tpot_line(history, violating.card.knobs, violating.card.n)
-    ev = violating.evidence or {}
-    run, cap0 = num(ev, "decode_running_mean"), decode_cap(violating.card.knobs, num(ev, "decode_instances") or 1.0)
-    if line is None or not run or not cap0:
-        return None
-    sigma = max(line.residual, SIGMA_FLOOR * limit_ms)
-    inst = num(ev, "decode_instances") or 1.0
+    line, n, inst, run, cap0 = station
+    sigma = line.spread(limit_ms)
 
     def batch(v: float) -> float:
-        return batch_at(run, cap0, min(v, cap0), violating.card.n, inst)
+        return batch_at(run, cap0, min(v, cap0), n, inst)
 
     sure = [v for v in caps if line.at(batch(v)) + sigma <= limit_ms]
     if not sure or max(sure) == min(caps):

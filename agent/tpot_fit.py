@@ -22,7 +22,7 @@ import numpy as np
 from agent.rules.base import num
 
 if TYPE_CHECKING:  # the rules import this module, and History imports the rules' move table
-    from agent.history import History
+    from agent.history import History, Outcome
 
 LOAD_KNOBS = ("concurrency", "max_num_seqs", "request_rate")
 SIGMA_FLOOR = 0.01  # the line's uncertainty: its largest residual, at least this share of the limit
@@ -39,6 +39,10 @@ class Line:
 
     def at(self, batch: float) -> float:
         return self.a + self.b * batch
+
+    def spread(self, limit_ms: float) -> float:
+        """The line's uncertainty against a limit: its largest residual, at least SIGMA_FLOOR of the limit."""
+        return max(self.residual, SIGMA_FLOOR * limit_ms)
 
 
 def tpot_line(history: History, knobs: dict[str, Any], n: int) -> Line | None:
@@ -115,7 +119,7 @@ def _on_line(history: History, target: dict[str, Any], limit_ms: float | None) -
         return None
     batch = batch_at(run, cap0, cap1, ref.card.n, inst)
     tpot = line.at(batch)
-    sigma = max(line.residual, SIGMA_FLOOR * limit_ms)
+    sigma = line.spread(limit_ms)
     chance = chance_under(limit_ms, tpot, sigma)
     return tpot, chance, (
         f"the TPOT line over {line.points} run(s) ({line.a:.1f} + {line.b:.4f} ms per sequence) predicts "
@@ -182,7 +186,7 @@ def sized_down(knob: str, cur: Any, values: list[Any], history: History, headroo
     bound, how = now * limit_ms / s.tpot_ms.mean, "TPOT falls at most in proportion"
     line, run = tpot_line(history, history.best_knobs, ref.card.n), num(ev, "decode_running_mean")  # type: ignore[union-attr]
     if line is not None and run:  # the line through the runs made: the batch at the limit less its spread
-        batch = (limit_ms - max(line.residual, SIGMA_FLOOR * limit_ms) - line.a) / line.b
+        batch = (limit_ms - line.spread(limit_ms) - line.a) / line.b
         bound, how = now * max(batch, 0.0) / run, f"the TPOT line over {line.points} run(s) reaches it at a batch of ~{batch:.0f}"
     downs = sorted(v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v < cur)
     if len(downs) < 2:
@@ -212,7 +216,7 @@ def sized_rate(cur: Any, values: list[Any], history: History, limit_ms: float | 
     if line is None or not run or not cap:
         return None
     k = run / (cur * ref.summary.tpot_ms.mean)
-    sigma = max(line.residual, SIGMA_FLOOR * limit_ms)
+    sigma = line.spread(limit_ms)
     ups = sorted(v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > cur)
 
     def at(r: float) -> tuple[float, float]:
@@ -245,18 +249,23 @@ def largest_under(ups: list[Any], at: Any, limit_ms: float, sigma: float) -> tup
     return None if got is None or len(ups) < 2 or got[0] == ups[0] else got
 
 
-def _station_line(history: History) -> tuple[Line, int, float, float, float] | None:
-    """The best station's TPOT line and what carries a batch along it: (line, its N, decode instances, the latest
-    run's mean running batch per instance, its batch cap per instance). None without a line or those figures."""
-    best = history.best_knobs
-    ref = history.latest_valid(best)
-    line = tpot_line(history, best, ref.card.n) if ref is not None else None
+def station_line(history: History, knobs: dict[str, Any],
+                 ref: Outcome | None) -> tuple[Line, int, float, float, float] | None:
+    """The TPOT line through the station `knobs` (measured by `ref`) and what carries a batch along it: (line, its N,
+    decode instances, the run's mean running batch per instance, its batch cap per instance). None without a line
+    or those figures."""
+    line = tpot_line(history, knobs, ref.card.n) if ref is not None else None
     if ref is None or line is None:
         return None
     ev = ref.evidence or {}
     inst = num(ev, "decode_instances") or 1.0
-    run, cap0 = num(ev, "decode_running_mean"), decode_cap(best, inst)
+    run, cap0 = num(ev, "decode_running_mean"), decode_cap(knobs, inst)
     return (line, ref.card.n, inst, run, cap0) if run and cap0 else None
+
+
+def _best_line(history: History) -> tuple[Line, int, float, float, float] | None:
+    """station_line of the best station, from its latest valid run."""
+    return station_line(history, history.best_knobs, history.latest_valid(history.best_knobs))
 
 
 def sized_pair(history: History, values_c: list[Any], values_s: list[Any],
@@ -269,16 +278,16 @@ def sized_pair(history: History, values_c: list[Any], values_s: list[Any],
     that far."""
     best = history.best_knobs
     c0, s0 = best.get("concurrency"), best.get("max_num_seqs")
-    at = _station_line(history)
-    if limit_ms is None or at is None or not isinstance(c0, (int, float)) or not isinstance(s0, (int, float)):
+    station = _best_line(history)
+    if limit_ms is None or station is None or not isinstance(c0, (int, float)) or not isinstance(s0, (int, float)):
         return None
-    line, n, inst, run, cap0 = at
+    line, n, inst, run, cap0 = station
 
     def listed(vs: list[Any]) -> list[float]:
         return sorted(v for v in vs if isinstance(v, (int, float)) and not isinstance(v, bool))
 
     cs, ss = listed(values_c), listed(values_s)
-    sigma = max(line.residual, SIGMA_FLOOR * limit_ms)
+    sigma = line.spread(limit_ms)
     steps: list[tuple[Any, Any, float, float]] = []
     for s in (v for v in ss if v > s0):
         c = next((v for v in cs if v >= c0 and v / inst >= s), None)
@@ -311,11 +320,11 @@ def sized_draft_batch(history: History, values_s: list[Any], factor: float, why:
     still caps the batch the pair itself runs; the wider limit is what a later hot raise of C fills. Needs the line
     (two batches at the current width). None: no line, or the next step is already that far."""
     s0 = history.best_knobs.get("max_num_seqs")
-    at = _station_line(history)
-    if limit_ms is None or not factor > 0 or at is None or not isinstance(s0, (int, float)):
+    station = _best_line(history)
+    if limit_ms is None or not factor > 0 or station is None or not isinstance(s0, (int, float)):
         return None
-    line, n, inst, run, cap0 = at
-    sigma = max(line.residual, SIGMA_FLOOR * limit_ms)
+    line, n, inst, run, cap0 = station
+    sigma = line.spread(limit_ms)
     ups = sorted(v for v in values_s if isinstance(v, (int, float)) and not isinstance(v, bool) and v > s0)
 
     def at(s: float) -> tuple[float, float]:
