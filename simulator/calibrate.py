@@ -239,7 +239,7 @@ class Problem:
         imb = np.ones_like(batch)
         if dc.ep > 1:
             n_tok = batch * (np.array([r.k for r in runs], dtype=float)[run_idx] + 1)
-            layout = np.array([dc.if_static.get(str(r.knobs["expert_layout"]), 1.0) for r in runs])[run_idx]
+            layout = np.array([dc.skew(str(r.knobs["expert_layout"])) for r in runs])[run_idx]
             imb = layout * (1 + np.sqrt(2 * math.log(dc.ep) * dc.ep / (np.maximum(n_tok, 1) * dc.topk)))
         save = np.array([dc.index_cache_reuse_saving if r.knobs.get("index_cache_reuse") else 0.0
                          for r in runs])[run_idx]

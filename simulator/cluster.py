@@ -209,6 +209,10 @@ class Cluster:
         self._p_inflight[req.p_inst] -= 1
         d = self.decode[req.d_inst]
         d.inbound -= 1
+        d.kv_tokens_in += req.n_in  # the whole prompt's KV arrives, cached on prefill or not
+        d.kv_bytes_in += req.n_in * self.profile.transfer.kv_bytes_per_token
+        d.kv_transfers += 1
+        d.kv_transfer_s += t - req.t_prefill_end
         d.waiting.append(req)
         if d.busy_until is None and not self._d_pending[req.d_inst]:
             self._d_pending[req.d_inst] = True
@@ -298,7 +302,7 @@ class Cluster:
                 "sglang:num_prefill_inflight_queue_reqs": float(self._p_inflight[i]),
                 "sglang:cache_hit_rate": p.cache.hits / p.cache.queries if p.cache.queries else 0.0,
             } | {k: v for r, h in enumerate(p.iterations) for k, v in h.series(f'engine="{r}"').items()}))
-        return out + [("decode", d.name, self._decode_values(d)) for d in self.decode]
+        return out + [("decode", d.name, self._decode_values(d) | self._handoff_values(d)) for d in self.decode]
 
     def _mixed_snapshot(self) -> list[tuple[str, str, dict[str, float]]]:
         """One engine per mixed instance: its decode figures, its prompt counters, running = decoding + prefilling."""
@@ -345,6 +349,22 @@ class Cluster:
             "sglang:num_decode_prealloc_queue_reqs": float(len(d.waiting)),
             "sglang:num_decode_transfer_queue_reqs": float(d.inbound),
             "sglang:spec_accept_length": (1 + accepted / drafts) if drafts else 1.0,
+        }
+
+    @staticmethod
+    def _handoff_values(d: DecodeInstance) -> dict[str, float]:
+        """The KV hand-off into a PD decode instance, as vLLM's NIXL connector counts it (a simulated link never
+        fails)."""
+        return {
+            'vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}': float(d.kv_tokens_in),
+            'vllm:prompt_tokens_by_source_total{source="local_compute"}': 0.0,
+            'vllm:prompt_tokens_by_source_total{source="local_cache_hit"}': 0.0,
+            "vllm:nixl_bytes_transferred_sum": d.kv_bytes_in,
+            "vllm:nixl_xfer_time_seconds_count": float(d.kv_transfers),
+            "vllm:nixl_xfer_time_seconds_sum": d.kv_transfer_s,
+            "vllm:nixl_num_failed_transfers_total": 0.0,
+            "vllm:nixl_num_failed_notifications_total": 0.0,
+            "vllm:nixl_num_kv_expired_reqs_total": 0.0,
         }
 
     def samples(self, t: float) -> list[EngineSample]:

@@ -41,7 +41,7 @@ class DecodeInstance:
         else:
             self.al = 1.0 + float(self.survival.sum())
         self.layout = layout
-        self.if_static = cost.if_static.get(layout, 1.0)
+        self.if_static = cost.skew(layout)
         # persistent share of routed tokens per EP rank under this layout (max/mean = if_static)
         self.rank_share = rank_shares(cost.ep, self.if_static, layout_seed) if cost.ep > 1 else np.ones(1)
         self.routed = 0.0  # routed token-expert assignments (tokens x topk), all ranks
@@ -49,6 +49,8 @@ class DecodeInstance:
         self.rng = rng
         self.waiting: deque[SimRequest] = deque()
         self.inbound = 0  # KV transfers in flight to this instance
+        # KV hand-offs received from prefill (PD): prompt tokens, bytes, transfers, seconds spent transferring
+        self.kv_tokens_in, self.kv_bytes_in, self.kv_transfers, self.kv_transfer_s = 0, 0.0, 0, 0.0
         self.step = 0  # completed steps
         self.step_end: list[float] = [0.0]  # step_end[j] = end time of step j (j >= 1)
         self.busy_until: float | None = None

@@ -18,8 +18,8 @@ import pytest
 BACKENDS = ["sqlite", "postgresql"]
 
 REAL_ENGINE_MODULES = frozenset({
-    "test_vllm_loop", "test_vllm_flags", "test_llamacpp_loop", "test_llamacpp_ssh", "test_llamacpp_cache",
-    "test_llamacpp_cpu", "test_llamacpp_flags", "test_drift_llamacpp", "test_make_demo_real"})
+    "test_vllm_loop", "test_vllm_flags", "test_vllm_pd", "test_llamacpp_loop", "test_llamacpp_ssh",
+    "test_llamacpp_cache", "test_llamacpp_cpu", "test_llamacpp_flags", "test_drift_llamacpp", "test_make_demo_real"})
 
 
 def pytest_xdist_make_scheduler(config, log):

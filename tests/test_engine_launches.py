@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from core.knobs import catalog
 from core.station import Station, full_knobs
 from executor.targets import Host, Relayout, Target
 from executor.templates import render
@@ -86,6 +87,31 @@ def test_two_vllm_prefill_instances_on_one_host_get_their_own_nixl_side_channel(
     assert prefills == ["http://10.0.0.1:8100", "http://10.0.0.1:8101"]
 
 
+def test_vllm_router_gets_a_metrics_port_no_service_of_its_host_takes():
+    """vllm-router always starts a Prometheus exporter (default 29000) and dies when its port is taken: each
+    router gets the first port above its own that no service on its host uses."""
+    one = Target(name="c", kind="local", engine="vllm", model="/m", hosts=(
+        Host(host="127.0.0.1", roles=("prefill",), cards=1, port=8101),
+        Host(host="127.0.0.1", roles=("decode",), cards=1, port=8102),
+        Host(host="127.0.0.1", roles=("router", "load"), cards=0, port=8100)))
+    router = render(one, _station("vllm", {})).services[-1]
+    assert _after(list(router.argv), "--prometheus-port") == "8103"
+    router = render(_pd("vllm"), _station("vllm", {})).services[-1]  # alone on its host
+    assert _after(list(router.argv), "--prometheus-port") == "8001"
+    p, d = render(one.model_copy(update={"env": {"VLLM_NIXL_SIDE_CHANNEL_PORT": "7100"}}),
+                  _station("vllm", {})).services[:2]  # a second PD deployment on one machine: its own side channels
+    assert (p.env["VLLM_NIXL_SIDE_CHANNEL_PORT"], d.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) == ("7100", "7101")
+    kv = [json.loads(_after(list(s.argv), "--kv-transfer-config")) for s in (p, d)]
+    assert [k["kv_role"] for k in kv] == ["kv_producer", "kv_consumer"]  # NIXL's kv_both is deprecated
+    cpu = one.model_copy(update={"pd_connector_config": {"kv_buffer_device": "cpu"}})
+    assert all(json.loads(_after(list(s.argv), "--kv-transfer-config"))["kv_buffer_device"] == "cpu"
+               for s in render(cpu, _station("vllm", {})).services[:2])
+    with pytest.raises(ValueError, match="env.VLLM_NIXL_SIDE_CHANNEL_PORT: 'x' is not a port"):
+        render(one.model_copy(update={"env": {"VLLM_NIXL_SIDE_CHANNEL_PORT": "x"}}), _station("vllm", {}))
+    with pytest.raises(ValueError, match="pd_connector_config.kv_buffer_device: 'cpu;rm' has characters"):
+        Target.model_validate(one.model_dump() | {"pd_connector_config": {"kv_buffer_device": "cpu;rm"}})
+
+
 def test_two_mooncake_instances_on_one_host_get_their_own_kv_port():
     t = _pd("vllm-ascend", router_command=("python3", "proxy.py"))
     p0, p1, d = render(t, _station("vllm-ascend", {}, "vllm")).services[:3]
@@ -128,7 +154,65 @@ def test_static_expert_layouts_per_engine():
     p = render(t, _station("vllm-ascend", {"expert_layout": "static_eplb"}, "vllm")).services[0]
     assert json.loads(_after(list(p.argv), "--additional-config"))["eplb_config"]["expert_map_path"].endswith(".layout.json")
     for s in render(_pd("vllm"), _station("vllm", {"enable_expert_parallel": True})).services:
-        assert "--enable-eplb" not in s.argv  # dynamic EPLB is never switched on by a static-layout knob
+        assert "--enable-eplb" not in s.argv  # the default layout (none) switches no balancing on
+
+
+def test_each_expert_layout_renders_what_it_says():
+    """none: the engine's own placement (no flag); dynamic: the engine's dynamic EPLB; static_eplb: a fitted map.
+    vLLM refuses dynamic EPLB without expert parallelism over more than one rank, as vLLM itself would."""
+    ep = {"enable_expert_parallel": True}
+    for engine in ("vllm", "sglang"):
+        for s in render(_pd(engine), _station(engine, ep | {"expert_layout": "none"})).services[:3]:
+            assert not {"--enable-eplb", "--init-expert-location"} & set(s.argv), (engine, s.argv)
+    for s in render(_pd("vllm"), _station("vllm", ep | {"expert_layout": "dynamic"})).services[:3]:
+        assert s.argv.count("--enable-eplb") == 1 and "--enable-expert-parallel" in s.argv
+    for s in render(_pd("sglang"), _station("sglang", ep | {"expert_layout": "dynamic"})).services[:3]:
+        assert "--enable-eplb" in s.argv and _after(list(s.argv), "--expert-distribution-recorder-mode") == "stat"
+        assert "--init-expert-location" not in s.argv
+    with pytest.raises(ValueError, match="expert_layout: dynamic is vLLM's dynamic EPLB .* needs enable_expert_parallel"):
+        render(_pd("vllm"), _station("vllm", {"expert_layout": "dynamic"}))
+    one = Target(name="g", kind="local", engine="vllm", model="/m",
+                 hosts=(Host(host="127.0.0.1", roles=("mixed", "load"), cards=1, port=8000),))
+    with pytest.raises(ValueError, match=r"expert_layout: .*\(this instance has 1 rank\)"):
+        render(one, _station("vllm", ep | {"expert_layout": "dynamic"}))
+
+
+SPEC = {"speculative_method": "mtp", "num_speculative_tokens": 2}
+
+
+def _spec_flags(engine: str, argv: tuple[str, ...]) -> dict[str, str]:
+    """The speculative part of one instance's argv, as the engine reads it."""
+    a = list(argv)
+    if engine in ("vllm", "vllm-ascend"):
+        return json.loads(_after(a, "--speculative-config")) if "--speculative-config" in a else {}
+    return {f: _after(a, f) for f in ("--speculative-algorithm", "--speculative-num-steps",
+                                      "--speculative-eagle-topk", "--speculative-num-draft-tokens") if f in a}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm-ascend", "sglang"])
+def test_every_pd_rendering_puts_the_same_speculative_config_on_prefill_and_decode(engine):
+    """vLLM's NIXL handshake compares P's and D's speculative config (and refuses a mismatch); SGLang's prefill runs
+    the draft to hand its hidden states to decode: a draft on decode alone would not start or would under-measure."""
+    t = _pd(engine, router_command=("python3", "proxy.py")) if engine == "vllm-ascend" else _pd(engine)
+    services = render(t, _station(engine, SPEC, "vllm" if engine == "vllm-ascend" else None)).services
+    engines = [s for s in services if s.role in ("prefill", "decode")]
+    flags = [_spec_flags(engine, s.argv) for s in engines]
+    assert len(engines) == 3 and flags[0] and all(f == flags[0] for f in flags), flags
+    assert {s.role for s in engines} == {"prefill", "decode"}
+    none = render(t, _station(engine, {}, "vllm" if engine == "vllm-ascend" else None)).services
+    assert all(_spec_flags(engine, s.argv) == {} for s in none if s.role != "router")
+
+
+def test_the_simulator_and_mindie_carry_no_one_sided_draft():
+    """The simulator runs P and D in one process (every knob on its one command line); MindIE has no draft knob and
+    its PD is refused."""
+    sim = Target(name="s", kind="local", engine="sim", model="m", profile="deepseek-v3-910c-p4d8",
+                 hosts=(Host(host="127.0.0.1", roles=("prefill", "decode", "router", "load"), cards=12, port=8000),))
+    (svc,) = render(sim, _station("sim", SPEC)).services
+    assert "speculative_method=mtp" in svc.argv and "num_speculative_tokens=2" in svc.argv
+    assert not {"speculative_method", "num_speculative_tokens"} & {k.name for k in catalog().for_engine("mindie")}
+    with pytest.raises(ValueError, match="MindIE PD needs MindIE MS"):
+        render(_pd("mindie"), _station("mindie", {}))
 
 
 def test_a_four_card_instance_never_launches_at_tp_1():

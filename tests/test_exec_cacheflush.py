@@ -72,11 +72,18 @@ def test_a_200_that_says_success_false_is_not_a_flush(engine, engine_name):
     assert out["status"] == 200 and out["ok"] is False  # the runner restarts the service instead
 
 
-def test_llama_cpp_erases_every_slot(engine):
+def test_llama_cpp_erases_every_slot_and_counts_it_a_flush_only_without_the_ram_prompt_cache(engine):
     tr, svc = engine
-    out = asyncio.run(flush_service(tr, svc, "llamacpp"))
+    off = svc.model_copy(update={"argv": ("llama-server", "--cache-ram", "0")})
+    out = asyncio.run(flush_service(tr, off, "llamacpp"))
     assert out["ok"] and out["slots"] == 3
     assert _Engine.calls == ["GET /slots"] + [f"POST /slots/{i}?action=erase" for i in range(3)]
+    # the host-RAM prompt cache (on by default) keeps prompts that slot erase does not touch: restart instead
+    for on in (svc, svc.model_copy(update={"argv": ("llama-server", "-cram", "0", "--cache-ram", "512")})):
+        out = asyncio.run(flush_service(tr, on, "llamacpp"))
+        assert out["slots"] == 3 and out["ok"] is False and "--cache-ram" in out["held"]
+    env = svc.model_copy(update={"env": {"LLAMA_ARG_CACHE_RAM": "0"}})
+    assert asyncio.run(flush_service(tr, env, "llamacpp"))["ok"]
 
 
 def test_refusal_or_no_endpoint_is_not_ok(engine):

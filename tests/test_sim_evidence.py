@@ -110,10 +110,10 @@ def test_draft_width_pays_on_one_profile_and_not_the_other(tmp_path):
     assert wd3 > wd1 > 0 and nd3 > nd1 > 0
 
 
-def test_expert_load_spread_larger_under_dynamic_than_static(tmp_path):
+def test_expert_load_spread_larger_under_the_default_placement_than_static(tmp_path):
     """On the imbalance profile: per-rank load shares (sum 1, one per EP rank) spread wider under the default
     layout than under static EPLB, the step pays it (breakdown.imbalance_s) and throughput follows."""
-    dyn = _digest(tmp_path, "qwen3-235b-h800-p8d8", "chat2k-out1k", {"expert_layout": "dynamic"})
+    dyn = _digest(tmp_path, "qwen3-235b-h800-p8d8", "chat2k-out1k", {"expert_layout": "none"})
     sta = _digest(tmp_path, "qwen3-235b-h800-p8d8", "chat2k-out1k", {"expert_layout": "static_eplb"})
     for ev in (dyn, sta):
         per = ev["expert_load"]["decode"]["per_rank"]
@@ -136,13 +136,22 @@ def test_expert_load_spread_larger_under_dynamic_than_static(tmp_path):
     assert dense["breakdown"]["decode"]["imbalance_s"] == 0.0
 
 
+def test_each_expert_layout_has_its_skew_in_the_simulator():
+    """none: the profile's measured skew of the engine's own placement; static_eplb: the fitted map's; dynamic (a
+    layout rebalanced from live statistics): the fitted map's unless the profile measures dynamic EPLB itself."""
+    dc = profiles.load("qwen3-235b-h800-p8d8").decode_cost
+    assert (dc.skew("none"), dc.skew("static_eplb"), dc.skew("dynamic")) == (1.45, 1.06, 1.06)
+    measured = dc.model_copy(update={"if_static": dc.if_static | {"dynamic": 1.2}})
+    assert measured.skew("dynamic") == 1.2 and measured.skew("unknown") == 1.0
+
+
 def test_expert_load_record_file_and_bad_input(tmp_path):
     prof = profiles.load("qwen3-235b-h800-p8d8")
     run = engine.simulate(prof, "chat2k-out1k", prof.knobs({}, start=True), n=32, seed=0)
     engine.write_run_dir(run, tmp_path)
     raw = json.loads((tmp_path / rec.EXPERT_LOAD).read_text())
     d0 = raw["decode"]["d0"]
-    assert d0["ep"] == 8 and d0["layout"] == "dynamic" and len(d0["per_rank_tokens"]) == 8
+    assert d0["ep"] == 8 and d0["layout"] == "none" and len(d0["per_rank_tokens"]) == 8
     assert d0["balancedness"] == pytest.approx(1 / 1.45, rel=1e-6)  # vLLM EPLB's log figure: mean / max
     # a record with nothing usable is no evidence (None), never a fake balance
     assert expert_load({"decode": {"d0": {"per_rank_tokens": []}}}) is None
@@ -235,3 +244,17 @@ def test_library_cases_split_into_tune_and_heldout_and_contain_their_start():
         start = c.goal_spec(False, 0).start_station()
         for knob, values in c.space.items():
             assert start.get(knob) in values, (c.name, knob, start.get(knob), values)
+
+
+def test_the_kv_hand_off_reads_as_a_real_nixl_pair_does(tmp_path):
+    """A PD profile's decode instances count every prompt's KV as it arrives (vLLM's names: tokens by source, NIXL
+    bytes and transfer time); the digest sums them over the run; a mixed deployment has no hand-off (None)."""
+    prof = profiles.load("llama70b-h100-p2d2")
+    ev = _digest(tmp_path, "llama70b-h100-p2d2", "chat2k-out1k", {}, n=64)
+    kv = ev["kv_transfer"]
+    assert kv["remote_share"] == 1.0 and kv["kv_tokens_computed"] == 0 and kv["failed"] == 0
+    assert kv["kv_transfers"] > 0 and kv["kv_bytes"] == pytest.approx(
+        kv["kv_tokens_remote"] * prof.transfer.kv_bytes_per_token)
+    assert kv["transfer_s_mean"] >= prof.transfer.latency_s
+    mixed = _digest(tmp_path, "vllm-cpu-mixed-sim", "vllm-chat", {}, n=16)
+    assert mixed["kv_transfer"] is None

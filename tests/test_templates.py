@@ -49,15 +49,18 @@ def test_vllm_pd_uses_kv_transfer_config_and_documented_flags():
     p, d, router = r.services
     assert p.argv[:3] == ("vllm", "serve", "/models/dsv4")
     kv = json.loads(_after(list(p.argv), "--kv-transfer-config"))
-    assert kv == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    assert kv == {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}  # decode: kv_consumer (kv_both is
+    assert json.loads(_after(list(d.argv), "--kv-transfer-config"))["kv_role"] == "kv_consumer"  # deprecated)
     assert _after(list(p.argv), "--max-num-batched-tokens") == "4096" and "--max-num-seqs" not in p.argv  # decode knob
     assert _after(list(d.argv), "--max-num-seqs") == "64" and "--max-num-batched-tokens" not in d.argv
     assert "--no-enable-prefix-caching" in p.argv and _after(list(p.argv), "--gpu-memory-utilization") == "0.85"
     assert json.loads(_after(list(d.argv), "--speculative-config")) == {"method": "mtp", "num_speculative_tokens": 2}
+    assert _after(list(p.argv), "--speculative-config") == _after(list(d.argv), "--speculative-config")  # P = D
     assert _after(list(p.argv), "--tensor-parallel-size") == "8"  # an 8-card instance never launches at TP=1
     assert p.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
     assert (p.env["VLLM_NIXL_SIDE_CHANNEL_HOST"], p.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) == ("10.0.0.1", "5600")
-    assert router.argv[:6] == ("vllm-router", "--host", "0.0.0.0", "--port", "8000", "--vllm-pd-disaggregation")
+    assert router.argv[:8] == ("vllm-router", "--host", "0.0.0.0", "--port", "8000", "--prometheus-port", "8001",
+                               "--vllm-pd-disaggregation")
     assert _after(list(router.argv), "--prefill") == "http://10.0.0.1:8100"
     assert _after(list(router.argv), "--decode") == "http://10.0.0.2:8200"
     assert r.endpoint == "http://10.0.0.3:8000" and r.metrics["decode"] == "http://10.0.0.2:8200/metrics"

@@ -122,3 +122,13 @@ def test_exports(tmp_path):
     assert res["duration"] == pytest.approx(3.3) and len(res["itls"]) == 4
     csv = requests_csv(recs).splitlines()
     assert csv[0].startswith("id,warmup,ok") and len(csv) == 5 and ",100.0" in csv[1]
+
+
+def test_a_failed_kv_hand_off_is_an_orchestration_fault_never_a_result():
+    from executor.verdict import handoff_fault
+
+    assert handoff_fault(None) is None and handoff_fault({"kv_transfer": None}) is None
+    assert handoff_fault({"kv_transfer": {"failed": 0.0}}) is None
+    v = handoff_fault({"kv_transfer": {"failed": 3.0, "kv_failed_transfers": 2.0, "kv_expired": 1.0}})
+    assert v.kind == "orchestration_fault" and [r.code for r in v.reasons] == ["kv_handoff_failed"]
+    assert v.reasons[0].count == 3 and "failed transfers 2, expired 1" in v.reasons[0].message

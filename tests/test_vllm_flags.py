@@ -111,6 +111,27 @@ def test_every_rendering_parses_with_vllms_own_parser_and_a_misspelt_flag_fails(
     assert by_label["enable_prefix_caching=False mixed/mixed"]["enable_prefix_caching"] is False  # default: on
 
 
+def test_the_expert_layout_and_draft_renderings_parse_with_vllms_own_parser(engine, tmp_path):
+    """expert_layout: dynamic is vLLM's dynamic EPLB (`--enable-eplb`, with expert parallelism on 2 cards); the
+    speculative config goes on prefill and decode alike: each argv through vLLM's own parser says so."""
+    from executor.targets import Host
+
+    pd = target(engine, tmp_path, 8000, extra_args={"prefill": CPU_EXTRA, "decode": CPU_EXTRA},
+                hosts=(Host(host="127.0.0.1", roles=("prefill",), cards=2, port=8001),
+                       Host(host="127.0.0.1", roles=("decode",), cards=2, port=8002),
+                       Host(host="127.0.0.1", roles=("router", "load"), cards=0, port=8000)))
+    st = station({"enable_expert_parallel": True, "expert_layout": "dynamic", "speculative_method": "mtp",
+                  "num_speculative_tokens": 2})
+    argvs = [list(s.argv[1:]) for s in render(pd, st).services if s.role != "router"]
+    results = parse_with_vllm(engine["python"], argvs)
+    assert all(r["ok"] and not r["inexact"] for r in results), results
+    for r in results:
+        assert r["args"]["enable_eplb"] is True and r["args"]["enable_expert_parallel"] is True
+    specs = [r["args"]["speculative_config"] for r in results]  # the parsed dict, as its repr
+    assert len(specs) == 2 and specs[0] == specs[1], specs  # prefill and decode agree
+    assert "'method': 'mtp'" in specs[0] and "'num_speculative_tokens': 2" in specs[0], specs
+
+
 # vLLM's model-free n-gram drafter: the tiny model has no draft head, and this still runs the real spec-decode
 # path (proposer, rejection sampler, the vllm:spec_decode_* counters) on the CPU
 NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1}

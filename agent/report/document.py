@@ -152,6 +152,7 @@ def _experiment(c: Content, e: Experiment) -> list[Block]:
             ("quality risk", card.get("quality_risk")), ("planner", card.get("planner"))]
            + ([("diagnosis (lead)", f"{lead.get('name')} ({lead.get('likelihood', 0):.2f}): "
                 + "; ".join(lead.get("evidence_for") or []))] if lead.get("name") else [])
+           + [("evidence", e.evidence)] * bool(e.evidence)
            + [("simulator drift", drift_line(d)) for d in [(e.result.evidence if e.result else {}).get("drift")] if d],
            f"kv card run-{e.run.id}"),
         Para(f"Verdict: {e.verdict}", f"verdict run-{e.run.id}"),

@@ -42,3 +42,42 @@ class Experiment:
     @property
     def slo_violations(self) -> list[str]:
         return list(((self.outcome.data or {}).get("figures") or {}).get("slo_violations") or []) if self.outcome else []
+
+    @property
+    def evidence(self) -> str | None:
+        """The engine evidence of the run in words, per role (what the planner read), or None without any."""
+        return evidence_words((self.result.evidence if self.result else None) or {})
+
+
+def _num(v: Any, digits: int = 1) -> str | None:
+    return None if v is None else f"{v:.{digits}f}"
+
+
+def evidence_words(ev: dict[str, Any]) -> str | None:
+    """Prefill: its queue and batches; decode: its batch against the limit, its capacity queue and its wait for
+    remote KV; the KV hand-off: how many prompt tokens arrived as KV, in how many transfers, how fast, failures."""
+    parts = []
+    prefill = [f"{k} {v}" for k, v in (("waiting mean", _num(ev.get("prefill_waiting_mean"))),
+                                       ("batch tokens mean", _num(ev.get("prefill_batch_tokens_mean"), 0)))
+               if v is not None]
+    if prefill:
+        parts.append(f"prefill ({ev.get('prefill_instances') or '?'} instance(s)): " + ", ".join(prefill))
+    decode = [f"{k} {v}" for k, v in (("running max", _num(ev.get("decode_running_max"), 0)),
+                                      ("batch limit", ev.get("decode_batch_limit")),
+                                      ("waiting mean", _num(ev.get("decode_waiting_mean"))),
+                                      ("waiting for remote KV mean", _num(ev.get("decode_deferred_mean"))))
+              if v is not None]
+    if decode:
+        parts.append(f"decode ({ev.get('decode_instances') or '?'} instance(s)): " + ", ".join(decode))
+    kv = ev.get("kv_transfer")
+    if kv:
+        share = kv.get("remote_share")
+        words = [f"{kv['kv_tokens_remote']:.0f} prompt tokens arrived as KV" if kv.get("kv_tokens_remote") is not None
+                 else None,
+                 f"{share:.0%} of decode's prompt tokens" if share is not None else None,
+                 f"{kv['kv_bytes'] / 2**20:.1f} MiB in {kv['kv_transfers']:.0f} transfers"
+                 if kv.get("kv_bytes") is not None and kv.get("kv_transfers") is not None else None,
+                 f"{kv['transfer_s_mean'] * 1000:.1f} ms each" if kv.get("transfer_s_mean") is not None else None,
+                 f"{kv['failed']:.0f} failed" if kv.get("failed") is not None else None]
+        parts.append("KV hand-off: " + ", ".join(w for w in words if w))
+    return "; ".join(parts) or None

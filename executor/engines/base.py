@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from core.knobs import catalog
 from core.station import LOAD_KNOBS, Station
@@ -33,6 +33,11 @@ class ServiceSpec(BaseModel):
     health_path: str = "/health"
     cards: int = 0
     profile_dir: str | None = None  # where the engine's profiler writes traces (/start_profile../stop_profile)
+    # the port the health route answers on when it is not `port` (MindIE: its management port); left out of
+    # dumps while unset, so the rendered launch (and the service key hashed from it) of other engines stays as it was
+    health_port: int | None = Field(None, exclude_if=lambda v: v is None)
+    # file name -> permission bits where a file must not be written 0644 (MindIE refuses a config.json above 0640)
+    file_modes: dict[str, int] = Field({}, exclude_if=lambda v: not v)
 
 
 class RelayoutStep(BaseModel):
@@ -50,6 +55,9 @@ class Rendered(BaseModel):
     metrics: dict[str, str] = {}  # role -> Prometheus URL scraped during the load
     engine: str
     relayout: tuple[RelayoutStep, ...] = ()  # run before the services start, when the layout changes
+    # what the operator must still provide for this deployment to work as measured (the deploy phase records
+    # them); left out of dumps while empty
+    warnings: tuple[str, ...] = Field((), exclude_if=lambda v: not v)
 
 
 ENGINE_ROLES = ("prefill", "decode", "mixed")  # roles whose services hold cards and a KV cache
@@ -91,7 +99,7 @@ def knob_flags(knobs: dict[str, Any], engine_key: str, role: str) -> list[tuple[
         flag = knob.engines.get(engine_key)
         if flag is None or value is None:
             continue
-        if knob.role is not None and role not in (knob.role, "mixed"):
+        if knob.role is not None and not knob.both_roles and role not in (knob.role, "mixed"):
             continue
         out.append((flag, value))
     return out

@@ -1,4 +1,10 @@
-"""llama.cpp `llama-server`: one mixed instance, `--metrics`, slot erase as the prefix-cache flush."""
+"""llama.cpp `llama-server`: one mixed instance, `--metrics`, slot erase as the prefix-cache flush.
+
+Slot erase empties the slots' KV only: llama-server also keeps a host-RAM prompt cache (`--cache-ram N`, on by
+default, 8192 MiB; idle slots are saved into it and a matching prompt is loaded back, tools/server/server-context.cpp),
+which erase leaves holding earlier prompts. A flush therefore counts only where that cache is off (`--cache-ram 0`,
+`-cram 0` or LLAMA_ARG_CACHE_RAM=0); elsewhere it reports not flushed and the runner restarts the server.
+"""
 from __future__ import annotations
 
 import json
@@ -56,8 +62,23 @@ class LlamaCpp(Adapter):
         if ids is None:
             return {"service": svc.name, "method": "GET /slots", "status": status, "ok": False}
         codes = [(await probe.http(svc, "POST", f"/slots/{i}?action=erase"))[0] for i in ids]
-        return {"service": svc.name, "method": "POST /slots/{id}?action=erase", "slots": len(ids),
-                "status": codes, "ok": all(c == 200 for c in codes)}
+        out = {"service": svc.name, "method": "POST /slots/{id}?action=erase", "slots": len(ids),
+               "status": codes, "ok": all(c == 200 for c in codes)}
+        if not ram_cache_off(svc):
+            out |= {"ok": False, "held": "host-RAM prompt cache (--cache-ram): slot erase leaves it holding prompts"}
+        return out
+
+
+def ram_cache_off(svc: ServiceSpec) -> bool:
+    """Whether the server runs without its host-RAM prompt cache (the last --cache-ram / -cram wins, as argparse)."""
+    value = svc.env.get("LLAMA_ARG_CACHE_RAM")
+    argv = list(svc.argv)
+    for i, a in enumerate(argv):
+        if a in ("--cache-ram", "-cram") and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith("--cache-ram="):
+            value = a.split("=", 1)[1]
+    return value is not None and value.strip() == "0"
 
 
 ADAPTER = LlamaCpp()

@@ -1,12 +1,16 @@
 """MindIE Service (Ascend): one config.json per instance (MIES_CONFIG_JSON_PATH) + `mindieservice_daemon`.
 
 The config carries every field MindIE marks required (必填) with its documented default unless a knob sets it
-(MindIE-LLM docs user_manual/service_parameter_configuration.md); 0.0.0.0 is refused unless
-allowAllZeroIpListening is true. PD (`inferMode: "dmi"`) is not rendered: there the model loads only after the
-MindIE MS Controller assigns each instance its role from a global rank table, and requests enter through the MS
-Coordinator (ms_controller.json / ms_coordinator.json, TLS material, a cluster deployment), none of which a
-target describes today; a PD MindIE target is refused with that reason. No prefix-cache flush route: a
-zero-cache run restarts the daemon.
+(REQUIRED below, from MindIE-LLM docs/zh/user_guide/user_manual/service_parameter_configuration.md, "配置参数说明
+（服务化）"); 0.0.0.0 is refused unless allowAllZeroIpListening is true. MindIE refuses a config.json that group or
+others may write or others may read, so it is written 0640. Three ports per instance: the business port (the
+target's), the management port (+1, health routes) and the metrics port (+2, Prometheus `/metrics`, served only
+with MIES_SERVICE_MONITOR_MODE=1). HTTPS is off (`httpsEnabled: false`): MindIE's TLS material (certificates,
+keys, the encrypted key password under its install directory) is the operator's to provide and is not rendered.
+PD (`inferMode: "dmi"`) is not rendered: there the model loads only after the MindIE MS Controller assigns each
+instance its role from a global rank table, and requests enter through the MS Coordinator (ms_controller.json /
+ms_coordinator.json, TLS material, a cluster deployment), none of which a target describes today; a PD MindIE
+target is refused with that reason. No prefix-cache flush route: a zero-cache run restarts the daemon.
 """
 from __future__ import annotations
 
@@ -18,8 +22,37 @@ from executor.engines.base import (PY_VERSION, Adapter, Host, Rendered, ServiceS
                                    svc_dir)
 from executor.targets import Target
 
-MINDIE_SECTIONS = {"ScheduleConfig": ("BackendConfig", "ScheduleConfig"),
-                   "ModelConfig": ("BackendConfig", "ModelDeployConfig", "ModelConfig", 0)}
+# where each config.json section lives (a knob's key is "<section>.<field>"; ModelConfig is a list of one model)
+MINDIE_SECTIONS: dict[str, tuple[str | int, ...]] = {
+    "LogConfig": ("LogConfig",), "ServerConfig": ("ServerConfig",), "BackendConfig": ("BackendConfig",),
+    "ModelDeployConfig": ("BackendConfig", "ModelDeployConfig"),
+    "ScheduleConfig": ("BackendConfig", "ScheduleConfig"),
+    "ModelConfig": ("BackendConfig", "ModelDeployConfig", "ModelConfig", 0)}
+# The fields MindIE marks required (必填) per section: MindIE-LLM docs/zh/user_guide/user_manual/
+# service_parameter_configuration.md ("配置参数说明（服务化）", also hiascend.com MindIE docs mindie_service0285).
+# Fields required only when a feature is on (the tls* of httpsEnabled, the interNodeTls* of interNodeTLSEnabled)
+# are left out: both are rendered off.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "LogConfig": ("dynamicLogLevelValidHours",),
+    "ServerConfig": ("ipAddress", "port", "allowAllZeroIpListening", "maxLinkNum", "httpsEnabled", "inferMode",
+                     "distDPServerEnabled"),
+    "BackendConfig": ("backendName", "modelInstanceNumber", "npuDeviceIds", "tokenizerProcessNumber"),
+    "ModelDeployConfig": ("maxSeqLen", "maxInputTokenLen"),
+    "ModelConfig": ("modelName", "modelWeightPath", "worldSize", "cpuMemSize", "npuMemSize", "backendType"),
+    "ScheduleConfig": ("templateType", "templateName", "cacheBlockSize", "maxPrefillBatchSize", "maxPrefillTokens",
+                       "prefillTimeMsPerReq", "prefillPolicyType", "decodeTimeMsPerReq", "decodePolicyType",
+                       "maxBatchSize", "maxIterTimes", "maxPreemptCount", "supportSelectBatch",
+                       "maxQueueDelayMicroseconds"),
+}
+CONFIG_MODE = 0o640  # MindIE checks its config file's permission: at most 0640
+MAX_LINK_NUM = 1000  # ServerConfig.maxLinkNum: required, documented default 1000 (concurrent REST requests)
+# Readiness: MindIE's Triton-style `GET /v2/health/ready` on the management port (hiascend.com MindIE docs
+# mindie_service0079 / mindie_llm0030 "健康检查"; MindIE Motor's own deployer probes readiness there too). The
+# native `/health/timed-N` runs a probe inference that may take up to N seconds, longer than one health probe.
+HEALTH_PATH = "/v2/health/ready"
+# Prometheus: `GET /metrics` on metricsPort, only with MIES_SERVICE_MONITOR_MODE=1 set before the daemon starts
+# (hiascend.com MindIE docs mindie_service0103 / mindie_llm0055 "服务管控指标查询接口（普罗格式）")
+METRICS_PATH = "/metrics"
 MAX_OUTPUT = 4096  # maxIterTimes: the longest output a request may ask for
 SCHEDULE_DEFAULTS = {"templateType": "Standard", "templateName": "Standard_LLM", "cacheBlockSize": 128,
                      "maxPrefillBatchSize": 50, "maxPrefillTokens": 8192, "prefillTimeMsPerReq": 150,
@@ -36,8 +69,9 @@ def mindie_config(target: Target, station: Station, role: str, host: Host) -> di
         "Version": "1.0.0",
         "LogConfig": {"dynamicLogLevel": "", "dynamicLogLevelValidHours": 2, "dynamicLogLevelValidTime": ""},
         "ServerConfig": {"ipAddress": "0.0.0.0", "allowAllZeroIpListening": True, "port": host.port,
-                         "managementPort": host.port + 1, "metricsPort": host.port + 2, "httpsEnabled": False,
-                         "inferMode": "standard", "interCommTLSEnabled": False, "distDPServerEnabled": False},
+                         "managementPort": management_port(host), "metricsPort": metrics_port(host),
+                         "maxLinkNum": MAX_LINK_NUM, "httpsEnabled": False, "inferMode": "standard",
+                         "interCommTLSEnabled": False, "distDPServerEnabled": False},
         "BackendConfig": {"backendName": "mindieservice_llm_engine", "modelInstanceNumber": 1,
                           "npuDeviceIds": [list(range(len((host.devices or "0").split(","))))],
                           "tokenizerProcessNumber": 8, "multiNodesInferEnabled": False, "interNodeTLSEnabled": False,
@@ -61,6 +95,16 @@ def mindie_config(target: Target, station: Station, role: str, host: Host) -> di
     return cfg
 
 
+def management_port(host: Host) -> int:
+    """ServerConfig.managementPort: MindIE's health routes answer here, not on the business port."""
+    return host.port + 1
+
+
+def metrics_port(host: Host) -> int:
+    """ServerConfig.metricsPort: MindIE's Prometheus `/metrics` answers here, not on the business port."""
+    return host.port + 2
+
+
 class MindIE(Adapter):
     name = "mindie"
     knob_key = "mindie"
@@ -73,17 +117,21 @@ class MindIE(Adapter):
             raise ValueError("hosts: MindIE PD needs MindIE MS (a Controller that assigns P/D roles from a global "
                              "rank table, a Coordinator in front); tuneloop renders single MindIE instances only")
         services: list[ServiceSpec] = []
+        metrics: dict[str, str] = {}
         for role, i, host in instances(target):
             name = f"{role}-{i}"
             conf = f"{svc_dir(target, name, host.host)}/config.json"
-            env = device_env(target, host, "ASCEND_RT_VISIBLE_DEVICES") | {"MIES_CONFIG_JSON_PATH": conf}
+            # the metrics port serves /metrics only with the monitor mode on: set last, the scrape depends on it
+            env = device_env(target, host, "ASCEND_RT_VISIBLE_DEVICES") | {"MIES_CONFIG_JSON_PATH": conf,
+                                                                          "MIES_SERVICE_MONITOR_MODE": "1"}
             text = json.dumps(mindie_config(target, station, role, host), indent=2, sort_keys=True)
             services.append(ServiceSpec(name=name, role=role, host=host.host, port=host.port,
                                         argv=("mindieservice_daemon",), env=env, files={"config.json": text},
-                                        health_path="/health", cards=host.cards))
+                                        file_modes={"config.json": CONFIG_MODE}, health_path=HEALTH_PATH,
+                                        health_port=management_port(host), cards=host.cards))
+            metrics[role] = f"http://{host.host}:{metrics_port(host)}{METRICS_PATH}"
         url = f"http://{services[0].host}:{services[0].port}"
-        return Rendered(services=tuple(services), endpoint=url,
-                        metrics={s.role: f"http://{s.host}:{s.port}/metrics" for s in services}, engine="mindie")
+        return Rendered(services=tuple(services), endpoint=url, metrics=metrics, engine="mindie")
 
     def version_probe(self, argv: tuple[str, ...], python: str) -> list[str] | None:
         return [python, "-c", PY_VERSION, "mindie_llm"]

@@ -4,9 +4,9 @@ PD by `--disaggregation-mode prefill|decode`; each prefill instance gets its own
 (default 8998: two prefill instances on one host would collide) and the router is told it
 (`--prefill URL BOOTSTRAP_PORT`, else decode falls back to 8998). `--max-prefill-tokens` (default 16384) also caps a
 prefill batch, so it moves with `--chunked-prefill-size`. `--mem-fraction-static` is computed by SGLang when
-absent, so the catalog default is not rendered. A static expert layout is `--init-expert-location` (`--enable-eplb`
-is periodic rebalancing). `/flush_cache` answers 400 when it cannot flush (sglang/srt/server_args.py,
-srt/arg_groups/fields/*.py, srt/managers/scheduler.py).
+absent, so the catalog default is not rendered. A static expert layout is `--init-expert-location`; a dynamic
+one `--enable-eplb` (periodic rebalancing) with the recorder in `stat` mode, which it reads. `/flush_cache` answers
+400 when it cannot flush (sglang/srt/server_args.py, srt/arg_groups/fields/*.py, srt/managers/scheduler.py).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class SGLang(Adapter):
     pinned = "sglang 0.5.23, sglang-router 0.3.2"
     flush_path = "/flush_cache"
     profile_routes = ("/start_profile", "/stop_profile")
-    defaults = {"enable_prefix_caching": True, "expert_layout": "dynamic", "speculative_method": "none",
+    defaults = {"enable_prefix_caching": True, "expert_layout": "none", "speculative_method": "none",
                 "data_parallel_size": 1, "attn_dp_size": 1, "enable_expert_parallel": False}
     automatic = frozenset({"gpu_memory_utilization"})
     metrics = {
@@ -65,6 +65,8 @@ class SGLang(Adapter):
             elif flag == "--init-expert-location":
                 if value == "static_eplb":
                     argv += [flag, static_layout_path(target, station, self.name)]
+                elif value == "dynamic":  # periodic rebalancing from the recorder's per-expert counts
+                    argv += ["--enable-eplb", "--expert-distribution-recorder-mode", "stat"]
             elif flag == "--speculative-algorithm":
                 spec_method = value
             elif flag == "--speculative-num-draft-tokens":

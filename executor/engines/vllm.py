@@ -4,8 +4,11 @@ Facts this module builds on (vLLM 0.32 sources): `--profiler-config` mounts /sta
 (VLLM_TORCH_PROFILER_DIR is no longer read); VLLM_SERVER_DEV_MODE=1 mounts POST /reset_prefix_cache, which
 answers 200 with {"success": false} while blocks are held; NIXL's side channel listens on
 VLLM_NIXL_SIDE_CHANNEL_PORT + the DP rank, so every instance on one host gets its own base port; `--enable-eplb`
-is dynamic EPLB (and raises without `--enable-expert-parallel`) and vLLM itself has no static expert map.
-PD goes through vllm-router (`vllm-router --vllm-pd-disaggregation --prefill URL --decode URL`).
+is dynamic EPLB (and raises without `--enable-expert-parallel`), rendered for `expert_layout: dynamic`; vLLM itself
+has no static expert map.
+PD goes through vllm-router (`vllm-router --vllm-pd-disaggregation --prefill URL --decode URL`); prefill is the
+KV producer, decode the consumer, and the target's `pd_connector_config` adds what its platform needs
+(`kv_buffer_device: cpu` on vLLM's CPU platform, where NIXL moves host memory over UCX).
 """
 from __future__ import annotations
 
@@ -21,14 +24,38 @@ from executor.targets import Target
 NIXL_SIDE_CHANNEL_PORT = 5600  # vLLM's default (vllm/envs.py); instance k on a host starts above the DP ranks before it
 
 
+def nixl_base_port(target: Target) -> int:
+    """The first NIXL side-channel port on each host: the target's VLLM_NIXL_SIDE_CHANNEL_PORT (two PD deployments
+    on one machine need different ones), else vLLM's default."""
+    raw = target.env.get("VLLM_NIXL_SIDE_CHANNEL_PORT")
+    if raw is None:
+        return NIXL_SIDE_CHANNEL_PORT
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise ValueError(f"env.VLLM_NIXL_SIDE_CHANNEL_PORT: {raw!r} is not a port")
+    return int(raw)
+
+
 def compact(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def router_metrics_port(router: Host, services: list[ServiceSpec]) -> int:
+    """The port of vllm-router's own Prometheus exporter: the first above its serving port that no service of the
+    target takes on its host. The router always starts the exporter (default 29000) and dies when that port is
+    taken, so two routers on one machine would collide without one each (vllm_router/router_args.py)."""
+    taken = {s.port for s in services if s.host == router.host} | {router.port}
+    port = router.port + 1
+    while port in taken:
+        port += 1
+    if port > 65535:
+        raise ValueError(f"hosts: no port above {router.port} is free on {router.host} for vllm-router's metrics")
+    return port
 
 
 def router_argv(target: Target, router: Host, ps: list[ServiceSpec], ds: list[ServiceSpec]) -> list[str]:
     """vllm-router in PD mode (PyPI `vllm-router`, py_src/vllm_router/router_args.py)."""
     argv = [*(target.router_command or ("vllm-router",)), "--host", "0.0.0.0", "--port", str(router.port),
-            "--vllm-pd-disaggregation"]
+            "--prometheus-port", str(router_metrics_port(router, ps + ds)), "--vllm-pd-disaggregation"]
     for s in ps:
         argv += ["--prefill", f"http://{s.host}:{s.port}"]
     for s in ds:
@@ -45,7 +72,7 @@ class Vllm(Adapter):
     visible = "CUDA_VISIBLE_DEVICES"
     connector = "NixlConnector"
     defaults = {"gpu_memory_utilization": 0.9, "enable_prefix_caching": True, "long_prefill_token_threshold": 0,
-                "enable_expert_parallel": False, "expert_layout": "dynamic", "speculative_method": "none"}
+                "enable_expert_parallel": False, "expert_layout": "none", "speculative_method": "none"}
     metrics = {
         "running": ("vllm:num_requests_running",),
         "waiting": ("vllm:num_requests_waiting",),
@@ -56,6 +83,17 @@ class Vllm(Adapter):
         "iteration_tokens": ("vllm:iteration_tokens_total",),  # histogram: tokens per engine step
         "spec_drafts": ("vllm:spec_decode_num_drafts_total",),
         "spec_accepted": ("vllm:spec_decode_num_accepted_tokens_total",),
+        # KV hand-off (checked on a real NIXL P/D pair, tests/test_vllm_pd.py): where decode's prompt tokens came
+        # from (vllm/v1/metrics/loggers.py), and NIXL's own transfer counters (nixl/stats.py)
+        "kv_tokens_remote": ('vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}',),
+        "kv_tokens_computed": ('vllm:prompt_tokens_by_source_total{source="local_compute"}',),
+        "kv_tokens_cached": ('vllm:prompt_tokens_by_source_total{source="local_cache_hit"}',),
+        "kv_bytes": ("vllm:nixl_bytes_transferred_sum",),
+        "kv_transfers": ("vllm:nixl_xfer_time_seconds_count",),
+        "kv_transfer_seconds": ("vllm:nixl_xfer_time_seconds_sum",),
+        "kv_failed_transfers": ("vllm:nixl_num_failed_transfers_total",),
+        "kv_failed_notifications": ("vllm:nixl_num_failed_notifications_total",),
+        "kv_expired": ("vllm:nixl_num_kv_expired_reqs_total",),
     }
 
     # -- per instance ------------------------------------------------------------------------------
@@ -70,6 +108,8 @@ class Vllm(Adapter):
             elif flag.startswith("--additional-config.eplb_config"):
                 if value == "static_eplb":
                     self.static_layout(target, station, pairs)
+                elif value == "dynamic":
+                    self.dynamic_layout(station, pairs, tp * dp)
             else:
                 pairs.append((flag, value))
         argv = generic_argv(pairs)
@@ -85,11 +125,19 @@ class Vllm(Adapter):
         raise ValueError("expert_layout: vLLM 0.32 cannot load a static expert map (its --enable-eplb is dynamic "
                          "EPLB; --eplb-config only tunes that); use dynamic, or a vllm-ascend target")
 
+    def dynamic_layout(self, station: Station, pairs: list[tuple[str, Any]], ranks: int) -> None:
+        """Dynamic EPLB: `--enable-eplb`, which vLLM refuses without expert parallelism over more than one rank
+        (vllm/config/parallel.py: enable_expert_parallel, TP x DP > 1)."""
+        if not station.server_knobs.get("enable_expert_parallel") or ranks <= 1:
+            raise ValueError("expert_layout: dynamic is vLLM's dynamic EPLB (--enable-eplb), which balances experts "
+                             "over expert-parallel ranks: it needs enable_expert_parallel: true on more than one card "
+                             f"(this instance has {ranks} rank{'s' if ranks != 1 else ''})")
+        pairs.append(("--enable-eplb", True))
+
     def kv_transfer(self, role: str, name: str, connector: str, peers: dict[str, tuple[int, int]],
                     slot: int) -> dict[str, Any]:
-        """The instance's --kv-transfer-config; `slot` counts the PD instances before it on its host."""
-        if connector == "NixlConnector":
-            return {"kv_connector": connector, "kv_role": "kv_both"}
+        """The instance's --kv-transfer-config; `slot` counts the PD instances before it on its host. Prefill
+        produces KV, decode consumes it (vLLM 0.32 deprecates kv_both for NIXL: nixl/connector.py)."""
         return {"kv_connector": connector, "kv_role": "kv_producer" if role == "prefill" else "kv_consumer"}
 
     def pd_env(self, host: Host, connector: str, side_port: int) -> dict[str, str]:
@@ -108,6 +156,7 @@ class Vllm(Adapter):
             peers.setdefault(role, (tp, dp))  # the P and D sizes a connector side is told about
         side: dict[str, int] = {}
         slots: dict[str, int] = {}
+        nixl_base = nixl_base_port(target)
         services: list[ServiceSpec] = []
         for role, i, host, tp, dp in layout:
             name = f"{role}-{i}"
@@ -117,9 +166,10 @@ class Vllm(Adapter):
             if target.pd:
                 slot = slots.get(host.host, 0)
                 slots[host.host] = slot + 1
-                port = side.get(host.host, NIXL_SIDE_CHANNEL_PORT)
+                port = side.get(host.host, nixl_base)
                 side[host.host] = port + dp  # NIXL listens on base + DP rank
-                argv += ["--kv-transfer-config", compact(self.kv_transfer(role, name, connector, peers, slot))]
+                kv = self.kv_transfer(role, name, connector, peers, slot) | dict(target.pd_connector_config)
+                argv += ["--kv-transfer-config", compact(kv)]
                 env |= self.pd_env(host, connector, port)
             trace = f"{svc_dir(target, name, host.host)}/trace"  # --profiler-config mounts /start_profile
             argv += self.knob_args(target, station, role, host, tp, dp)

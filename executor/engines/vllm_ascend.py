@@ -7,19 +7,50 @@ docs/source/tutorials/features/pd_disaggregation_mooncake_single_node.md). The p
 the vllm-ascend source ships (examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py): the
 target names it in `router_command`. A static expert map loads by
 `--additional-config '{"eplb_config":{"expert_map_path":...}}'` (docs/.../additional_config.md).
+
+The network interfaces HCCL, Gloo and TensorPipe use are the operator's: vllm-ascend's PD tutorials export
+HCCL_IF_IP, GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME and HCCL_SOCKET_IFNAME on every node, and only the operator knows
+the node's address and NIC name. A PD rendering whose target env leaves any of them unset carries a warning naming
+each missing one (the deploy phase records it); it is not refused, since a single-node PD can run on the defaults.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from core.station import Station
-from executor.engines.base import Host, ServiceSpec, static_layout_path
+from executor.engines.base import Host, Rendered, ServiceSpec, static_layout_path
 from executor.engines.vllm import Vllm, compact
 from executor.targets import Target
 
 MOONCAKE_KV_PORT = 30000  # the tutorial's first instance; each further instance on a host starts 100 above
 KV_PORT_STRIDE = 100
 PROXY = "examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py"
+# What each interface variable picks; vllm-ascend's docs/source/tutorials/features/
+# pd_disaggregation_mooncake_single_node.md and pd_disaggregation_mooncake_multi_node.md set all four per node
+# ("node ip", "network card name"). Unset, each library picks an interface itself, which on a multi-NIC node can
+# be one the peers cannot reach.
+HCCL_NETWORK_ENV = {
+    "HCCL_IF_IP": "the node's IP address HCCL binds its host-side socket to (bootstrapping the NPU communicators)",
+    "GLOO_SOCKET_IFNAME": "the network interface torch.distributed's Gloo (CPU) process groups use",
+    "TP_SOCKET_IFNAME": "the network interface torch's TensorPipe RPC uses",
+    "HCCL_SOCKET_IFNAME": "the network interface HCCL's host-side socket uses",
+}
+
+
+def hccl_network_warning(target: Target) -> str | None:
+    """The warning a PD target gets when its env leaves HCCL's / Gloo's / TensorPipe's interfaces unset (None when
+    it sets all four). The target's env is the only env a rendering sees (hosts carry none): a variable set in the
+    hosts' own environment is not seen here, which is why this is a warning that names that place too, not a
+    refusal."""
+    missing = [k for k in HCCL_NETWORK_ENV if not target.env.get(k)]
+    if not missing:
+        return None
+    what = "; ".join(f"{k}: {HCCL_NETWORK_ENV[k]}" for k in missing)
+    return (f"vllm-ascend PD: the target's env does not set {', '.join(missing)}. tuneloop leaves the network "
+            f"interfaces to the operator and invents no values ({what}). Unset, each library picks an interface "
+            "itself, which on a node with several NICs can be one the peers cannot reach; a single-node PD can run "
+            "without them. Set them in the target's env (or in the hosts' own environment) as vllm-ascend's "
+            "PD tutorials do.")
 
 
 class VllmAscend(Vllm):
@@ -28,6 +59,12 @@ class VllmAscend(Vllm):
     pinned = "vllm-ascend HEAD of 2026-08 on vllm 0.32"
     visible = "ASCEND_RT_VISIBLE_DEVICES"
     connector = "MooncakeConnectorV1"
+
+    def render(self, target: Target, station: Station, faults: tuple[str, ...] = (),
+               expected_requests: int | None = None) -> Rendered:
+        rendered = super().render(target, station, faults, expected_requests)
+        warning = hccl_network_warning(target) if target.pd else None
+        return rendered.model_copy(update={"warnings": (*rendered.warnings, warning)}) if warning else rendered
 
     def static_layout(self, target: Target, station: Station, pairs: list[tuple[str, Any]]) -> None:
         path = static_layout_path(target, station, self.name)

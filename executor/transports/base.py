@@ -178,7 +178,7 @@ class LauncherTransport(abc.ABC):
         if svc.files:
             await self.run(["mkdir", "-p", d], host=svc.host)
             for name, text in svc.files.items():
-                await self.put_text(f"{d}/{name}", text, host=svc.host)
+                await self.put_text(f"{d}/{name}", text, svc.file_modes.get(name, 0o644), host=svc.host)
         env = [f"{k}={v}" for k, v in sorted(svc.env.items())]
         argv = (["env", *env] if env else []) + list(svc.argv)
         await self._launcher(epoch, "service", svc.name, station, "--", *argv, host=svc.host)
@@ -208,7 +208,7 @@ class LauncherTransport(abc.ABC):
             return None, repr(e)
 
     async def health(self, svc: ServiceSpec, timeout: float = HEALTH_PROBE_S) -> bool:
-        return (await self.http(svc, "GET", svc.health_path, timeout))[0] == 200
+        return (await self.http(health_target(svc), "GET", svc.health_path, timeout))[0] == 200
 
     def load_argv(self, key: str, plan: LoadPlan) -> list[str]:
         out = f"{self.root}/runs/{key}/out"
@@ -270,7 +270,7 @@ class LauncherTransport(abc.ABC):
             if not st.alive:
                 text = (await self.service_log(svc)).strip()
                 raise PhaseFailure("launch_failure", f"{svc.name} exited during start-up (rc={st.rc}): {text[-3000:]}")
-            code, text = await self.http(svc, "GET", svc.health_path,
+            code, text = await self.http(health_target(svc), "GET", svc.health_path,
                                          min(HEALTH_PROBE_S, max(0.2, deadline - time.monotonic())))
             if code == 200:
                 return
@@ -324,6 +324,13 @@ class LauncherTransport(abc.ABC):
         """What was measured: the deploy phase's seconds (less its relayout steps), the load's wall seconds."""
         return charges(deploy, float(load.get("seconds", 0.0)), cards,
                        self.target.profiler_seconds if profile_capture else None)
+
+
+def health_target(svc: ServiceSpec) -> ServiceSpec:
+    """The service as its health probe addresses it: on `health_port` where the engine answers health on a port of
+    its own (MindIE's management port), else on its service port. Every `http` (local, over ssh) takes the port
+    from the spec, so the probe goes through the same route as any other request."""
+    return svc if svc.health_port is None else svc.model_copy(update={"port": svc.health_port})
 
 
 def _rate(r: float) -> str:

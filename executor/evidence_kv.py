@@ -1,0 +1,57 @@
+"""KV hand-off evidence of a PD deployment: did decode receive prefill's KV, how much, how fast, and did any
+hand-off fail.
+
+Every figure is a counter differenced over the run per instance (first to last scrape of that instance) and
+summed over the role's instances; the names are the engine adapter's (`kv_*` keys of its `metrics`). On vLLM
+(checked on a real NIXL pair): decode's prompt tokens by source (`external_kv_transfer` = KV that arrived from
+prefill, `local_compute` = recomputed on decode, `local_cache_hit` = decode's own prefix cache) and NIXL's
+transfer histograms and failure counters. `remote_share` is the share of decode's prompt tokens that arrived
+as KV; a deployment that recomputes on decode shows it well below 1. Missing counters give None, never 0.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from core.records import EngineSample
+from executor.engines import metric_names
+from executor.promseries import base_value
+
+KEYS = ("kv_tokens_remote", "kv_tokens_computed", "kv_tokens_cached", "kv_bytes", "kv_transfers",
+        "kv_transfer_seconds", "kv_failed_transfers", "kv_failed_notifications", "kv_expired")
+# what failed: transfers (vLLM's count includes failed handshakes and notifications, kv_failed_notifications
+# repeats the latter) and KV that expired on prefill before decode read it
+FAILURES = ("kv_failed_transfers", "kv_expired")
+
+
+def counter_delta(samples: Sequence[EngineSample], role: str, names: tuple[str, ...]) -> float | None:
+    """last - first of a counter per instance of `role`, summed over instances; None when no instance has it."""
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for s in sorted(samples, key=lambda s: s.t):
+        if s.role != role:
+            continue
+        v = base_value(s.values, names)
+        if v is None:
+            continue
+        first.setdefault(s.instance, v)
+        last[s.instance] = v
+    if not last:
+        return None
+    return float(sum(max(last[i] - first[i], 0.0) for i in last))
+
+
+def kv_transfer(samples: Sequence[EngineSample]) -> dict[str, Any] | None:
+    """Decode's KV hand-off figures over the run, or None when the engine exports none (no PD, or no names)."""
+    got = {k: counter_delta(samples, "decode", metric_names(k)) for k in KEYS}
+    if all(v is None for v in got.values()):
+        return None
+    remote, computed, cached = got["kv_tokens_remote"], got["kv_tokens_computed"], got["kv_tokens_cached"]
+    prompt = sum(v for v in (remote, computed, cached) if v is not None)
+    transfers, seconds = got["kv_transfers"], got["kv_transfer_seconds"]
+    failures = [got[k] for k in FAILURES if got[k] is not None]
+    return got | {
+        "remote_share": remote / prompt if remote is not None and prompt > 0 else None,
+        "transfer_s_mean": seconds / transfers if seconds is not None and transfers else None,
+        "bytes_per_transfer": got["kv_bytes"] / transfers if got["kv_bytes"] is not None and transfers else None,
+        "failed": sum(failures) if failures else None,
+    }

