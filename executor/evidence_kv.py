@@ -2,7 +2,7 @@
 hand-off fail.
 
 Every figure is a counter differenced over the run per instance (first to last scrape of that instance) and
-summed over the role's instances; the names are the engine adapter's (`kv_*` keys of its `metrics`). On vLLM
+summed over decode's instances (failures over both roles' instances: prefill counts KV that expired unread); the names are the engine adapter's (`kv_*` keys of its `metrics`). On vLLM
 (checked on a real NIXL pair): decode's prompt tokens by source (`external_kv_transfer` = KV that arrived from
 prefill, `local_compute` = recomputed on decode, `local_cache_hit` = decode's own prefix cache) and NIXL's
 transfer histograms and failure counters. `remote_share` is the share of decode's prompt tokens that arrived
@@ -19,8 +19,10 @@ from executor.promseries import base_value
 KEYS = ("kv_tokens_remote", "kv_tokens_computed", "kv_tokens_cached", "kv_bytes", "kv_transfers",
         "kv_transfer_seconds", "kv_failed_transfers", "kv_failed_notifications", "kv_expired")
 # what failed: transfers (vLLM's count includes failed handshakes and notifications, kv_failed_notifications
-# repeats the latter) and KV that expired on prefill before decode read it
+# repeats the latter) and KV that expired on prefill before decode read it (the sender counts an expiry, the
+# reader a failed transfer): these are summed over both roles, the rest is decode's
 FAILURES = ("kv_failed_transfers", "kv_expired")
+BOTH_ROLES = ("kv_failed_transfers", "kv_failed_notifications", "kv_expired")
 
 
 def counter_delta(samples: Sequence[EngineSample], role: str, names: tuple[str, ...]) -> float | None:
@@ -40,9 +42,15 @@ def counter_delta(samples: Sequence[EngineSample], role: str, names: tuple[str, 
     return float(sum(max(last[i] - first[i], 0.0) for i in last))
 
 
+def _sum(values: Any) -> float | None:
+    found = [v for v in values if v is not None]
+    return float(sum(found)) if found else None
+
+
 def kv_transfer(samples: Sequence[EngineSample]) -> dict[str, Any] | None:
     """Decode's KV hand-off figures over the run, or None when the engine exports none (no PD, or no names)."""
-    got = {k: counter_delta(samples, "decode", metric_names(k)) for k in KEYS}
+    got = {k: _sum(counter_delta(samples, role, metric_names(k))
+                   for role in (("prefill", "decode") if k in BOTH_ROLES else ("decode",))) for k in KEYS}
     if all(v is None for v in got.values()):
         return None
     remote, computed, cached = got["kv_tokens_remote"], got["kv_tokens_computed"], got["kv_tokens_cached"]

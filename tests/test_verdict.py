@@ -132,3 +132,24 @@ def test_a_failed_kv_hand_off_is_an_orchestration_fault_never_a_result():
     v = handoff_fault({"kv_transfer": {"failed": 3.0, "kv_failed_transfers": 2.0, "kv_expired": 1.0}})
     assert v.kind == "orchestration_fault" and [r.code for r in v.reasons] == ["kv_handoff_failed"]
     assert v.reasons[0].count == 3 and "failed transfers 2, expired 1" in v.reasons[0].message
+
+
+def test_kv_expired_on_prefill_counts_as_a_failed_hand_off():
+    """The sender (prefill) counts KV that expired before decode read it; decode counts failed transfers: the
+    digest sums both roles' failures, differenced over the run per instance."""
+    from core.records import EngineSample
+    from executor.evidence_kv import kv_transfer
+    from executor.verdict import handoff_fault
+
+    def at(t: float, role: str, values: dict) -> EngineSample:
+        return EngineSample(t=t, role=role, instance=f"{role}-0", values=values)
+
+    expired = "vllm:nixl_num_kv_expired_reqs_total{engine=\"0\"}"
+    remote = 'vllm:prompt_tokens_by_source_total{engine="0",source="external_kv_transfer"}'
+    samples = [at(0, "prefill", {expired: 2.0}), at(1, "prefill", {expired: 3.0}),
+               at(0, "decode", {remote: 100.0, "vllm:nixl_num_failed_transfers_total": 0.0}),
+               at(1, "decode", {remote: 400.0, "vllm:nixl_num_failed_transfers_total": 0.0})]
+    kv = kv_transfer(samples)
+    assert kv["kv_tokens_remote"] == 300.0 and kv["kv_expired"] == 1.0 and kv["failed"] == 1.0
+    assert handoff_fault({"kv_transfer": kv}).reasons[0].message.startswith(
+        "the KV hand-off from prefill to decode failed (expired 1)")
