@@ -144,15 +144,19 @@ def _title(card: dict[str, Any]) -> str:
     return f"{card.get('stage')} N={card.get('n')}: {what}"
 
 
-def act(svc: Service, goal_id: str, intent: Intent, who: Principal) -> tuple[str, dict[str, Any] | None]:
+def act(svc: Service, goal_id: str, intent: Intent, who: Principal,
+        said: str | None = None) -> tuple[str, dict[str, Any] | None]:
     """Carry out one chat intent; (reply, what was done). Each intent is the action of the permission table
-    (api/permissions.py) that its REST route takes, with the same role: Forbidden (403) below it."""
+    (api/permissions.py) that its REST route takes, with the same role: Forbidden (403) below it. An instruction
+    keeps what the person typed (`said`, cut to 300 characters)."""
 
     st = svc.store
     k = intent.kind
     permissions.check(who, permissions.CHAT.get(k, "chat.ask"))
     if k == "unknown":
         return HELP, None
+    if k == "refused":  # a negated command, several in one message, or a number that is not one: nothing is done
+        return intent.reason or "not done", None
     if k == "status":
         return status_text(svc, goal_id), None
     if k == "why_rejected":
@@ -172,11 +176,13 @@ def act(svc: Service, goal_id: str, intent: Intent, who: Principal) -> tuple[str
         return (f"candidate {cand.id} ({_title(cand.card)}) {'approved' if k == 'approve' else 'rejected'} by {who.name}, bound to card hash {shown}"
                 + (f": {intent.reason}" if intent.reason else ""), {"candidate_id": cand.id, "decision": k})
     if k in ("pause", "resume", "stop"):
-        ins = instruct(svc, goal_id, k, who, text=f"chat: {k}")
+        ins = instruct(svc, goal_id, k, who, text=_said(said, k))
         return f"{k} recorded for goal {goal_id} (instruction {ins.id} by {who.name})", {"instruction": ins.id}
     if k == "one_more_round":
+        if (bad := off_space(st.get_goal(goal_id).spec.space(), intent.knobs)) is not None:
+            return f"not done: {bad}; nothing changed", None
         ins = instruct(svc, goal_id, "one_more_round", who, count=intent.count or 1, knobs=intent.knobs,
-                       text="chat: one more round")
+                       text=_said(said, "one more round"))
         at = ", ".join(f"{a}={b}" for a, b in intent.knobs.items()) or "the planner's next candidate"
         return (f"{ins.count} more round(s) at {at}, then the loop stops (instruction {ins.id} by {who.name})",
                 {"instruction": ins.id})
@@ -193,12 +199,28 @@ def act(svc: Service, goal_id: str, intent: Intent, who: Principal) -> tuple[str
         best = st.best(goal_id)
         if best is None or not best.station_hash:
             return f"goal {goal_id} has no best station yet", None
-        ins = queue_restore(svc, goal_id, best.station_hash, who, "chat: go back to the best")
+        ins = queue_restore(svc, goal_id, best.station_hash, who, _said(said, "go back to the best"))
         return (f"queued: go back to the best station {best.station_hash} (from experiment {best.run_id}: "
                 f"{figures(svc, best.run_id)}). The loop re-deploys it, checks its health and stops; the decision "
                 f"log shows the result (instruction {ins.id} by {who.name})",
                 {"instruction": ins.id, "station": best.station_hash})
     return HELP, None
+
+
+def _said(said: str | None, what: str) -> str:
+    """An instruction's text: the person's own words when the chat gave them, else the command."""
+    return f"chat: {' '.join(said.split())[:300]}" if said and said.strip() else f"chat: {what}"
+
+
+def off_space(space: dict[str, tuple[Any, ...]], knobs: dict[str, Any]) -> str | None:
+    """Why a round's knobs are not a station of the goal (a value outside its list), naming the goal's values."""
+    for name, value in knobs.items():
+        values = space.get(name)
+        if values and not any(value == v for v in values):
+            listed = ", ".join("inf" if isinstance(v, float) and v == float("inf") else f"{v:g}"
+                               if isinstance(v, (int, float)) else str(v) for v in values)
+            return f"{name}={value:g} is not one of the goal's values for {name}: {listed}"
+    return None
 
 
 def queue_restore(svc: Service, goal_id: str, station_hash: str, who: Principal, text: str) -> Any:

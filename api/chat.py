@@ -3,6 +3,11 @@
 `parse(text)` is pure: approve N, reject N because …, pause, resume, stop, one more round at C90,
 go back to the best, status, why was N rejected?, extend budget by 10 card-hours, refuse the extension.  An optional LLM only maps free text onto the
 same `Intent` (api/chat_llm.py); every action is then taken by the same code (api/actions.py).
+
+It cannot act by accident: a negated command ("do not approve 57", "never approve 7", "不要批准 57", "别批准 7")
+is `refused` and says so; so is a message with more than one command ("approve 12 and reject 13": one command per
+message, nothing is done) and a number that is not exactly a number ("C1e309", "C9O", "C90.5", "C-5", "approve
+5.7"). A refused message is never handed to the language model.
 """
 from __future__ import annotations
 
@@ -12,10 +17,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 IntentKind = Literal["approve", "reject", "pause", "resume", "stop", "one_more_round", "restore_best", "status",
-                     "why_rejected", "extend_budget", "refuse_extension", "unknown"]
+                     "why_rejected", "extend_budget", "refuse_extension", "refused", "unknown"]
 _NUM = {"one": 1, "a": 1, "another": 1, "two": 2, "three": 3, "four": 4, "five": 5,
         "一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5}
-_ID = r"(?:candidate|card|experiment|#|no\.?|候选|卡片?|实验|编号|第)?\s*#?\s*(\d+)\s*(?:号|个)?"
+# a candidate number is whole: "5.7", "57x" and "5,7" name no candidate (the rule does not match)
+_ID = r"(?:candidate|card|experiment|#|no\.?|候选|卡片?|实验|编号|第)?\s*#?\s*(\d+)(?![.,]\d|[A-Za-z_\d])\s*(?:号|个)?"
 
 
 class Intent(BaseModel):
@@ -30,15 +36,26 @@ class Intent(BaseModel):
     experiments: int | None = Field(None, ge=0, le=10_000)
 
 
-def _knobs(text: str) -> dict[str, Any]:
+# a knob value as typed, from its first number-like character to the next space or separator, so "C1e309" and
+# "C9O" are seen whole (and a word that merely starts with c or r is no knob)
+_C_VALUE = re.compile(r"(?:\bC|\b(?i:concurrency)|并发)\s*=?\s*([-+.\d][^\s,;，；。、]*)")
+_R_VALUE = re.compile(r"(?:\b[rR]|\b(?i:rate|request[_ ]rate)|速率)\s*=?\s*([-+.\d][^\s,;，；。、]*)")
+
+
+def _knobs(text: str) -> tuple[dict[str, Any], str | None]:
+    """The knobs a round names, or the reason a value is no value: C is a whole number, r a plain decimal."""
     out: dict[str, Any] = {}
-    m = re.search(r"\b(?:C|concurrency|并发)\s*=?\s*(\d+)", text, re.I) or re.search(r"(?:C|并发)\s*(\d+)", text)
+    m = _C_VALUE.search(text)
     if m:
+        if not re.fullmatch(r"\d{1,6}", m.group(1)):
+            return {}, f"{m.group(0).strip()!r}: concurrency takes a whole number such as C90"
         out["concurrency"] = int(m.group(1))
-    m = re.search(r"\b(?:r|rate|request[_ ]rate|速率)\s*=?\s*(\d+(?:\.\d+)?)\b", text, re.I)
+    m = _R_VALUE.search(text)
     if m:
+        if not re.fullmatch(r"\d{1,6}(?:\.\d{1,6})?", m.group(1)):
+            return {}, f"{m.group(0).strip()!r}: request_rate takes a plain number such as r=6 or r=7.5"
         out["request_rate"] = float(m.group(1))
-    return out
+    return out, None
 
 
 def _count(text: str) -> int:
@@ -71,9 +88,45 @@ _RULES: list[tuple[str, str]] = [
 ]
 
 
+# the command rules (what changes something), as words that can be counted anywhere in a message
+_ACTS = {"approve": r"(?:approve|accept|lgtm|go ahead with|批准|同意|通过|可以跑)",
+         "reject": r"(?:reject|decline|deny|拒绝|否决|驳回)",
+         "pause": r"(?:pause|暂停)", "resume": r"(?:resume|unpause|继续|恢复)", "stop": r"(?:stop|halt|abort|停止|终止)",
+         "one_more_round": r"(?:more\s+rounds?|再(?:跑|来|做)?\s*[一两二三四五\d]+\s*轮)",
+         "restore_best": r"(?:go\s+back\s+to|restore|roll\s*back|回(?:到|退到|滚到)?\s*(?:最佳|最好|最优))",
+         "extend_budget": r"(?:extend|预算\s*(?:增加|追加|提高|扩大|加)|追加)"}
+# a negation right before a command word (at most two words between: "do NOT approve", "please don't approve")
+_NEG = re.compile(r"(?:\b(?:not|don'?t|dont|never|no)\b(?:\s+\w+){0,2}?\s*|(?:不要|别|不|勿|禁止)\s*)$", re.I)
+_REASON = re.compile(r"(?:because|since|reason:?|due to|因为|原因[:：]?|由于)\s*(.+)$", re.I)
+
+
+def _refusal(t: str) -> str | None:
+    """Why a message must not act: a negated command, or several commands in one message (before a reason)."""
+    if re.search(dict(_RULES)["refuse_extension"], t, re.I):  # "不追加预算" says no on purpose: it is the command
+        return None
+    head = t[:m.start()] if (m := _REASON.search(t)) else t
+    found: list[tuple[int, str, str]] = []
+    for kind, word in _ACTS.items():
+        for w in re.finditer(r"(?<![A-Za-z])" + word + r"(?![A-Za-z])", head, re.I):
+            found.append((w.start(), kind, w.group(0)))
+    found.sort()
+    for start, kind, word in found:
+        if _NEG.search(head[:start]):
+            return (f"not done: you said not to {word} ({kind.replace('_', ' ')}); nothing changed. Say it without "
+                    "the negation to act, or reject N because … to reject")
+    if len(found) > 1:
+        said = ", ".join(w for _, _, w in found)
+        return (f"not done: one command per message, and this one has {len(found)} ({said}); nothing changed. "
+                "Send each as its own message")
+    return None
+
+
 def parse(text: str) -> Intent:
-    """The intent of one chat message; `unknown` when no rule matches (never a guess)."""
+    """The intent of one chat message; `unknown` when no rule matches (never a guess); `refused` (with the reason)
+    when it must not act: a negated command, several commands, or a number that is not one."""
     t = " ".join(text.strip().split())
+    if (why := _refusal(t)) is not None:
+        return Intent(kind="refused", reason=why[:500])
     for kind, pattern in _RULES:
         m = re.search(pattern, t, re.I)
         if not m:
@@ -87,7 +140,10 @@ def parse(text: str) -> Intent:
                 reason = r.group(1).strip() if r else None
             return Intent(kind=kind, candidate_id=num, card_hash=h.group(1) if h else None, reason=reason)
         if kind == "one_more_round":
-            return Intent(kind=kind, count=_count(t), knobs=_knobs(t))
+            knobs, bad = _knobs(t)
+            if bad is not None:
+                return Intent(kind="refused", reason=f"not done: {bad}; nothing changed"[:500])
+            return Intent(kind=kind, count=_count(t), knobs=knobs)
         if kind == "extend_budget":
             hours = next(float(g) for g in m.groups() if g)
             n = re.search(r"(\d+)\s*(?:more\s+)?(?:experiments?|runs?|个?实验|次实验)", t[m.end():], re.I)

@@ -32,7 +32,7 @@ ACTIONS: dict[str, Role] = {
 # instruction kinds and chat intents -> their action
 INSTRUCTIONS: dict[str, str] = {"pause": "goal.pause", "resume": "goal.resume", "stop": "goal.stop",
                                 "one_more_round": "goal.one_more_round", "restore": "station.restore"}
-CHAT: dict[str, str] = {"status": "chat.ask", "why_rejected": "chat.ask", "unknown": "chat.ask",
+CHAT: dict[str, str] = {"status": "chat.ask", "why_rejected": "chat.ask", "unknown": "chat.ask", "refused": "chat.ask",
                         "approve": "candidate.approve", "reject": "candidate.reject", "pause": "goal.pause",
                         "resume": "goal.resume", "stop": "goal.stop", "one_more_round": "goal.one_more_round",
                         "restore_best": "station.restore", "extend_budget": "budget.extend",

@@ -84,7 +84,8 @@ def test_each_instruction_kind_needs_the_role_of_its_action(client, kind):
 CHAT_TEXT = {"approve": "approve 999", "reject": "reject 999 because no", "pause": "pause", "resume": "resume",
              "stop": "stop", "one_more_round": "one more round at C90", "restore_best": "go back to the best",
              "status": "status", "why_rejected": "why was 999 rejected?", "unknown": "hello there",
-             "extend_budget": "extend budget by 10 card-hours", "refuse_extension": "refuse the extension because no"}
+             "extend_budget": "extend budget by 10 card-hours", "refuse_extension": "refuse the extension because no",
+             "refused": "do not approve 999"}
 
 
 @pytest.mark.parametrize("intent", sorted(permissions.CHAT))

@@ -24,7 +24,7 @@ def chat(goal_id: str, body: ChatIn, svc: ServiceDep, who: Viewer) -> ChatOut:
         intent, note = map_intent(body.text, svc.settings)
         via = "llm" if note is None else "parser"
     try:
-        reply, action = actions.act(svc, goal_id, intent, who)
+        reply, action = actions.act(svc, goal_id, intent, who, said=body.text)
     except PermissionError as e:
         raise HTTPException(403, str(e)) from None
     if note:
