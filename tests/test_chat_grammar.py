@@ -6,12 +6,10 @@ stays approved, and a round at a value the goal cannot take is refused naming th
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
-from test_api_support import TOKENS_ENV, auth, small_goal, wait_until
+from test_api_support import auth, small_goal, wait_until
+from test_chat import client, say  # noqa: F401  (client: the API with a sqlite store, as the chat tests use it)
 
-from api.app import create_app
 from api.chat import parse
-from api.settings import Settings
 
 A, R, REF, UNK = "approve", "reject", "refused", "unknown"
 TABLE: list[tuple[str, str, dict]] = [
@@ -99,22 +97,7 @@ def test_each_utterance_has_exactly_its_action(text, kind, fields):
         assert got.reason and got.reason.startswith("not done") and "nothing changed" in got.reason, got
 
 
-@pytest.fixture
-def client(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    s = Settings.from_env({"TUNELOOP_TOKENS": TOKENS_ENV, "TUNELOOP_DB": f"sqlite:///{tmp_path / 't.db'}",
-                           "TUNELOOP_RUNS_ROOT": str(tmp_path / "runs"), "TUNELOOP_POLL_S": "0.05"})
-    with TestClient(create_app(s)) as c:
-        yield c
-
-
-def say(c, gid: str, text: str) -> dict:
-    r = c.post(f"/goals/{gid}/chat", json={"text": text}, headers=auth("approver"))
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def test_through_the_api_a_refused_message_changes_nothing(client):
+def test_through_the_api_a_refused_message_changes_nothing(client):  # noqa: F811
     c = client
     gid = c.post("/goals", json=small_goal(experiments=3), headers=auth("admin")).json()["id"]
     first = wait_until(lambda: c.get(f"/goals/{gid}/candidates?awaiting=true", headers=auth("viewer")).json())[0]
