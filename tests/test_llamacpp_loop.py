@@ -142,14 +142,17 @@ def test_loop_raises_parallel_until_tpot_binds(engine, tmp_path):
         again = ex.run_trial(_trial("remeasure", "llama", best, n=confirm_n))  # the final station, again
         assert again.verdict.kind == "valid"
         assert goal.constraints.violations(again.summary) == []
-        # once more on the warm service (the loop's moves were all restarts): its prompt cache is erased through
-        # the engine, never by a restart
+        # once more on the warm service (the loop's moves were all restarts): its slots are erased through the
+        # engine, and since its host-RAM prompt cache (--cache-ram, on by default) keeps prompts that erase does not
+        # touch, the erase is no flush and the server restarts for a cold cache
         hot = ex.run_trial(_trial("remeasure-hot", "llama", best, n=screen_n))
         assert hot.verdict.kind == "valid", hot.verdict
         flush = [ph.detail for ph in map(as_record, store.phases("remeasure-hot"))
                  if ph.phase == "warmup" and ph.event == "outcome" and "cache_flush" in (ph.detail or {})]
         assert flush, "the warm service was not reused"
-        assert "cache_flush_fallback" not in flush[0] and all(d["ok"] for d in flush[0]["cache_flush"])
+        (erase,) = flush[0]["cache_flush"]
+        assert erase["status"] and all(code == 200 for code in erase["status"]) and "--cache-ram" in erase["held"]
+        assert erase["ok"] is False and flush[0]["cache_flush_fallback"] == "restart"
     finally:
         _stop_all(ex, target)
         store.close()
