@@ -210,7 +210,6 @@ class Cluster:
         d = self.decode[req.d_inst]
         d.inbound -= 1
         d.kv_tokens_in += req.n_in  # the whole prompt's KV arrives, cached on prefill or not
-        d.kv_bytes_in += req.n_in * self.profile.transfer.kv_bytes_per_token
         d.kv_transfers += 1
         d.kv_transfer_s += t - req.t_prefill_end
         d.waiting.append(req)
@@ -351,15 +350,14 @@ class Cluster:
             "sglang:spec_accept_length": (1 + accepted / drafts) if drafts else 1.0,
         }
 
-    @staticmethod
-    def _handoff_values(d: DecodeInstance) -> dict[str, float]:
+    def _handoff_values(self, d: DecodeInstance) -> dict[str, float]:
         """The KV hand-off into a PD decode instance, as vLLM's NIXL connector counts it (a simulated link never
         fails)."""
         return {
             'vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}': float(d.kv_tokens_in),
             'vllm:prompt_tokens_by_source_total{source="local_compute"}': 0.0,
             'vllm:prompt_tokens_by_source_total{source="local_cache_hit"}': 0.0,
-            "vllm:nixl_bytes_transferred_sum": d.kv_bytes_in,
+            "vllm:nixl_bytes_transferred_sum": d.kv_tokens_in * self.profile.transfer.kv_bytes_per_token,
             "vllm:nixl_xfer_time_seconds_count": float(d.kv_transfers),
             "vllm:nixl_xfer_time_seconds_sum": d.kv_transfer_s,
             "vllm:nixl_num_failed_transfers_total": 0.0,

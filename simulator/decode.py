@@ -49,8 +49,8 @@ class DecodeInstance:
         self.rng = rng
         self.waiting: deque[SimRequest] = deque()
         self.inbound = 0  # KV transfers in flight to this instance
-        # KV hand-offs received from prefill (PD): prompt tokens, bytes, transfers, seconds spent transferring
-        self.kv_tokens_in, self.kv_bytes_in, self.kv_transfers, self.kv_transfer_s = 0, 0.0, 0, 0.0
+        # KV hand-offs received from prefill (PD): prompt tokens, transfers, seconds spent transferring
+        self.kv_tokens_in, self.kv_transfers, self.kv_transfer_s = 0, 0, 0.0
         self.step = 0  # completed steps
         self.step_end: list[float] = [0.0]  # step_end[j] = end time of step j (j >= 1)
         self.busy_until: float | None = None
