@@ -2,7 +2,8 @@
 hand-off fail.
 
 Every figure is a counter differenced over the run per instance (first to last scrape of that instance) and
-summed over decode's instances (failures over both roles' instances: prefill counts KV that expired unread); the names are the engine adapter's (`kv_*` keys of its `metrics`). On vLLM
+summed over decode's instances (failures and expiries over both roles' instances: prefill counts leases that
+expired and reads that came after); the names are the engine adapter's (`kv_*` keys of its `metrics`). On vLLM
 (checked on a real NIXL pair): decode's prompt tokens by source (`external_kv_transfer` = KV that arrived from
 prefill, `local_compute` = recomputed on decode, `local_cache_hit` = decode's own prefix cache) and NIXL's
 transfer histograms and failure counters. `remote_share` is the share of decode's prompt tokens that arrived
@@ -17,12 +18,15 @@ from executor.engines import metric_names
 from executor.promseries import base_value
 
 KEYS = ("kv_tokens_remote", "kv_tokens_computed", "kv_tokens_cached", "kv_bytes", "kv_transfers",
-        "kv_transfer_seconds", "kv_failed_transfers", "kv_failed_notifications", "kv_expired")
+        "kv_transfer_seconds", "kv_failed_transfers", "kv_failed_notifications", "kv_expired", "kv_late_reads")
 # what failed: transfers (vLLM's count includes failed handshakes and notifications, kv_failed_notifications
-# repeats the latter) and KV that expired on prefill before decode read it (the sender counts an expiry, the
-# reader a failed transfer): these are summed over both roles, the rest is decode's
-FAILURES = ("kv_failed_transfers", "kv_expired")
-BOTH_ROLES = ("kv_failed_transfers", "kv_failed_notifications", "kv_expired")
+# repeats the latter) and reads that completed after prefill had released the blocks (`kv_late_reads`: decode
+# may have read reused blocks). A lease that expired (`kv_expired`, counted by prefill) is not a failure by itself:
+# vLLM counts it apart from transport health, as a sign that decode took longer than the lease to pull (a busy
+# decode, or a lease shorter than its queue); decode either read the blocks before (harmless) or reads them after,
+# which is a late read. These are summed over both roles, the rest is decode's.
+FAILURES = ("kv_failed_transfers", "kv_late_reads")
+BOTH_ROLES = ("kv_failed_transfers", "kv_failed_notifications", "kv_expired", "kv_late_reads")
 
 
 def counter_delta(samples: Sequence[EngineSample], role: str, names: tuple[str, ...]) -> float | None:

@@ -84,8 +84,9 @@ class Target(BaseModel):
     engine_command: tuple[str, ...] | None = None  # how to call the engine binary (llama.cpp: default llama-server)
     pd_connector: str | None = None  # KV connector override (vLLM / vLLM-Ascend)
     # further keys of each PD instance's KV connector config, e.g. {kv_buffer_device: cpu} where the KV cache
-    # lives in host memory (vLLM's CPU platform): merged into the rendered --kv-transfer-config
-    pd_connector_config: dict[str, str | int | float | bool] = {}
+    # lives in host memory (vLLM's CPU platform), or {kv_connector_extra_config: {kv_lease_duration: 120}} (one
+    # level of nesting): merged into the rendered --kv-transfer-config, a nested table key by key
+    pd_connector_config: dict[str, str | int | float | bool | dict[str, str | int | float | bool]] = {}
     router_command: tuple[str, ...] | None = None  # how to call the PD router / proxy (default: the engine's own)
     extra_args: dict[str, tuple[str, ...]] = {}  # per role, appended verbatim as argv
     relayout: Relayout | None = None  # expert-layout steps; without it a relayout is a plain restart
@@ -119,8 +120,11 @@ class Target(BaseModel):
                 raise ValueError(f"model: engine {self.engine!r} needs a model path")
         for k, v in self.env.items():
             check_safe(f"env.{k}", k)
-        for k, v in self.pd_connector_config.items():
-            if not re.match(r"^[a-z][a-z0-9_]*$", k):
+        flat = [(k, v) for k, v in self.pd_connector_config.items() if not isinstance(v, dict)]
+        flat += [(f"{k}.{k2}", v2) for k, v in self.pd_connector_config.items() if isinstance(v, dict)
+                 for k2, v2 in v.items()]
+        for k, v in flat:
+            if not re.match(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)?$", k):
                 raise ValueError(f"pd_connector_config.{k}: a connector config key is lower-case letters, digits and _")
             if isinstance(v, str):
                 check_safe(f"pd_connector_config.{k}", v)

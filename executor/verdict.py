@@ -89,14 +89,16 @@ def judge(records: Sequence[RequestRecord], info: RunInfo, contract: Contract,
 
 
 def handoff_fault(evidence: dict | None) -> Verdict | None:
-    """A PD run whose KV hand-off failed (NIXL's failed transfers or notifications, or KV that expired before
-    decode read it): an orchestration fault, whatever the requests did. Failed requests would otherwise read as
-    a broken contract and recomputed prompts as a slow result; neither says anything about the station."""
+    """A PD run whose KV hand-off failed (NIXL's failed transfers or notifications, or a read that completed
+    after prefill released the blocks): an orchestration fault, whatever the requests did. Failed requests would
+    otherwise read as a broken contract and recomputed prompts as a slow result; neither says anything about the
+    station. Expired leases are named beside a failure but are not one alone (see executor/evidence_kv.py)."""
     kv = (evidence or {}).get("kv_transfer") or {}
     if not kv.get("failed"):
         return None
     counts = ", ".join(f"{k.removeprefix('kv_').replace('_', ' ')} {kv[k]:.0f}"
-                       for k in ("kv_failed_transfers", "kv_failed_notifications", "kv_expired") if kv.get(k))
+                       for k in ("kv_failed_transfers", "kv_failed_notifications", "kv_late_reads", "kv_expired")
+                       if kv.get(k))
     return Verdict(kind="orchestration_fault", reasons=[Reason(
         code="kv_handoff_failed", count=int(kv["failed"]),
         message=f"the KV hand-off from prefill to decode failed ({counts}): a tooling fault, not a result")])

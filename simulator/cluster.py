@@ -363,6 +363,7 @@ class Cluster:
             "vllm:nixl_num_failed_transfers_total": 0.0,
             "vllm:nixl_num_failed_notifications_total": 0.0,
             "vllm:nixl_num_kv_expired_reqs_total": 0.0,
+            "vllm:nixl_num_notifications_after_expiry_total": 0.0,
         }
 
     def samples(self, t: float) -> list[EngineSample]:

@@ -110,6 +110,12 @@ def test_vllm_router_gets_a_metrics_port_no_service_of_its_host_takes():
         render(one.model_copy(update={"env": {"VLLM_NIXL_SIDE_CHANNEL_PORT": "x"}}), _station("vllm", {}))
     with pytest.raises(ValueError, match="pd_connector_config.kv_buffer_device: 'cpu;rm' has characters"):
         Target.model_validate(one.model_dump() | {"pd_connector_config": {"kv_buffer_device": "cpu;rm"}})
+    # one level of nesting: NIXL reads its KV lease from kv_connector_extra_config
+    lease = one.model_copy(update={"pd_connector_config": {"kv_connector_extra_config": {"kv_lease_duration": 120}}})
+    assert all(json.loads(_after(list(s.argv), "--kv-transfer-config"))["kv_connector_extra_config"]
+               == {"kv_lease_duration": 120} for s in render(lease, _station("vllm", {})).services[:2])
+    with pytest.raises(ValueError, match="pd_connector_config.kv_connector_extra_config.Lease: a connector config"):
+        Target.model_validate(one.model_dump() | {"pd_connector_config": {"kv_connector_extra_config": {"Lease": 1}}})
 
 
 def test_two_mooncake_instances_on_one_host_get_their_own_kv_port():
@@ -119,6 +125,11 @@ def test_two_mooncake_instances_on_one_host_get_their_own_kv_port():
     assert ports == ["30000", "30100", "30000"]  # d is alone on its host
     extra = json.loads(_after(list(d.argv), "--kv-transfer-config"))["kv_connector_extra_config"]
     assert extra == {"prefill": {"tp_size": 4, "dp_size": 1}, "decode": {"tp_size": 8, "dp_size": 1}}
+    # the target's extra keys join the P/D sizes Mooncake asserts on instead of replacing them
+    t = t.model_copy(update={"pd_connector_config": {"kv_connector_extra_config": {"site_key": "x"}}})
+    d = render(t, _station("vllm-ascend", {}, "vllm")).services[2]
+    extra = json.loads(_after(list(d.argv), "--kv-transfer-config"))["kv_connector_extra_config"]
+    assert extra["site_key"] == "x" and extra["decode"] == {"tp_size": 8, "dp_size": 1}
 
 
 def test_two_sglang_prefill_instances_get_their_own_bootstrap_port_and_the_router_is_told():

@@ -129,14 +129,16 @@ def test_a_failed_kv_hand_off_is_an_orchestration_fault_never_a_result():
 
     assert handoff_fault(None) is None and handoff_fault({"kv_transfer": None}) is None
     assert handoff_fault({"kv_transfer": {"failed": 0.0}}) is None
-    v = handoff_fault({"kv_transfer": {"failed": 3.0, "kv_failed_transfers": 2.0, "kv_expired": 1.0}})
+    v = handoff_fault({"kv_transfer": {"failed": 3.0, "kv_failed_transfers": 2.0, "kv_late_reads": 1.0,
+                                       "kv_expired": 1.0}})
     assert v.kind == "orchestration_fault" and [r.code for r in v.reasons] == ["kv_handoff_failed"]
-    assert v.reasons[0].count == 3 and "failed transfers 2, expired 1" in v.reasons[0].message
+    assert v.reasons[0].count == 3 and "failed transfers 2, late reads 1, expired 1" in v.reasons[0].message
 
 
-def test_kv_expired_on_prefill_counts_as_a_failed_hand_off():
-    """The sender (prefill) counts KV that expired before decode read it; decode counts failed transfers: the
-    digest sums both roles' failures, differenced over the run per instance."""
+def test_a_read_after_the_lease_expired_fails_the_hand_off_an_expiry_alone_does_not():
+    """Prefill counts leases that expired and reads that completed after; decode counts failed transfers: the
+    digest sums both roles' figures, differenced over the run per instance. An expiry alone is decode pulling late
+    (vLLM counts it apart from transport health); a read after it may have read reused blocks."""
     from core.records import EngineSample
     from executor.evidence_kv import kv_transfer
     from executor.verdict import handoff_fault
@@ -145,11 +147,16 @@ def test_kv_expired_on_prefill_counts_as_a_failed_hand_off():
         return EngineSample(t=t, role=role, instance=f"{role}-0", values=values)
 
     expired = "vllm:nixl_num_kv_expired_reqs_total{engine=\"0\"}"
+    late = "vllm:nixl_num_notifications_after_expiry_total{engine=\"0\"}"
     remote = 'vllm:prompt_tokens_by_source_total{engine="0",source="external_kv_transfer"}'
-    samples = [at(0, "prefill", {expired: 2.0}), at(1, "prefill", {expired: 3.0}),
-               at(0, "decode", {remote: 100.0, "vllm:nixl_num_failed_transfers_total": 0.0}),
-               at(1, "decode", {remote: 400.0, "vllm:nixl_num_failed_transfers_total": 0.0})]
-    kv = kv_transfer(samples)
-    assert kv["kv_tokens_remote"] == 300.0 and kv["kv_expired"] == 1.0 and kv["failed"] == 1.0
+    decode = [at(0, "decode", {remote: 100.0, "vllm:nixl_num_failed_transfers_total": 0.0}),
+              at(1, "decode", {remote: 400.0, "vllm:nixl_num_failed_transfers_total": 0.0})]
+    kv = kv_transfer([at(0, "prefill", {expired: 2.0, late: 0.0}), at(1, "prefill", {expired: 9.0, late: 0.0}),
+                      *decode])
+    assert kv["kv_tokens_remote"] == 300.0 and kv["kv_expired"] == 7.0 and kv["failed"] == 0.0
+    assert handoff_fault({"kv_transfer": kv}) is None  # decode pulled late, but before the blocks were released
+    kv = kv_transfer([at(0, "prefill", {expired: 2.0, late: 1.0}), at(1, "prefill", {expired: 3.0, late: 2.0}),
+                      *decode])
+    assert kv["kv_late_reads"] == 1.0 and kv["failed"] == 1.0
     assert handoff_fault({"kv_transfer": kv}).reasons[0].message.startswith(
-        "the KV hand-off from prefill to decode failed (expired 1)")
+        "the KV hand-off from prefill to decode failed (late reads 1, expired 1)")

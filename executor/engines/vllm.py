@@ -35,6 +35,16 @@ def nixl_base_port(target: Target) -> int:
     return int(raw)
 
 
+def merged(kv: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """The rendered connector config with the target's keys on top; a nested table (kv_connector_extra_config)
+    is merged key by key, so the target's keys join the adapter's (vLLM-Ascend's P/D sizes) instead of
+    replacing them."""
+    out = dict(kv)
+    for k, v in extra.items():
+        out[k] = (dict(out[k]) | v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 def compact(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
@@ -94,6 +104,7 @@ class Vllm(Adapter):
         "kv_failed_transfers": ("vllm:nixl_num_failed_transfers_total",),
         "kv_failed_notifications": ("vllm:nixl_num_failed_notifications_total",),
         "kv_expired": ("vllm:nixl_num_kv_expired_reqs_total",),
+        "kv_late_reads": ("vllm:nixl_num_notifications_after_expiry_total",),
     }
 
     # -- per instance ------------------------------------------------------------------------------
@@ -168,7 +179,7 @@ class Vllm(Adapter):
                 slots[host.host] = slot + 1
                 port = side.get(host.host, nixl_base)
                 side[host.host] = port + dp  # NIXL listens on base + DP rank
-                kv = self.kv_transfer(role, name, connector, peers, slot) | dict(target.pd_connector_config)
+                kv = merged(self.kv_transfer(role, name, connector, peers, slot), target.pd_connector_config)
                 argv += ["--kv-transfer-config", compact(kv)]
                 env |= self.pd_env(host, connector, port)
             trace = f"{svc_dir(target, name, host.host)}/trace"  # --profiler-config mounts /start_profile
