@@ -41,7 +41,7 @@ def approve(candidate: int = typer.Argument(..., help="candidate id (shown when 
     it up within its poll interval; otherwise the next `tuneloop run` goes on from there."""
     from state.errors import Conflict, NotFound, Stale
 
-    if reject and not reason:
+    if reject and not (reason or "").strip():
         raise typer.BadParameter("a rejection needs a reason (it is recorded and shown in the decision log)",
                                  param_hint="--reason")
     with steering_store(db, f"candidate {candidate}", (Conflict, NotFound, Stale, LookupError)) as st:

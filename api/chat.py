@@ -97,7 +97,15 @@ _ACTS = {"approve": r"(?:approve|accept|lgtm|go ahead with|批准|同意|通过|
          "extend_budget": r"(?:extend|预算\s*(?:增加|追加|提高|扩大|加)|追加)"}
 # a negation right before a command word (at most two words between: "do NOT approve", "please don't approve")
 _NEG = re.compile(r"(?:\b(?:not|don'?t|dont|never|no)\b(?:\s+\w+){0,2}?\s*|(?:不要|别|不|勿|禁止)\s*)$", re.I)
-_REASON = re.compile(r"(?:because|since|reason:?|due to|因为|原因[:：]?|由于)\s*(.+)$", re.I)
+# where a reason starts: a whole English word ("as" inside "was" is not one) or a Chinese marker
+_REASON = re.compile(r"(?:\b(?:because|since|as|due\s+to)\b|\breason\b:?|因为|原因[:：]?|由于)\s*(.+)$", re.I)
+
+
+def _reason(t: str) -> str | None:
+    """The reason a message gives, or None when it gives none or only white space and punctuation."""
+    r = _REASON.search(t)
+    said = r.group(1).strip() if r else ""
+    return said if re.search(r"\w", said) else None
 
 
 def _refusal(t: str) -> str | None:
@@ -136,8 +144,7 @@ def parse(text: str) -> Intent:
             h = re.search(r"\b([0-9a-f]{16})\b", t)
             reason = None
             if kind == "reject":
-                r = re.search(r"(?:because|since|as|reason:?|due to|因为|原因[:：]?|由于)\s*(.+)$", t, re.I)
-                reason = r.group(1).strip() if r else None
+                reason = _reason(t)
             return Intent(kind=kind, candidate_id=num, card_hash=h.group(1) if h else None, reason=reason)
         if kind == "one_more_round":
             knobs, bad = _knobs(t)
@@ -149,8 +156,7 @@ def parse(text: str) -> Intent:
             n = re.search(r"(\d+)\s*(?:more\s+)?(?:experiments?|runs?|个?实验|次实验)", t[m.end():], re.I)
             return Intent(kind=kind, card_hours=hours, experiments=int(n.group(1)) if n else None)
         if kind == "refuse_extension":
-            r = re.search(r"(?:because|since|as|reason:?|due to|因为|原因[:：]?|由于)\s*(.+)$", t, re.I)
-            return Intent(kind=kind, reason=r.group(1).strip() if r else None)
+            return Intent(kind=kind, reason=_reason(t))
         return Intent(kind=kind)
     return Intent(kind="unknown")
 

@@ -1,7 +1,8 @@
 """`POST /goals` under an `Idempotency-Key` header: the same key (from the same principal) gives the same goal.
 
-The goal's id is derived from the principal and the key, so parallel requests with one key race for one
-primary key: one inserts, the others find it. No key, or a new one, for a spec identical to a goal that is
+The goal's id is derived from the principal and the key alone (never the spec's name: a repeat with another name
+must find the first goal and be refused, not create a second), so parallel requests with one key race for one
+primary key: one inserts, the others find it; one whose spec differs gets 422. No key, or a new one, for a spec identical to a goal that is
 still running, waiting or paused (so on the same target) gets 409 (state/store.py `unique_active`).
 """
 from __future__ import annotations
@@ -20,15 +21,14 @@ KeyHeader = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, 
                                                      "POST with the same key returns the goal the first created")]
 
 
-def goal_id_for(name: str, who: str, key: str) -> str:
-    digest = hashlib.sha256("\0".join((who, key)).encode()).hexdigest()[:15]
-    return f"{name[:40]}-k{digest}"
+def goal_id_for(who: str, key: str) -> str:
+    return "key-" + hashlib.sha256("\0".join((who, key)).encode()).hexdigest()[:15]
 
 
 def create_goal(store: Any, spec: Any, who: str, key: str | None) -> Any:
     if key is None:
         return store.create_goal(spec, unique_active=True)
-    gid = goal_id_for(spec.name, who, key)
+    gid = goal_id_for(who, key)
     try:
         return _same(store.get_goal(gid), spec)
     except NotFound:

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from agent.progress import Progress, Ranking
 from state import snapshots
@@ -12,6 +12,11 @@ from state import snapshots
 
 class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+# a person's reason: surrounding white space is dropped and what is left must say something (a blank reason is
+# refused with 422, never recorded as a decision with nothing behind it)
+Reason = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
 
 
 class GoalOut(BaseModel):
@@ -54,11 +59,11 @@ class CandidateOut(BaseModel):
 
 class DecisionIn(_In):
     card_hash: str = Field(pattern=r"^[0-9a-f]{16}$", description="the hash of the card as it was shown")
-    reason: str | None = Field(None, max_length=500)
+    reason: Reason | None = None
 
 
 class RejectIn(DecisionIn):
-    reason: str = Field(min_length=1, max_length=500, description="why the card is rejected")
+    reason: Reason = Field(description="why the card is rejected")
 
 
 class ApprovalOut(BaseModel):

@@ -102,6 +102,12 @@ def test_invalid_requests_get_422_with_field_messages(idle_client):
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][:3] == ["body", "knobs", "concurrency"]
     r = idle_client.post("/candidates/1/reject", json={"card_hash": "0" * 16}, headers=auth("approver"))
     assert r.status_code == 422 and ["body", "reason"] in [e["loc"] for e in r.json()["detail"]]
+    for blank in ("   ", "\n\t"):  # a reason must say something: white space alone is refused, not recorded
+        r = idle_client.post("/candidates/1/reject", json={"card_hash": "0" * 16, "reason": blank},
+                             headers=auth("approver"))
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "reason"], r.text
+        r = idle_client.post(f"/goals/{gid}/budget/extensions/refuse", json={"reason": blank}, headers=auth("approver"))
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "reason"], r.text
     r = idle_client.post("/candidates/1/approve", json={"card_hash": "short"}, headers=auth("approver"))
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "card_hash"]
 

@@ -26,6 +26,11 @@ TABLE: list[tuple[str, str, dict]] = [
     ("deny 5 due to cost", R, {"candidate_id": 5}), ("拒绝 3 因为 TPOT 太高", R, {"candidate_id": 3}),
     ("否决 8 因为太贵", R, {"candidate_id": 8}), ("驳回 2 原因：没必要", R, {"candidate_id": 2}),
     ("reject 3 because it would stop the loop and approve nothing", R, {"candidate_id": 3}),
+    # a reason starts at a whole word: "as" inside "was" is none, and a blank or punctuation-only reason is none
+    ("reject 3 it was too slow", R, {"candidate_id": 3, "reason": None}),
+    ("reject 3 as it is too slow", R, {"candidate_id": 3, "reason": "it is too slow"}),
+    ("reject 3 because   ", R, {"candidate_id": 3, "reason": None}),
+    ("reject 3 because ...", R, {"candidate_id": 3, "reason": None}),
     ("pause", "pause", {}), ("暂停", "pause", {}), ("Pause please", "pause", {}), ("hold", "pause", {}),
     ("resume", "resume", {}), ("继续", "resume", {}), ("carry on", "resume", {}), ("恢复", "resume", {}),
     ("stop", "stop", {}), ("停止", "stop", {}), ("abort", "stop", {}), ("终止", "stop", {}),

@@ -263,9 +263,10 @@ def test_parallel_posts_with_one_idempotency_key_make_one_goal_and_a_running_twi
     r = post_goal(url, goal, **{"Idempotency-Key": "k-456"})  # a new key, the same spec, still running
     assert r.status_code == 409 and out[0].json()["id"] in r.json()["detail"]
     assert post_goal(url, goal).status_code == 409
-    other = small_goal("idem", experiments=2)
-    r = post_goal(url, other, **{"Idempotency-Key": "k-123"})
-    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["header", "Idempotency-Key"]
+    for other in (small_goal("idem", experiments=2), small_goal("idem-renamed", experiments=1)):
+        r = post_goal(url, other, **{"Idempotency-Key": "k-123"})  # another spec, another name: refused, not made
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["header", "Idempotency-Key"], r.text
+    assert "idem-renamed" not in [g["name"] for g in httpx.get(f"{url}/goals", headers=auth("viewer")).json()]
 
 
 # -- 6. no secret in any log -------------------------------------------------------------------------------------

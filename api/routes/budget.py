@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from api import actions
 from api.auth import Approver, Viewer
 from api.deps import ServiceDep, StoreDep
-from api.schemas import BudgetOut
+from api.schemas import BudgetOut, Reason
 from state.steering import MAX_EXTENSION_CARD_HOURS, MAX_EXTENSION_EXPERIMENTS
 
 router = APIRouter(tags=["budget"])
@@ -21,12 +21,12 @@ class ExtensionIn(BaseModel):
     card_hours: float = Field(ge=0, le=MAX_EXTENSION_CARD_HOURS, description="card-hours added to the budget")
     experiments: int | None = Field(None, ge=0, le=MAX_EXTENSION_EXPERIMENTS,
                                     description="experiments added (default: as many as the loop asked for)")
-    reason: str | None = Field(None, max_length=500)
+    reason: Reason | None = None
 
 
 class RefuseIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=500, description="why the extension is refused (the goal stops with it)")
+    reason: Reason = Field(description="why the extension is refused (the goal stops with it)")
 
 
 class ExtensionOut(BaseModel):
