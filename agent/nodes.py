@@ -91,11 +91,16 @@ class Loop:
         if effect == "restore":
             return "restore", f"go back to the best, asked by {ins.who}"
         if effect == "pause":
+            self.store.settle_instruction(ins.id, "done: the goal paused")
             return "paused", f"paused by {ins.who}"
         if effect == "stop":
             if ins.kind == "one_more_round":
+                self.store.settle_instruction(ins.id, f"done: {ins.count} more round(s) ran")
                 return "stopped", f"instruction fulfilled: {ins.count} more round(s) ran"
+            self.store.settle_instruction(ins.id, "done: the goal stopped")
             return "stopped", f"stopped by {ins.who}"
+        if ins is not None and ins.kind == "resume":
+            self.store.settle_instruction(ins.id, "done: the loop resumed")
         return None
 
     # -- nodes ---------------------------------------------------------------------------------------
@@ -140,7 +145,7 @@ class Loop:
         if instructed:
             card, refusal = self._instructed_card(history)
             if card is None:
-                self.store.close_instruction(ins.id)
+                self.store.close_instruction(ins.id, f"refused: {refusal}")
                 return Command(goto="stop", update={"stop_status": "stopped", "stop_reason": refusal})
         if card is None:
             plan = self.planner.ask(history)
@@ -367,11 +372,15 @@ class Loop:
                                    station_hash=res.station_hash, changed=q.passed, text=text,
                                    data={"knobs": card.knobs} if q.passed else {"detail": str(q.detail)})
 
-    def restore(self, state: LoopState) -> Command[Literal["stop"]]:
-        """"Go back to the best": re-deploy the best (or the named) station, record who asked, then stop."""
+    def restore(self, state: LoopState) -> Command[Literal["observe", "stop"]]:
+        """"Go back to the best": re-deploy the best (or the named) station, record who asked, then stop; an
+        instruction still in force (a pause or a stop given before it, a pause or a round given after) is carried
+        out next."""
         if self.store.get_goal(self.goal_id).status != "running":
             self.store.set_goal_status(self.goal_id, "running", "going back to the best station")
         reason = go_back(self.store, self.executor, self.goal_id, self.event)
+        if self.store.current_instruction(self.goal_id) is not None:
+            return Command(goto="observe")
         return Command(goto="stop", update={"stop_status": "stopped", "stop_reason": reason})
 
     def decide(self, state: LoopState) -> Command[Literal["observe"]]:
@@ -387,6 +396,11 @@ class Loop:
     def stop(self, state: LoopState) -> dict[str, Any]:
         status = state.get("stop_status") or "done"
         reason = state.get("stop_reason") or "stopped"
+        ins = self.store.current_instruction(self.goal_id)
+        if ins is not None and ins.kind == "one_more_round" and (ins.remaining or 0) > 0:
+            # the loop ended before the rounds asked for ran (the budget, the planner, a fault): say so
+            self.store.settle_instruction(ins.id, f"not done: {ins.count - ins.remaining} of {ins.count} round(s) "
+                                                  f"ran before the loop stopped ({reason})")
         goal = self.store.get_goal(self.goal_id)
         if goal.status != status:
             try:

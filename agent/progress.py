@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -28,10 +28,16 @@ class Progress(BaseModel):
                                                 "collect, validate, release); None before the first")
     phase_state: str | None = Field(None, description="'started' while the phase runs, else how it ended")
     started_at: datetime | None = None
-    elapsed_s: float | None = Field(None, description="wall seconds since the run's first phase began")
+    clock: Literal["wall", "simulated"] = Field("wall", description="the clock of elapsed_s and expected_s: the "
+                                                                    "wall's on a real target, the simulator's "
+                                                                    "virtual device seconds on the simulator")
+    elapsed_s: float | None = Field(None, description="seconds so far on `clock`: wall seconds since the run's first "
+                                                      "phase began; on the simulator the device seconds it charges so "
+                                                      "far (restart, warm-up, the load's virtual time), None before "
+                                                      "its load noted any")
     expected_s: float | None = Field(None, description="the planner's estimate of this run's device time in seconds "
-                                                       "(the card's estimated card-hours over the cards in use; the "
-                                                       "simulator runs in virtual time, so it finishes far sooner)")
+                                                       "(the card's estimated card-hours over the cards in use), on "
+                                                       "the same clock as elapsed_s")
     est_card_hours: float | None = None
     requests_done: int | None = Field(None, description="requests the load has recorded so far (load phase on)")
     requests_total: int | None = Field(None, description="N plus the warm-up requests")
@@ -45,8 +51,8 @@ class Progress(BaseModel):
         parts = [f"run {self.run_id}", self.title, f"phase {self.phase or '-'}"
                  + (f" ({self.phase_state})" if self.phase_state and self.phase_state != "started" else "")]
         if self.elapsed_s is not None:
-            parts.append(f"{self.elapsed_s:.0f} s" + (f" of ~{self.expected_s:.0f} s device time"
-                                                        if self.expected_s is not None else ""))
+            parts.append(f"{self.clock} {self.elapsed_s:.0f} s" + (f" of ~{self.expected_s:.0f} s device time"
+                                                                    if self.expected_s is not None else ""))
         if self.requests_total:
             parts.append(f"requests {self.requests_done if self.requests_done is not None else 0}/{self.requests_total}")
         parts.append(f"budget {self.card_hours_used:.2f}/{self.card_hours_limit:.2f} card-h, "
@@ -75,22 +81,30 @@ def goal_progress(store: Any, goal_id: str, runs_root: str | Path, now: datetime
     title = card_of(card).title() if card else f"{run.stage} N={run.n}"
     est = card_estimate(store, goal_id, card) if card else None
     cards = store.get_goal(goal_id).spec.constraints.cards or 16  # as the cost model counts them
+    prep = next((p.detail or {} for p in phases if p.phase == "prepare" and p.event == "outcome"), {})
+    clock = "simulated" if prep.get("clock") == "simulated" else "wall"
+    note: dict[str, Any] = {}
+    if any(p.phase == "load" for p in phases):
+        try:  # the runner's note beside the run's spec (run ids are the store's own, card hash based)
+            note = json.loads((Path(runs_root) / run.id / "progress.json").read_text())
+        except (OSError, ValueError):
+            pass
+    clock = "simulated" if note.get("clock") == "simulated" else clock
     done = total = None
     if last is not None and last.phase == "load":
         total = run.n + int(run.spec.get("warmup") or 0)
-        p = Path(runs_root) / run.id / "progress.json"  # run ids are the store's own (card hash based)
-        try:
-            data = json.loads(p.read_text())
-            done, total = data.get("requests_done"), data.get("requests_total") or total
-        except (OSError, ValueError):
-            pass
+        done, total = note.get("requests_done"), note.get("requests_total") or total
         if last.event == "outcome" and last.status == "ok":
             done = total  # the load ended; the count is final
+    if clock == "simulated":  # the simulator's device seconds, never the wall's beside a device-time estimate
+        elapsed = note.get("elapsed_s")
+    else:
+        elapsed = (now - started).total_seconds() if started else None
     b = store.budget(goal_id)
     return Progress(run_id=run.id, candidate_id=run.candidate_id, title=title, stage=run.stage, n=run.n,
                     status=run.status, phase=last.phase if last else None,
                     phase_state=None if last is None else ("started" if last.event == "intent" else last.status),
-                    started_at=started, elapsed_s=(now - started).total_seconds() if started else None,
+                    started_at=started, clock=clock, elapsed_s=elapsed,
                     expected_s=None if est is None else est * 3600.0 / cards, est_card_hours=est,
                     requests_done=done, requests_total=total, card_hours_used=b.card_hours_used,
                     card_hours_limit=b.card_hours_limit, experiments_used=b.experiments_used,

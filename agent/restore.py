@@ -18,7 +18,7 @@ def go_back(store: Any, executor: Any, goal_id: str, event: Callable[..., None])
     if target is None:
         text = f"go back to the best, asked by {ins.who}: there is no best station yet; nothing restored"
         store.record_decision(goal_id, "restore", text=text, data={"asked_by": ins.who, "station": None})
-        store.close_instruction(ins.id)
+        store.close_instruction(ins.id, "refused: there is no best station yet; nothing restored")
         return text
     event("restore", station=target, asked_by=ins.who)
     try:
@@ -30,5 +30,5 @@ def go_back(store: Any, executor: Any, goal_id: str, event: Callable[..., None])
             ("healthy, identical to the frozen station" if ok else f"FAILED ({out.get('error') or out})"))
     store.record_decision(goal_id, "restore", station_hash=target, text=text,
                           data={"asked_by": ins.who, "station": target, "result": out})
-    store.close_instruction(ins.id)
+    store.close_instruction(ins.id, ("done: " if ok else "failed: ") + text)
     return text

@@ -112,6 +112,9 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
         executor = executor or Executor(store, targets)  # targets: e.g. a local llama.cpp server (issue 7)
         runs_root = getattr(getattr(executor, "settings", None), "runs_root", None)
         if resume is None and finished(store, goal):
+            ins = store.current_instruction(goal.id)
+            if ins is not None and ins.kind in ("pause", "stop"):  # nothing left for it to hold: say so
+                store.settle_instruction(ins.id, f"done: the goal had already ended ({goal.status})")
             path = str(write_state(store, goal.id, runs_root=runs_root))
             return SessionResult(goal.id, goal.status, finished_reason(goal, path), state_path=path,
                                  already_finished=True)

@@ -1,7 +1,13 @@
 """Instructions from people (pause, resume, stop, one more round with a count, restore).
 
-The newest instruction replaces the one in force; a round count is consumed one round at a time
-under a row lock, so "one more round" runs exactly that many rounds even with several workers.
+Two kinds. A mode (pause, resume, stop, one more round) is in force until the next mode replaces it; "go back to
+the best" (restore) is carried out once, in the order given: a pause sent after it does not cancel it (the
+restore runs, then the pause holds), a later restore replaces an earlier one still waiting, and a restore
+replaces a resume or rounds given before it (going back to the best ends the tuning they asked for). Nothing a person
+said is dropped silently: every instruction ends with an outcome, set once: "done: …" when the loop carried it
+out, "superseded by N (…) before it took effect" when a later one replaced it first, "refused: …" when it could
+not be carried out. A round count is consumed one round at a time under a row lock, so "one more round" runs
+exactly that many rounds even with several workers.
 """
 from __future__ import annotations
 
@@ -23,23 +29,40 @@ class Instructions:
     def add_instruction(self, goal_id: str, kind: str, who: str, *, count: int | None = None,
                         knobs: dict[str, Any] | None = None, restore: str | None = None,
                         text: str | None = None) -> Instruction:
-        """A person's instruction; it replaces the instruction in force (pause, resume, stop, rounds)."""
+        """A person's instruction: a mode replaces the mode in force, a restore the restore still waiting; what it
+        replaces before that took effect records "superseded by" this one."""
 
         count = validate_instruction(kind, count, knobs)
+        now = utcnow()
         with self._db.write() as s:
-            get_row(s, GoalRow, goal_id, "goal")
-            s.execute(update(InstructionRow).where(InstructionRow.goal_id == goal_id, InstructionRow.active)
-                      .values(active=False))
+            get_row(s, GoalRow, goal_id, "goal", lock=True)  # one writer per goal: the order is the ids' order
             row = InstructionRow(goal_id=goal_id, kind=kind, count=count, remaining=count, knobs=canon(knobs or {}),
-                                 restore=restore, who=who, text=text, active=True, created_at=utcnow())
+                                 restore=restore, who=who, text=text, active=True, created_at=now)
             s.add(row)
             s.flush()
+            older = s.execute(select(InstructionRow).where(InstructionRow.goal_id == goal_id, InstructionRow.active,
+                                                           InstructionRow.id < row.id)).scalars()
+            for old in older:
+                if (old.kind == "restore") != (kind == "restore") and not (
+                        kind == "restore" and old.kind in ("resume", "one_more_round")):
+                    # a restore waits its turn whatever mode follows; a pause or a stop holds past a restore;
+                    # what asked for more tuning (resume, rounds) is replaced by going back to the best
+                    continue
+                old.active = False
+                if old.outcome is None:
+                    ran = (f" after {old.count - old.remaining} of {old.count} round(s)"
+                           if old.count and old.remaining is not None and old.remaining < old.count else "")
+                    old.outcome = f"superseded by {row.id} ({kind.replace('_', ' ')} by {who}){ran or ' before it took effect'}"
+                    old.outcome_at = now
             return snap(Instruction, row)
 
     def current_instruction(self, goal_id: str) -> Instruction | None:
+        """The instruction the loop acts on next: the oldest restore still waiting, else the mode in force."""
         with self._db.read() as s:
-            row = s.execute(select(InstructionRow).where(InstructionRow.goal_id == goal_id, InstructionRow.active)
-                            .order_by(InstructionRow.id.desc()).limit(1)).scalar_one_or_none()
+            active = select(InstructionRow).where(InstructionRow.goal_id == goal_id, InstructionRow.active)
+            row = s.execute(active.where(InstructionRow.kind == "restore").order_by(InstructionRow.id).limit(1)
+                            ).scalar_one_or_none()
+            row = row or s.execute(active.order_by(InstructionRow.id.desc()).limit(1)).scalar_one_or_none()
             return snap(Instruction, row) if row else None
 
     def instructions(self, goal_id: str) -> list[Instruction]:
@@ -47,10 +70,20 @@ class Instructions:
             rows = s.execute(select(InstructionRow).where(InstructionRow.goal_id == goal_id).order_by(InstructionRow.id))
             return [snap(Instruction, r) for r in rows.scalars()]
 
-    def close_instruction(self, instruction_id: int) -> None:
-        """An instruction carried out once (e.g. "go back to the best") stops being in force."""
+    def close_instruction(self, instruction_id: int, outcome: str | None = None) -> None:
+        """An instruction carried out once (e.g. "go back to the best") or refused stops being in force, with its
+        outcome (kept if one was recorded before)."""
         with self._db.write() as s:
             s.execute(update(InstructionRow).where(InstructionRow.id == instruction_id).values(active=False))
+        if outcome is not None:
+            self.settle_instruction(instruction_id, outcome)
+
+    def settle_instruction(self, instruction_id: int, outcome: str) -> None:
+        """Record what became of an instruction (once: the first outcome stands); it may stay in force (a pause
+        that paused the goal holds until the next mode)."""
+        with self._db.write() as s:
+            s.execute(update(InstructionRow).where(InstructionRow.id == instruction_id, InstructionRow.outcome.is_(None))
+                      .values(outcome=outcome[:2000], outcome_at=utcnow()))
 
     def consume_round(self, goal_id: str) -> Instruction | None:
         """Count one finished round against the instruction in force; returns it (remaining 0 = stop)."""

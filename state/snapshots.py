@@ -123,6 +123,11 @@ class Instruction(_Snap):
     text: str | None = None
     active: bool = True
     created_at: datetime
+    # what became of it, set once: "done: …", "superseded by N (kind, who) before it took effect", "refused: …",
+    # "failed: …" (a restore whose station did not come back healthy);
+    # None while it waits or is in force
+    outcome: str | None = None
+    outcome_at: datetime | None = None
 
 
 class Conditions(_Snap):

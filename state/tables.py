@@ -162,6 +162,8 @@ class InstructionRow(Base):
     text: Mapped[str | None] = mapped_column(Text)
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime]
+    outcome: Mapped[str | None] = mapped_column(Text)  # done: … / superseded by N … / refused: …
+    outcome_at: Mapped[datetime | None]
 
 
 class NegativeRow(Base):

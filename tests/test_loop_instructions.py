@@ -29,19 +29,24 @@ def test_go_back_to_the_best_restores_it_through_the_executor_and_records_who_as
         best = st.best_station(first.goal_id)
         assert best is not None
         assert build_history(st, first.goal_id).warm_knobs != best.knobs  # the cap-2 screen runs warm
-        st.add_instruction(first.goal_id, "restore", "carol")
+        restore = st.add_instruction(first.goal_id, "restore", "carol")
+        pause = st.add_instruction(first.goal_id, "pause", "dan")  # sent after it: it must not cancel the restore
     finally:
         st.close()
     res = run_session(spec, url(tmp_path), auto_approve=True)
-    assert res.goal_id == first.goal_id and res.status == "stopped" and "carol" in res.reason
+    # the restore ran first, then the pause held: both carried out, in the order given, and both recorded
+    assert res.goal_id == first.goal_id and res.status == "paused" and "dan" in res.reason
     st = Store(url(tmp_path))
     try:
+        outcome = {i.id: i.outcome for i in st.instructions(res.goal_id)}
+        assert outcome[restore.id].startswith("done: went back to station ") and "carol" in outcome[restore.id]
+        assert outcome[pause.id] == "done: the goal paused"
         [d] = [d for d in st.decisions(res.goal_id) if d.kind == "restore"]
         assert d.data["asked_by"] == "carol" and d.station_hash == best.hash
         out = d.data["result"]
         assert out["healthy"] and out["identical"] and out["station"] == best.hash
         assert out["restarted"]  # the warm service ran the token-budget confirm: going back needed a restart
-        assert st.current_instruction(res.goal_id) is None  # carried out once, no longer in force
+        assert st.current_instruction(res.goal_id).id == pause.id  # the restore is carried out, the pause holds
         assert len([r for r in st.runs(res.goal_id) if r.stage != "restore"]) == 3  # no experiment was run
         # the store's history (the one source of the warm station) knows the service now runs the best again
         assert build_history(st, res.goal_id).warm_knobs == best.knobs
@@ -85,5 +90,52 @@ def test_profile_capture_is_requested_when_queues_cannot_separate_and_authorised
         assert not any(p.phase == "profile" for p in st.phases(runs[0].id))  # the reference asked for none
         later = [st.get_candidate(r.candidate_id).card for r in runs[2:]]
         assert not any(c["profile_capture"] and c["parent_knobs_hash"] == card["parent_knobs_hash"] for c in later)
+    finally:
+        st.close()
+
+
+KINDS = ("pause", "resume", "stop", "one_more_round", "restore")
+
+
+@pytest.fixture(scope="module")
+def ended_goal(tmp_path_factory):
+    """A goal on the simulator that ran its budget (2 experiments) and ended: the starting point of every pair."""
+    base = tmp_path_factory.mktemp("ended")
+    spec = load_goal(goal_file(base, budget={"experiments": 2}))
+    import os
+    old = os.environ.get("TUNELOOP_RUNS_ROOT")
+    os.environ["TUNELOOP_RUNS_ROOT"] = str(base / "runs")
+    try:
+        res = run_session(spec, url(base), auto_approve=True)
+    finally:
+        os.environ.pop("TUNELOOP_RUNS_ROOT") if old is None else os.environ.__setitem__("TUNELOOP_RUNS_ROOT", old)
+    return base, res.goal_id
+
+
+@pytest.mark.parametrize("first,second", [(a, b) for a in KINDS for b in KINDS])
+def test_every_pair_of_instructions_ends_with_both_recorded(ended_goal, tmp_path, monkeypatch, first, second):
+    """Two instructions sent one after the other to an ended goal, then the loop runs: each has an outcome (done,
+    superseded by the other, refused, not done with why) or is the mode still in force; none is dropped."""
+    import shutil
+
+    base, gid = ended_goal
+    shutil.copytree(base, tmp_path / "w", dirs_exist_ok=True)
+    monkeypatch.setenv("TUNELOOP_RUNS_ROOT", str(tmp_path / "w" / "runs"))
+    spec = load_goal(tmp_path / "w" / "goal.yaml")
+    st = Store(url(tmp_path / "w"))
+    try:
+        sent = [st.add_instruction(gid, k, f"person-{n}", count=1 if k == "one_more_round" else None)
+                for n, k in enumerate((first, second))]
+    finally:
+        st.close()
+    run_session(spec, url(tmp_path / "w"), auto_approve=True)
+    st = Store(url(tmp_path / "w"))
+    try:
+        got = {i.id: i for i in st.instructions(gid)}
+        for ins in (got[s.id] for s in sent):
+            assert ins.outcome, (first, second, [(i.kind, i.active, i.outcome) for i in got.values()])
+        # what the first was replaced by names the second
+        if first != "restore" and second != "restore" and got[sent[0].id].outcome.startswith("superseded"):
+            assert got[sent[0].id].outcome.startswith(f"superseded by {sent[1].id} ")
     finally:
         st.close()

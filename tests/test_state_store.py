@@ -225,6 +225,30 @@ def test_instructions_with_a_count(store: Store):
         store.add_instruction(g.id, "one_more_round", "bob", knobs={"concurrency": -1})
 
 
+def test_no_instruction_is_dropped_a_restore_waits_its_turn_and_what_is_replaced_says_by_what(store: Store):
+    g = _goal(store)
+    restore = store.add_instruction(g.id, "restore", "alice", text="go back to the best")
+    pause = store.add_instruction(g.id, "pause", "bob")
+    # the restore was given first: it is what the loop acts on next, and the pause did not cancel it
+    assert store.current_instruction(g.id).id == restore.id
+    store.close_instruction(restore.id, "done: went back to station abc")
+    assert store.current_instruction(g.id).id == pause.id  # then the pause holds
+    store.settle_instruction(pause.id, "done: the goal paused")
+    rounds = store.add_instruction(g.id, "one_more_round", "carol", count=3)
+    store.consume_round(g.id)
+    store.add_instruction(g.id, "stop", "dave")
+    later = store.add_instruction(g.id, "restore", "erin")
+    store.add_instruction(g.id, "restore", "frank")  # replaces erin's, which never ran
+    got = {i.id: i for i in store.instructions(g.id)}
+    assert got[restore.id].outcome == "done: went back to station abc" and not got[restore.id].active
+    assert got[pause.id].outcome == "done: the goal paused"  # carried out, then replaced: its outcome stands
+    assert got[rounds.id].outcome == "superseded by %d (stop by dave) after 1 of 3 round(s)" % (rounds.id + 1)
+    assert got[later.id].outcome == "superseded by %d (restore by frank) before it took effect" % (later.id + 1)
+    assert all(i.outcome_at is not None for i in got.values() if i.outcome)
+    store.settle_instruction(pause.id, "done: something else")  # an outcome is set once
+    assert store.instructions(g.id)[1].outcome == "done: the goal paused"
+
+
 def test_best_and_frontier_never_take_a_quality_pending_station(store: Store, make_result):
     g = _goal(store)
     base, fast, c90 = (store.put_station(_station(max_prefill_reqs=v)) for v in (1, 2, 3))
