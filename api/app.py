@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from api.guard import RequestGuard
@@ -13,6 +14,7 @@ from api.readcache import ReadCache
 from api.routes import budget, candidates, chat, experiments, goals, health, reports, stations
 from api.service import Service
 from api.settings import Settings
+from core.bounded import excerpt
 from state.errors import Conflict, GoalError, InvalidTransition, NotFound, Stale, StaleEpoch
 from state.goal import GoalSpec
 
@@ -119,6 +121,9 @@ def _goal_schema(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+MAX_ERRORS = 50  # field errors a 422 lists (a body with thousands of bad fields gets the first fifty)
+
+
 def _errors(app: FastAPI) -> None:
     def err(code: int) -> Any:
         async def handler(request: Request, exc: Exception) -> JSONResponse:
@@ -126,14 +131,30 @@ def _errors(app: FastAPI) -> None:
         return handler
 
     async def goal_error(request: Request, exc: GoalError) -> JSONResponse:
-        return JSONResponse({"detail": [{"loc": ["body", *field.split(".")], "msg": reason, "type": "value_error"}
-                                        for field, reason in exc.errors]}, status_code=422)
+        return JSONResponse({"detail": [{"loc": ["body", *field.split(".")], "msg": excerpt(reason, 400),
+                                         "type": "value_error"} for field, reason in exc.errors[:MAX_ERRORS]]},
+                            status_code=422)
 
     async def value_error(request: Request, exc: ValueError) -> JSONResponse:
         field, _, reason = str(exc).partition(": ")
-        return JSONResponse({"detail": [{"loc": ["body", *field.split(".")], "msg": reason or str(exc),
-                                         "type": "value_error"}]}, status_code=422)
+        return JSONResponse({"detail": [{"loc": ["body", *excerpt(field, 200).split(".")],
+                                         "msg": excerpt(reason or str(exc), 400), "type": "value_error"}]},
+                            status_code=422)
 
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """FastAPI's 422, with what it repeats of the input cut to an excerpt (a reply never echoes a body)."""
+        out = []
+        for e in exc.errors()[:MAX_ERRORS]:
+            item = {k: e[k] for k in ("loc", "msg", "type") if k in e}
+            item["loc"] = [x if isinstance(x, int) else excerpt(str(x), 80) for x in item.get("loc", ())]
+            item["msg"] = excerpt(str(item.get("msg", "")), 400)
+            if "input" in e:
+                item["input"] = e["input"] if isinstance(e["input"], (int, float, bool, type(None))) \
+                    else excerpt(e["input"])
+            out.append(item)
+        return JSONResponse({"detail": out}, status_code=422)
+
+    app.add_exception_handler(RequestValidationError, invalid_request)  # type: ignore[arg-type]
     app.add_exception_handler(GoalError, goal_error)  # type: ignore[arg-type]
     app.add_exception_handler(NotFound, err(404))
     app.add_exception_handler(Stale, err(409))

@@ -4,8 +4,9 @@
 2. An operation of the permission table (api/permissions.py) needs a known bearer token with the route's
    role: 401 / 403 come from the headers alone, so an unauthenticated client never makes the server read,
    buffer or parse its body.
-3. The body is then read up to the limit (a chunked body that goes beyond it gets 413 the moment it does)
-   and handed to the app.
+3. The body is then read up to the limit (a chunked body that goes beyond it gets 413 the moment it does);
+   a JSON body nested deeper than core/bounded.py allows gets 422 naming the limit before any parser recurses
+   into it; the rest is handed to the app.
 uvicorn reads a body only as fast as the app asks for it (its flow control pauses the socket), so a refused
 100 MB upload costs the server a few socket buffers, not 100 MB.
 """
@@ -17,6 +18,7 @@ from starlette.responses import JSONResponse
 
 from api import permissions
 from api.settings import ROLE_RANK
+from core.bounded import BoundsError, check_json
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -74,6 +76,14 @@ class RequestGuard:
             if not msg.get("more_body", False):
                 break
         body = b"".join(chunks)
+        kind = headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if body and (kind == "application/json" or kind.endswith("+json")):
+            try:  # before any parser recurses into it (YAML goals are bounded where they are read)
+                check_json(body)
+            except BoundsError as e:
+                await _refuse(scope, receive, send, 422, [{"loc": ["body"], "msg": f"request body {e}",
+                                                          "type": "value_error"}])
+                return
         sent = False
 
         async def replay() -> Message:
@@ -86,7 +96,7 @@ class RequestGuard:
         await self.app(scope, replay, send)
 
 
-async def _refuse(scope: Scope, receive: Receive, send: Send, code: int, detail: str,
+async def _refuse(scope: Scope, receive: Receive, send: Send, code: int, detail: Any,
                   headers: dict[str, str] | None = None, close: bool = False) -> None:
     """Answer without reading the body; with a body still coming the connection closes (so uvicorn drops it
     unread instead of waiting for it)."""

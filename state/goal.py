@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from core import datafiles, profiles, scenarios
+from core.bounded import BoundsError, excerpt, load_json, load_yaml
 from core.datafiles import DataFileError, read_text
 from core.knobs import KnobError, catalog
 from core.summary import Contract, Summary
@@ -302,7 +303,7 @@ def _errors(e: ValidationError) -> list[tuple[str, str]]:
     out = []
     for err in e.errors():
         field = ".".join(str(p) for p in err["loc"]) or "(goal)"
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = excerpt(err["msg"].removeprefix("Value error, "), 400)  # a message that repeats a huge value
         if field in ("start_knobs", "search_space") and ": " in msg:  # name the knob in the field path
             knob, msg = msg.split(": ", 1)
             field = f"{field}.{knob}"
@@ -328,7 +329,9 @@ def load_goal(path: str | Path) -> GoalSpec:
     except DataFileError as e:
         raise GoalError(str(p), [("(file)", str(e).removeprefix("goal file: "))]) from None
     try:
-        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+        data = load_json(text) if p.suffix.lower() == ".json" else load_yaml(text)
+    except BoundsError as e:
+        raise GoalError(str(p), [("(file)", str(e))]) from None
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         raise GoalError(str(p), [("(file)", f"not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: {e}")]) from None
     return parse_goal(data, str(p))

@@ -163,6 +163,54 @@ def test_a_100_mb_body_is_refused_before_it_is_read_and_the_server_stays_small(e
     assert r.status_code == 404  # a small body still gets through
 
 
+def _bomb(levels: int = 9) -> str:
+    """The 1.7 KB YAML alias bomb: each level an anchor whose list repeats the level before nine times."""
+    lines = ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_deep_nesting_and_an_alias_bomb_are_4xx_naming_the_limit_in_a_bounded_reply(env):
+    """A JSON body nested 959 deep, a YAML goal nested 476 deep in flow style and a 1.7 KB alias bomb in
+    start_knobs.concurrency each get a 4xx naming the limit, in a reply of at most 64 KB; the same connection
+    then answers the next request."""
+    url = env["url"]
+    goal_yaml = "\n".join(f"{k}: {json.dumps(v)}" for k, v in small_goal("bomb").items() if k != "start_knobs")
+    bomb = _bomb()
+    assert len(bomb.encode()) < 2048
+    bodies = {
+        "json 959": ("application/json", ("[" * 959 + "]" * 959).encode()),
+        "json in a decision": ("application/json", b'{"card_hash": "' + b"0" * 16 + b'", "reason": '
+                               + b"[" * 959 + b"]" * 959 + b"}"),
+        "yaml flow 476": ("application/yaml", (goal_yaml + "\nstart_knobs: {concurrency: " + "[" * 476
+                                                + "]" * 476 + "}\n").encode()),
+        "yaml alias bomb": ("application/yaml", (bomb + goal_yaml + "\nstart_knobs: {concurrency: *a8}\n").encode()),
+    }
+    with httpx.Client(timeout=60) as c:  # one connection: a refusal must not reset it
+        for what, (kind, body) in bodies.items():
+            path = "/candidates/1/reject" if what == "json in a decision" else "/goals"
+            r = c.post(f"{url}{path}", content=body, headers=auth("admin") | {"Content-Type": kind})
+            assert 400 <= r.status_code < 500, (what, r.status_code, r.text[:300])
+            assert len(r.content) <= 64 * 1024, (what, len(r.content))
+            assert "at most" in r.text and ("levels deep" in r.text or "aliases are expanded" in r.text), (what, r.text)
+            assert c.get(f"{url}/health").status_code == 200, what
+    # a report image name past the file system's 255 characters is a 404, not a 500
+    r = httpx.get(f"{url}/goals/none/images/{'x' * 300}.png", headers=auth("viewer"), timeout=30)
+    assert r.status_code == 404, r.text[:200]
+
+
+def test_a_value_repeated_in_a_validation_error_is_an_excerpt(env):
+    """A 600 KB string where a number belongs: the 422 names the field and repeats at most an excerpt."""
+    goal = small_goal("long") | {"start_knobs": {"concurrency": "9" * (600 * 1024)}}
+    r = post_goal(env["url"], goal)
+    assert r.status_code == 422 and len(r.content) <= 64 * 1024, len(r.content)
+    assert any(e["loc"][:3] == ["body", "start_knobs", "concurrency"] for e in r.json()["detail"]), r.text[:500]
+    r = httpx.post(f"{env['url']}/goals/x/instructions", json={"kind": "pause", "text": "y" * (600 * 1024)},
+                   headers=auth("approver"), timeout=30)
+    assert r.status_code == 422 and len(r.content) <= 64 * 1024, len(r.content)
+
+
 # -- 3. bounded ids and numbers ------------------------------------------------------------------------------
 BODIES = {"/approve": {"card_hash": "0" * 16}, "/reject": {"card_hash": "0" * 16, "reason": "no"},
           "/instructions": {"kind": "pause"}, "/chat": {"text": "status"}, "/goals": small_goal("x")}

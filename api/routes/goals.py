@@ -1,7 +1,6 @@
 """Goals: create, list, get, pause / resume / stop, instructions, decisions."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import yaml
@@ -14,8 +13,9 @@ from api.deps import ServiceDep, StoreDep
 from api.failures import shown_status
 from api.routes.budget import budget_out
 from api.schemas import DecisionOut, GoalOut, InstructionIn, InstructionOut
+from core.bounded import BoundsError, excerpt, load_json, load_yaml
 from core.ledger import by_source, median_abs_error
-from state.errors import GoalError, NotFound
+from state.errors import GoalError
 from state.hypotheses import hypothesis_ledger
 from state.goal import parse_goal
 
@@ -40,12 +40,14 @@ async def goal_body(request: Request) -> Any:
     raw = await request.body()
     try:
         if kind in YAML_TYPES:
-            return yaml.safe_load(raw.decode("utf-8"))
+            return load_yaml(raw.decode("utf-8"))
         if kind == "application/json" or kind.endswith("+json"):
-            return json.loads(raw)
+            return load_json(raw)
+    except BoundsError as e:
+        raise GoalError("request body", [("(body)", str(e))]) from None
     except (UnicodeDecodeError, ValueError, yaml.YAMLError) as e:
         what = "YAML" if kind in YAML_TYPES else "JSON"
-        raise GoalError("request body", [("(body)", f"not valid {what}: {e}")]) from None
+        raise GoalError("request body", [("(body)", f"not valid {what}: {excerpt(str(e), 300)}")]) from None
     raise HTTPException(415, f"content-type {kind!r}: post a goal as application/json or application/yaml")
 
 

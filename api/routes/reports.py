@@ -63,7 +63,7 @@ def report_markdown(goal_id: str, svc: ServiceDep, _: Viewer) -> FileResponse:
 def report_image(goal_id: str, name: str, svc: ServiceDep, _: Viewer) -> FileResponse:
     """One plot of the last rendered report (`<name>.png`, as the Markdown twin links it)."""
     svc.store.get_goal(goal_id)
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+\.png", name) or name.startswith("."):
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,96}\.png", name) or name.startswith("."):  # never a path too long
         raise HTTPException(404, f"no report image {name!r}")
     path = svc.reports_dir / goal_id / "images" / name
     if not path.is_file():
