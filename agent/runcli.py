@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import threading
 import time
 from pathlib import Path
@@ -180,7 +181,21 @@ def kpi_lines(store: Any, goal_id: str) -> list[str]:
             f"over {k.predictions_scored} scored prediction(s)"]
 
 
-def summary_text(res: SessionResult, store_url: str) -> str:
+def restore_command(station: str, store_url: str, targets: Path | str | None = None) -> str:
+    """`tuneloop restore` as it works when pasted in the directory the run was started from: the store, the runs
+    root and the targets of this run (a store URL with a password is left to $TUNELOOP_DB, never printed)."""
+    from executor.phases import ExecSettings
+    from state.statefile import url_password
+
+    runs_root = ExecSettings.from_env().runs_root
+    db = '"$TUNELOOP_DB"' if url_password(store_url) else shlex.quote(store_url)
+    parts = ["tuneloop restore", station, "--db", db, "--runs-root", shlex.quote(str(runs_root))]
+    if targets is not None:
+        parts += ["--targets", shlex.quote(str(targets))]
+    return " ".join(parts)
+
+
+def summary_text(res: SessionResult, store_url: str, targets: Path | str | None = None) -> str:
     from state.store import Store
 
     st = Store(store_url)
@@ -191,7 +206,7 @@ def summary_text(res: SessionResult, store_url: str) -> str:
                 lines.append(f"  [{d.kind}] {d.text}")
         best = st.best_station(res.goal_id)
         if best is not None:
-            lines.append(f"best station {best.hash}: restore with `tuneloop restore {best.hash}`")
+            lines.append(f"best station {best.hash}: restore with `{restore_command(best.hash, store_url, targets)}`")
         lines += kpi_lines(st, res.goal_id)
         if res.state_path:
             lines.append(f"state file: {res.state_path}")
@@ -273,7 +288,7 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
         typer.echo(res.reason)
         _require_valid(require_valid is True, url, res)
         return
-    typer.echo(summary_text(res, url))
+    typer.echo(summary_text(res, url, targets if isinstance(targets, (str, Path)) else None))
     _require_valid(require_valid is True, url, res)
     if res.waiting_for and res.waiting_for.get("kind") == "budget_extension":
         w = res.waiting_for

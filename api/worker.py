@@ -7,7 +7,9 @@ Each worker has its own executor holder name, so the per-target lease tells work
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from tenacity import RetryCallState, Retrying, stop_after_attempt, wait_exponential
@@ -34,10 +36,31 @@ class Worker:
         self.settings = service.settings
         self.session = session or service.session or _run_session
         self.attempts = 0
+        self._seen = float("-inf")
+
+    def _present(self, now: float) -> None:
+        """Write this worker's presence at most every third of a claim's TTL (what /health counts)."""
+        if now - self._seen < self.settings.claim_ttl_s / 3:
+            return
+        try:
+            self.svc.store.present(self.name, os.getpid())
+            self._seen = now
+        except Exception as e:  # presence is for people reading /health: never stop a worker for it
+            log.warning("worker %s: presence not written: %s", self.name, type(e).__name__)
 
     def run_forever(self) -> None:
         stop = self.svc.stop_event
+        try:
+            self._poll(stop)
+        finally:
+            try:
+                self.svc.store.absent(self.name)
+            except Exception:  # the store is gone: the row ages out
+                pass
+
+    def _poll(self, stop: threading.Event) -> None:
         while not stop.is_set():
+            self._present(time.monotonic())
             try:
                 claim = self.svc.store.claim(self.name, self.settings.claim_ttl_s, list(self.settings.worker_targets))
             except Exception as e:  # the database is briefly unreachable: try again after the poll interval
@@ -127,6 +150,7 @@ class Worker:
 
     def _heartbeat(self, claim: Claim, stop: threading.Event) -> None:
         while not stop.wait(self.settings.claim_ttl_s / 3):
+            self._present(time.monotonic())
             if not self._still_mine(claim):
                 log.warning("worker %s: lost its claim on %s", self.name, claim.goal_id)
                 return

@@ -38,6 +38,16 @@ class WorkRow(Base):
     updated_at: Mapped[datetime]
 
 
+class WorkerRow(Base):
+    """A worker thread's presence: written when it starts and at most every few seconds while it polls or runs
+    a loop, so any process on the store (the API's /health) counts the workers that are alive, wherever they
+    run."""
+    __tablename__ = "workers"
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    pid: Mapped[int] = mapped_column(Integer)
+    seen_at: Mapped[float] = mapped_column(Float)  # the database clock (seconds), as claims' expiry
+
+
 class WorkItem(BaseModel):
     model_config = ConfigDict(frozen=True, from_attributes=True)
     goal_id: str
@@ -131,6 +141,26 @@ class WorkQueue:
                 row.state = state if row.gen == claim.gen else READY
                 row.worker, row.expires_at, row.updated_at = None, 0.0, utcnow()
             return WorkItem.model_validate(row)
+
+    def present(self, worker: str, pid: int) -> None:
+        """This worker is alive now (an upsert of its presence row)."""
+        with self._db.write() as s:
+            now = self._now(s)  # type: ignore[attr-defined]
+            ins = (postgresql.insert if self._db.dialect == "postgresql" else sqlite.insert)(WorkerRow)
+            s.execute(ins.values(name=worker, pid=pid, seen_at=now)
+                      .on_conflict_do_update(index_elements=["name"], set_={"pid": pid, "seen_at": now}))
+
+    def absent(self, worker: str) -> None:
+        """This worker stopped (a clean exit; a killed one ages out)."""
+        with self._db.write() as s:
+            s.execute(WorkerRow.__table__.delete().where(WorkerRow.name == worker))
+
+    def workers_alive(self, within_s: float) -> list[str]:
+        """Names of the workers seen within the last `within_s` seconds, by the database clock."""
+        with self._db.read() as s:
+            now = self._now(s)  # type: ignore[attr-defined]
+            rows = s.execute(select(WorkerRow.name).where(WorkerRow.seen_at > now - within_s).order_by(WorkerRow.name))
+            return [n for (n,) in rows.all()]
 
     def work_items(self) -> list[WorkItem]:
         with self._db.read() as s:

@@ -48,8 +48,25 @@ def demo_store(tmp_path_factory) -> Store:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "report:" in proc.stdout
     store = Store(f"sqlite:///{cwd / '.tuneloop' / 'demo' / 'tuneloop.db'}")
+    store.demo = (cwd, env, proc.stdout)  # type: ignore[attr-defined]
     yield store
     store.close()
+
+
+def test_the_restore_command_the_demo_prints_works_as_printed(demo_store: Store):
+    """The demo's summary names the best station and a `tuneloop restore` command: pasted in the directory the
+    demo ran in (a shell, the environment it had), it brings that station back healthy and identical."""
+    import json
+    import re
+
+    cwd, env, out = demo_store.demo  # type: ignore[attr-defined]
+    m = re.search(r"best station ([0-9a-f]{16}): restore with `(tuneloop restore [^`]+)`", out)
+    assert m, out[-2000:]
+    env = env | {"PATH": f"{TUNELOOP.parent}{os.pathsep}{env.get('PATH', '')}"}
+    proc = subprocess.run(m.group(2), shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    got = json.loads(proc.stdout)
+    assert got["station"] == m.group(1) and got["healthy"] and got["identical"], got
 
 
 def test_demo_decides_as_pinned(demo_store: Store):

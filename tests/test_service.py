@@ -55,6 +55,11 @@ def test_killed_while_waiting_restart_approve_runs_the_card_once_and_no_secret_l
     srv = ServerProcess(tmp_path, env, "serve2.log")
     try:
         assert [c["id"] for c in awaiting(srv.url, gid)] == [card["id"]]  # the restarted service still waits on it
+        # the worker runs in a process of its own: /health of the API process counts it through the store (the
+        # killed service's worker ages out after a claim's TTL: one worker alive)
+        health = wait_until(lambda: (h := httpx.get(f"{srv.url}/health").json())["workers"] == 1 and h,
+                            what="the one live worker process to show in /health")
+        assert health["workers_in_this_process"] == 0 and len(health["worker_names"]) == 1, health
         r = httpx.post(f"{srv.url}/candidates/{card['id']}/approve", headers=auth("approver"),
                        json={"card_hash": card["card_hash"]})
         assert r.status_code == 200

@@ -28,10 +28,13 @@ WEBHOOKS = Gauge("tuneloop_webhooks_total", "webhook deliveries by outcome", ["o
 
 @router.get("/health")
 def health(svc: ServiceDep) -> dict[str, Any]:
-    """200 while the store answers; this process's id and worker threads (`tuneloop serve` runs its workers in a
-    process of their own: 0 here), never any secret."""
+    """200 while the store answers; the workers alive on this store, wherever they run (`tuneloop serve` runs
+    them in a process of its own; a `tuneloop worker` elsewhere counts too: each writes its presence at least
+    every third of a claim's TTL), this process's id and its own worker threads; never any secret."""
     n = len(svc.store.goals())
-    return {"status": "ok", "goals": n, "workers": sum(t.is_alive() for t in svc.threads), "pid": os.getpid(),
+    alive = svc.store.workers_alive(svc.settings.claim_ttl_s)
+    return {"status": "ok", "goals": n, "workers": len(alive), "worker_names": alive,
+            "workers_in_this_process": sum(t.is_alive() for t in svc.threads), "pid": os.getpid(),
             "backend": svc.store.url.split(":", 1)[0]}
 
 
