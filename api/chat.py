@@ -161,6 +161,31 @@ def parse(text: str) -> Intent:
     return Intent(kind="unknown")
 
 
+def command_text(intent: Intent) -> str | None:
+    """The command a person types for this intent, in the parser's own words (parse(command_text(i)) gives i
+    back: tests/test_chat_grammar.py checks every kind); None for what is not a command (status, unknown, …).
+    What an LLM read from free text is shown back in these words and acts only when the person sends them."""
+    k, n = intent.kind, intent.candidate_id
+    if k == "approve" and n:
+        return f"approve {n}" + (f" {intent.card_hash}" if intent.card_hash else "")
+    if k == "reject" and n and intent.reason:
+        return f"reject {n}" + (f" {intent.card_hash}" if intent.card_hash else "") + f" because {intent.reason}"
+    if k in ("pause", "resume", "stop"):
+        return k
+    if k == "restore_best":
+        return "go back to the best"
+    if k == "one_more_round":
+        at = " ".join(f"C{v}" if key == "concurrency" else f"r={f'{v:.6f}'.rstrip('0').rstrip('.')}"
+                      for key, v in sorted(intent.knobs.items()) if key in ("concurrency", "request_rate"))
+        return f"{intent.count or 1} more round{'s' if (intent.count or 1) > 1 else ''}" + (f" at {at}" if at else "")
+    if k == "extend_budget" and intent.card_hours is not None:
+        return (f"extend budget by {intent.card_hours:g} card-hours"
+                + (f" and {intent.experiments} experiments" if intent.experiments is not None else ""))
+    if k == "refuse_extension":
+        return "refuse the extension" + (f" because {intent.reason}" if intent.reason else "")
+    return None
+
+
 HELP = ("I understand: approve N · reject N because … · pause · resume · stop · one more round at C90 · "
         "go back to the best · status · why was N rejected? · extend budget by 10 card-hours [and 1 experiment] · "
         "refuse the extension because …  (中文: 批准 N · 拒绝 N 因为… · 暂停 · 继续 · 停止 · "

@@ -9,7 +9,7 @@ import pytest
 from test_api_support import auth, small_goal, wait_until
 from test_chat import client, say  # noqa: F401  (client: the API with a sqlite store, as the chat tests use it)
 
-from api.chat import parse
+from api.chat import Intent, command_text, parse
 
 A, R, REF, UNK = "approve", "reject", "refused", "unknown"
 TABLE: list[tuple[str, str, dict]] = [
@@ -125,3 +125,24 @@ def test_through_the_api_a_refused_message_changes_nothing(client):  # noqa: F81
     on = say(c, gid, f"one more round at C{space[-1]}")
     ins = c.get(f"/goals/{gid}/instructions", headers=auth("viewer")).json()[-1]
     assert on["action"]["instruction"] == ins["id"] and ins["text"] == f"chat: one more round at C{space[-1]}"
+
+
+ROUND_TRIP = [Intent(kind="approve", candidate_id=7), Intent(kind="approve", candidate_id=7, card_hash="0123456789abcdef"),
+              Intent(kind="reject", candidate_id=3, reason="TPOT too close"), Intent(kind="pause"),
+              Intent(kind="resume"), Intent(kind="stop"), Intent(kind="restore_best"),
+              Intent(kind="one_more_round", count=2, knobs={"concurrency": 90}),
+              Intent(kind="one_more_round", count=1, knobs={"concurrency": 90, "request_rate": 7.25}),
+              Intent(kind="one_more_round", count=1), Intent(kind="extend_budget", card_hours=10.0),
+              Intent(kind="extend_budget", card_hours=2.5, experiments=3),
+              Intent(kind="refuse_extension", reason="too costly"), Intent(kind="refuse_extension")]
+
+
+@pytest.mark.parametrize("intent", ROUND_TRIP, ids=lambda i: i.kind)
+def test_the_command_shown_back_for_a_reading_parses_to_that_reading(intent):
+    """What an LLM read is shown back as a command; sent as it is, the parser reads exactly that intent."""
+    assert parse(command_text(intent)) == intent, command_text(intent)
+
+
+def test_what_is_no_command_has_no_command_text():
+    assert all(command_text(Intent(kind=k)) is None for k in ("status", "unknown", "why_rejected", "refused"))
+    assert command_text(Intent(kind="reject", candidate_id=3)) is None  # a rejection says why

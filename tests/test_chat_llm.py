@@ -1,5 +1,6 @@
 """The optional LLM chat mapping against a scripted OpenAI-compatible endpoint (a real local HTTP server
-replaying answers): free text maps onto the same intents and actions as the parser; prose, unknown kinds,
+replaying answers): free text maps onto the same intents as the parser, shown back as the exact command and
+carried out only when the person sends it; prose, unknown kinds,
 bad fields and a failing endpoint fall back to the deterministic parser with a reply that says so."""
 from __future__ import annotations
 
@@ -90,11 +91,18 @@ def test_free_text_maps_onto_the_same_intents_and_actions(client, model):
                     '```json\n{"kind": "pause"}\n```']
     out = say(c, gid, "could you squeeze in a couple more tries with ninety clients in flight")
     assert out["via"] == "llm" and out["intent"] == {"kind": "one_more_round", "count": 2, "knobs": {"concurrency": 90}}
+    # the model's reading is shown back as the exact command; nothing is done until the person sends it
+    assert out["action"] is None and "'2 more rounds at C90'" in out["reply"] and "Nothing is done yet" in out["reply"]
+    assert c.get(f"/goals/{gid}/instructions", headers=auth("viewer")).json() == []
+    out = say(c, gid, "2 more rounds at C90")  # confirmed: the parser reads it, the model is not asked again
+    assert out["via"] == "parser" and len(model.requests) == 1
     ins = c.get(f"/goals/{gid}/instructions", headers=auth("viewer")).json()[-1]
     assert (ins["kind"], ins["count"], ins["knobs"], ins["who"]) == ("one_more_round", 2, {"concurrency": 90}, "approver1")
     assert "2 more round(s) at concurrency=90" in out["reply"]
     out = say(c, gid, "let everything rest a moment, I need to look at the cluster")
-    assert out["via"] == "llm" and out["action"]["instruction"] > ins["id"]
+    assert out["via"] == "llm" and out["action"] is None and "'pause'" in out["reply"]
+    assert c.get(f"/goals/{gid}/instructions", headers=auth("viewer")).json()[-1]["id"] == ins["id"]
+    assert say(c, gid, "pause")["action"]["instruction"] > ins["id"]
     assert c.get(f"/goals/{gid}/instructions", headers=auth("viewer")).json()[-1]["kind"] == "pause"
     # the model got the user's text and the mapping prompt, with the configured model and key
     req = model.requests[0]
@@ -111,7 +119,10 @@ def test_free_text_approval_is_bound_to_the_card_and_records_who(client, model):
     st.set_goal_status(gid, "waiting", f"waiting for approval of candidate {card.id}")  # only a card asked about
     model.script = [json.dumps({"kind": "approve", "candidate_id": card.id})]
     out = say(c, gid, f"yes, let the prefill-cap card (#{card.id}) go ahead")
-    assert out["via"] == "llm" and out["action"] == {"candidate_id": card.id, "decision": "approve"}
+    assert out["via"] == "llm" and out["action"] is None and f"'approve {card.id}'" in out["reply"]
+    assert st.approval(card.id) is None  # a model's reading never approves by itself
+    out = say(c, gid, f"approve {card.id}")
+    assert out["via"] == "parser" and out["action"] == {"candidate_id": card.id, "decision": "approve"}
     ap = st.approval(card.id)
     assert (ap.decision, ap.who, ap.card_hash) == ("approve", "approver1 (chat)", card.card_hash)
 
