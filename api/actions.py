@@ -125,9 +125,12 @@ def status_text(svc: Service, goal_id: str) -> str:
     return "\n".join(lines)
 
 
-def why_rejected(svc: Service, candidate_id: int) -> str:
+def why_rejected(svc: Service, candidate_id: int, goal_id: str | None = None) -> str:
+    """Why a card of this goal was rejected (or judged negative); a card of another goal is not this chat's."""
     st = svc.store
     cand = st.get_candidate(candidate_id)
+    if goal_id is not None and cand.goal_id != goal_id:
+        raise NotFound(f"no such candidate in goal {goal_id}: {candidate_id}")
     ap = st.approval(candidate_id)
     if ap is not None and ap.decision == "reject":
         return (f"candidate {candidate_id} ({_title(cand.card)}) was rejected by {ap.who}"
@@ -145,10 +148,11 @@ def _title(card: dict[str, Any]) -> str:
 
 
 def act(svc: Service, goal_id: str, intent: Intent, who: Principal,
-        said: str | None = None) -> tuple[str, dict[str, Any] | None]:
+        said: str | None = None, via: str = "chat") -> tuple[str, dict[str, Any] | None]:
     """Carry out one chat intent; (reply, what was done). Each intent is the action of the permission table
     (api/permissions.py) that its REST route takes, with the same role: Forbidden (403) below it. An instruction
-    keeps what the person typed (`said`, cut to 300 characters)."""
+    keeps what the person typed (`said`, cut to 300 characters); `via` names where it was typed (the REST chat,
+    Slack, Feishu) in the decisions and instructions it records."""
 
     st = svc.store
     k = intent.kind
@@ -162,7 +166,7 @@ def act(svc: Service, goal_id: str, intent: Intent, who: Principal,
     if k == "why_rejected":
         if intent.candidate_id is None:
             return "which candidate? e.g. 'why was 12 rejected?'", None
-        return why_rejected(svc, intent.candidate_id), None
+        return why_rejected(svc, intent.candidate_id, goal_id), None
     if k in ("approve", "reject"):
         if intent.candidate_id is None:
             return f"which candidate? e.g. '{k} 7'", None
@@ -172,34 +176,34 @@ def act(svc: Service, goal_id: str, intent: Intent, who: Principal,
         if k == "reject" and not intent.reason:
             return f"please say why: 'reject {cand.id} because …'", None
         shown = intent.card_hash or shown_hash(svc, cand.id)  # bound to the card as the loop showed it
-        decide(svc, cand.id, shown, k, who, intent.reason, via="chat")
+        decide(svc, cand.id, shown, k, who, intent.reason, via=via)
         return (f"candidate {cand.id} ({_title(cand.card)}) {'approved' if k == 'approve' else 'rejected'} by {who.name}, bound to card hash {shown}"
                 + (f": {intent.reason}" if intent.reason else ""), {"candidate_id": cand.id, "decision": k})
     if k in ("pause", "resume", "stop"):
-        ins = instruct(svc, goal_id, k, who, text=_said(said, k))
+        ins = instruct(svc, goal_id, k, who, text=_said(said, k, via))
         return f"{k} recorded for goal {goal_id} (instruction {ins.id} by {who.name})", {"instruction": ins.id}
     if k == "one_more_round":
         if (bad := off_space(st.get_goal(goal_id).spec.space(), intent.knobs)) is not None:
             return f"not done: {bad}; nothing changed", None
         ins = instruct(svc, goal_id, "one_more_round", who, count=intent.count or 1, knobs=intent.knobs,
-                       text=_said(said, "one more round"))
+                       text=_said(said, "one more round", via))
         at = ", ".join(f"{a}={b}" for a, b in intent.knobs.items()) or "the planner's next candidate"
         return (f"{ins.count} more round(s) at {at}, then the loop stops (instruction {ins.id} by {who.name})",
                 {"instruction": ins.id})
     if k == "extend_budget":
-        ext = extend_budget(svc, goal_id, who, intent.card_hours or 0.0, intent.experiments, "chat", via="chat")
+        ext = extend_budget(svc, goal_id, who, intent.card_hours or 0.0, intent.experiments, "chat", via=via)
         return (f"budget of goal {goal_id} extended by {ext.card_hours:g} card-hours and {ext.experiments} "
                 f"experiment(s) (extension {ext.id} by {who.name}); the loop goes on",
                 {"extension": ext.id, "card_hours": ext.card_hours, "experiments": ext.experiments})
     if k == "refuse_extension":
-        ext = refuse_extension(svc, goal_id, who, intent.reason, via="chat")
+        ext = refuse_extension(svc, goal_id, who, intent.reason, via=via)
         return (f"budget extension refused by {who.name}" + (f": {intent.reason}" if intent.reason else "")
                 + f"; goal {goal_id} stops (extension {ext.id})", {"extension": ext.id, "decision": "refuse"})
     if k == "restore_best":
         best = st.best(goal_id)
         if best is None or not best.station_hash:
             return f"goal {goal_id} has no best station yet", None
-        ins = queue_restore(svc, goal_id, best.station_hash, who, _said(said, "go back to the best"))
+        ins = queue_restore(svc, goal_id, best.station_hash, who, _said(said, "go back to the best", via))
         return (f"queued: go back to the best station {best.station_hash} (from experiment {best.run_id}: "
                 f"{figures(svc, best.run_id)}). The loop re-deploys it, checks its health and stops; the decision "
                 f"log shows the result (instruction {ins.id} by {who.name})",
@@ -207,9 +211,9 @@ def act(svc: Service, goal_id: str, intent: Intent, who: Principal,
     return HELP, None
 
 
-def _said(said: str | None, what: str) -> str:
+def _said(said: str | None, what: str, via: str = "chat") -> str:
     """An instruction's text: the person's own words when the chat gave them, else the command."""
-    return f"chat: {' '.join(said.split())[:300]}" if said and said.strip() else f"chat: {what}"
+    return f"{via}: {' '.join(said.split())[:300]}" if said and said.strip() else f"{via}: {what}"
 
 
 def off_space(space: dict[str, tuple[Any, ...]], knobs: dict[str, Any]) -> str | None:

@@ -8,10 +8,12 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi_offline import FastAPIOffline
 
 from api.guard import RequestGuard
 from api.readcache import ReadCache
-from api.routes import budget, candidates, chat, experiments, goals, health, reports, stations
+from api.chatops import attach as chatops_attach
+from api.routes import budget, candidates, chat, chatops, experiments, goals, health, reports, stations
 from api.service import Service
 from api.settings import Settings
 from core.bounded import excerpt
@@ -47,6 +49,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True,
             yield
             return
         svc = Service.open(settings)
+        chatops_attach(svc)  # Slack / Feishu cards where the loop asks (docs/chat-apps.md)
         app.state.service = svc
         if start_workers:
             svc.start_workers()
@@ -55,12 +58,15 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True,
         finally:
             svc.close()
 
-    app = FastAPI(title="tuneloop", version="0.1.0", lifespan=lifespan,
+    # Swagger UI and ReDoc from the installed package (fastapi-offline), not a CDN: /docs works on a cluster's
+    # management network that reaches no internet
+    app = FastAPIOffline(title="tuneloop", version="0.1.0", lifespan=lifespan,
                   description="Closed-loop tuning of LLM inference deployments: goals, approvals, experiments, "
                               "stations, chat. Auth: `Authorization: Bearer <token>` (viewer < approver < admin).")
     for r in (goals, candidates, experiments, stations, budget, reports, chat):
         app.include_router(r.router, responses=GUARDED)
     app.include_router(health.router, responses=PUBLIC_RESPONSES)
+    app.include_router(chatops.router)  # Slack / Feishu callbacks: signed by the platform, no bearer token
     _errors(app)
     if service is not None:
         app.state.service = service

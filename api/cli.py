@@ -82,6 +82,9 @@ def worker(db: Optional[str] = typer.Option(None, "--db", help="store URL, norma
 
     install(settings.secrets)
     svc = Service.open(settings)
+    from api.chatops import attach
+
+    attach(svc)  # Slack / Feishu cards where the loop asks (docs/chat-apps.md)
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

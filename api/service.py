@@ -36,6 +36,7 @@ class Service:
     base: Path = field(default_factory=Path.cwd)  # where relative paths of the settings (runs, reports) resolve
     session: Callable[..., Any] | None = None  # the loop's entry point for workers (None: agent.session.run_session)
     nudge: threading.Event = field(default_factory=threading.Event)  # set by a person's action: workers claim now
+    chatops: Any = None  # api.chatops.ChatApps (set by api.chatops.attach): Slack / Feishu clients, replay memory
 
     def wake(self, goal_id: str, who: str) -> None:
         """A person acted on the goal: mark it ready in the work queue and wake this process's idle workers at once
@@ -52,7 +53,7 @@ class Service:
         store = QueueStore(settings.db_url)
 
         register_secrets(*(t.token for t in settings.tokens), *(w.url for w in settings.webhooks), settings.llm_api_key,
-                         url_password(settings.db_url))  # never in STATE.md, failure reasons or webhooks
+                         url_password(settings.db_url), *settings.chat_secrets)  # never in STATE.md, reasons, webhooks
         return cls(settings=settings, store=store, tokens=TokenTable(settings),
                    notifier=Notifier(settings.webhooks), targets=load_targets(settings.targets_file))
 

@@ -9,12 +9,16 @@ import json
 import os
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from core.datafiles import read_yaml
 
 Role = Literal["viewer", "approver", "admin"]
+# settings of the chat apps read from TUNELOOP_<NAME UPPER-CASED>
+CHAT_ENV = ("slack_signing_secret", "slack_bot_token", "slack_channel", "slack_api_url", "feishu_verification_token",
+            "feishu_encrypt_key", "feishu_app_id", "feishu_app_secret", "feishu_chat_id", "feishu_domain")
 ROLE_RANK: dict[str, int] = {"viewer": 0, "approver": 1, "admin": 2}
 WebhookFormat = Literal["json", "slack", "feishu"]
 
@@ -38,6 +42,27 @@ class Webhook(BaseModel):
     url: SecretStr  # Slack / Feishu incoming-webhook URLs are secrets themselves
     format: WebhookFormat = "json"
     secret: SecretStr | None = None  # signs every delivery (api/webhooks.py: X-Tuneloop-Signature)
+
+
+ChatPlatform = Literal["slack", "feishu"]
+
+
+class ChatUser(BaseModel):
+    """A Slack or Feishu/Lark user and the tuneloop principal they act as (api/chatops: unknown users are refused)."""
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    platform: ChatPlatform
+    user: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")  # Slack U…, Feishu ou_… / user id
+    name: str = Field(min_length=1, max_length=80, pattern=r"^[A-Za-z0-9_.@-]+$")
+    role: Role
+
+
+def _api_origin(v: str, what: str) -> str:
+    """An API base URL that carries a bot token or app secret: https, or http only to this machine (a test)."""
+    u = urlsplit(v)
+    local = u.scheme == "http" and (u.hostname or "") in ("127.0.0.1", "localhost", "::1")
+    if not (u.scheme == "https" or local) or not u.netloc or "@" in u.netloc or u.query or u.fragment:
+        raise ValueError(f"{what} must be an https URL (http only to localhost), without credentials or query")
+    return v
 
 
 class Settings(BaseModel):
@@ -64,6 +89,40 @@ class Settings(BaseModel):
     keepalive_s: float = Field(75.0, gt=0, le=3600)  # idle keep-alive connections: longer than clients keep theirs
     backlog: int = Field(2048, ge=64, le=65535)  # connections the kernel queues while the API is busy or restarting
     in_process: bool = False  # `tuneloop serve`: API and workers in one process (no supervisor)
+    # chat apps (api/chatops, docs/chat-apps.md): interactive approvals in Slack and Feishu/Lark
+    slack_signing_secret: SecretStr | None = None  # verifies every callback; without it Slack callbacks get 403
+    slack_bot_token: SecretStr | None = None  # xoxb-…: posts cards (chat.postMessage), opens the reject modal
+    slack_channel: str | None = Field(None, max_length=80, pattern=r"^[A-Za-z0-9_#-]+$")  # where cards go
+    slack_api_url: str = "https://slack.com/api/"
+    feishu_verification_token: SecretStr | None = None  # the token in every event / callback
+    feishu_encrypt_key: SecretStr | None = None  # encrypted bodies and X-Lark-Signature; strongly advised
+    feishu_app_id: str | None = Field(None, max_length=80, pattern=r"^[A-Za-z0-9_-]+$")
+    feishu_app_secret: SecretStr | None = None
+    feishu_chat_id: str | None = Field(None, max_length=80, pattern=r"^[A-Za-z0-9_-]+$")  # oc_…: where cards go
+    feishu_domain: str = "https://open.feishu.cn"  # Lark (international): https://open.larksuite.com
+    chat_users: tuple[ChatUser, ...] = ()
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _slack_url(cls, v: str) -> str:
+        return _api_origin(v if v.endswith("/") else v + "/", "slack_api_url")
+
+    @field_validator("feishu_domain")
+    @classmethod
+    def _feishu_domain(cls, v: str) -> str:
+        v = _api_origin(v.rstrip("/"), "feishu_domain")
+        if urlsplit(v).path:
+            raise ValueError("feishu_domain must be an origin such as https://open.feishu.cn (no path)")
+        return v
+
+    @field_validator("chat_users")
+    @classmethod
+    def _one_mapping_per_user(cls, v: tuple[ChatUser, ...]) -> tuple[ChatUser, ...]:
+        keys = [(u.platform, u.user) for u in v]
+        dup = sorted({f"{p}:{u}" for p, u in keys if keys.count((p, u)) > 1})
+        if dup:
+            raise ValueError(f"a chat user is mapped twice: {', '.join(dup)}")
+        return v
 
     @field_validator("tokens")
     @classmethod
@@ -88,7 +147,14 @@ class Settings(BaseModel):
         out += [w.secret.get_secret_value() for w in self.webhooks if w.secret is not None]
         if self.llm_api_key is not None:
             out.append(self.llm_api_key.get_secret_value())
+        out += [x.get_secret_value() for x in self.chat_secrets]
         return [x for x in out if x]
+
+    @property
+    def chat_secrets(self) -> list[SecretStr]:
+        """The chat apps' secrets that are set (signing secret, bot token, verification token, keys)."""
+        return [x for x in (self.slack_signing_secret, self.slack_bot_token, self.feishu_verification_token,
+                            self.feishu_encrypt_key, self.feishu_app_secret) if x is not None]
 
     @property
     def reports_dir(self) -> Path:
@@ -103,7 +169,10 @@ class Settings(BaseModel):
         TUNELOOP_WORKER_NAME, TUNELOOP_CLAIM_TTL_S, TUNELOOP_POLL_S, TUNELOOP_LOOP_ATTEMPTS,
         TUNELOOP_RETRY_WAIT_S, TUNELOOP_REPORTS_ROOT, TUNELOOP_LLM_BASE_URL/MODEL/API_KEY,
         TUNELOOP_DATA_DIRS (separated by ':'), TUNELOOP_MAX_BODY_BYTES, TUNELOOP_WEBHOOK_SECRET,
-        TUNELOOP_READ_CACHE_S, TUNELOOP_KEEPALIVE_S, TUNELOOP_BACKLOG, TUNELOOP_IN_PROCESS."""
+        TUNELOOP_READ_CACHE_S, TUNELOOP_KEEPALIVE_S, TUNELOOP_BACKLOG, TUNELOOP_IN_PROCESS; the chat apps:
+        TUNELOOP_SLACK_SIGNING_SECRET/BOT_TOKEN/CHANNEL/API_URL, TUNELOOP_FEISHU_VERIFICATION_TOKEN/ENCRYPT_KEY/
+        APP_ID/APP_SECRET/CHAT_ID/DOMAIN, TUNELOOP_CHAT_USERS ("platform:user:name:role,...") and
+        TUNELOOP_CHAT_USERS_FILE (YAML or JSON list of {platform, user, name, role})."""
         e = os.environ if env is None else env
         data: dict[str, object] = {}
         simple = {"TUNELOOP_DB": "db_url", "TUNELOOP_RUNS_ROOT": "runs_root", "TUNELOOP_TARGETS": "targets_file",
@@ -114,7 +183,8 @@ class Settings(BaseModel):
                   "TUNELOOP_LLM_BASE_URL": "llm_base_url", "TUNELOOP_LLM_MODEL": "llm_model",
                   "TUNELOOP_LLM_API_KEY": "llm_api_key", "TUNELOOP_MAX_BODY_BYTES": "max_body_bytes",
                   "TUNELOOP_READ_CACHE_S": "read_cache_s", "TUNELOOP_KEEPALIVE_S": "keepalive_s",
-                  "TUNELOOP_BACKLOG": "backlog", "TUNELOOP_IN_PROCESS": "in_process"}
+                  "TUNELOOP_BACKLOG": "backlog", "TUNELOOP_IN_PROCESS": "in_process",
+                  **{f"TUNELOOP_{k.upper()}": k for k in CHAT_ENV}}
         for var, key in simple.items():
             if e.get(var):
                 data[key] = e[var]
@@ -133,6 +203,14 @@ class Settings(BaseModel):
             tokens.append({"name": "admin", "role": "admin", "token": e["TUNELOOP_ADMIN_TOKEN"]})
         if tokens:
             data["tokens"] = tokens
+        users: list[dict[str, str]] = []
+        if e.get("TUNELOOP_CHAT_USERS_FILE"):
+            users += read_yaml(Path(e["TUNELOOP_CHAT_USERS_FILE"]), "TUNELOOP_CHAT_USERS_FILE") or []
+        for item in filter(None, (x.strip() for x in e.get("TUNELOOP_CHAT_USERS", "").split(","))):
+            platform, user, name, role = (item.split(":", 3) + ["", "", ""])[:4]
+            users.append({"platform": platform, "user": user, "name": name, "role": role})
+        if users:
+            data["chat_users"] = users
         if e.get("TUNELOOP_WEBHOOK_URL"):
             data["webhooks"] = [{"url": u.strip(), "format": e.get("TUNELOOP_WEBHOOK_FORMAT", "json"),
                                  "secret": e.get("TUNELOOP_WEBHOOK_SECRET") or None}
@@ -148,6 +226,9 @@ def settings_error(e: ValidationError) -> str:
 
 def dumps_public(s: Settings) -> str:
     """Settings as JSON with every secret masked (for /health and logs)."""
-    return json.dumps(s.model_dump(mode="json", exclude={"tokens", "webhooks", "llm_api_key"})
+    return json.dumps(s.model_dump(mode="json", exclude={"tokens", "webhooks", "llm_api_key", *CHAT_ENV, "chat_users"})
                       | {"principals": [f"{t.name}:{t.role}" for t in s.tokens],
-                         "webhooks": [w.format for w in s.webhooks]}, default=str)
+                         "webhooks": [w.format for w in s.webhooks],
+                         "chat_apps": [p for p, on in (("slack", s.slack_signing_secret), ("feishu",
+                                       s.feishu_verification_token or s.feishu_encrypt_key)) if on],
+                         "chat_users": [f"{u.platform}:{u.name}:{u.role}" for u in s.chat_users]}, default=str)

@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 from tenacity import (
@@ -97,8 +97,11 @@ def signed(hook: Webhook, body: dict[str, Any], timestamp: int | None = None) ->
 
 
 class Notifier:
-    def __init__(self, hooks: tuple[Webhook, ...] | list[Webhook], attempts: int = 3, timeout_s: float = 5.0):
+    def __init__(self, hooks: tuple[Webhook, ...] | list[Webhook], attempts: int = 3, timeout_s: float = 5.0,
+                 sinks: list[Callable[[str, str, str, dict[str, Any]], bool]] | None = None):
         self.hooks = list(hooks)
+        # the chat apps (api/chatops): called with each event on the same thread, after the webhooks
+        self.sinks = list(sinks or [])
         self.attempts, self.timeout_s = attempts, timeout_s
         self._q: queue.Queue[tuple[str, str, str, dict[str, Any]] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -108,7 +111,7 @@ class Notifier:
     def notify(self, event: str, goal_id: str, text: str, data: dict[str, Any] | None = None) -> None:
         if event not in EVENTS:
             raise ValueError(f"event: must be one of {list(EVENTS)}, got {event!r}")
-        if not self.hooks:
+        if not self.hooks and not self.sinks:
             return
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._deliver_forever, name="webhooks", daemon=True)
@@ -125,6 +128,17 @@ class Notifier:
             while (item := self._q.get()) is not None:
                 for hook in self.hooks:
                     self._post(client, hook, payload(hook.format, *item))
+                for sink in self.sinks:
+                    self._sink(sink, item)
+
+    def _sink(self, sink: Callable[[str, str, str, dict[str, Any]], bool], item: tuple[Any, ...]) -> None:
+        try:
+            if sink(*item):  # True: it posted something (a card, a message)
+                self.sent += 1
+        except Exception as e:  # a chat app's error may quote its request: log where and the error class only
+            self.failed += 1
+            log.warning("chat app %s: %s not delivered: %s", getattr(sink, "__qualname__", "sink"), item[0],
+                        type(e).__name__)
 
     def _post(self, client: httpx.Client, hook: Webhook, body: dict[str, Any]) -> None:
         try:

@@ -323,3 +323,17 @@ def test_schemathesis_no_unauthenticated_mutation(case):
         assert r.status_code in (400, 401), f"{case.method} {case.formatted_path} without a token -> {r.status_code}"
     else:
         assert r.status_code < 500
+
+
+def test_docs_and_redoc_load_every_asset_from_the_service_itself(idle_client):
+    """/docs and /redoc name no CDN: every script, stylesheet and icon they load is served by this app (a
+    cluster's management network often reaches no internet)."""
+    import re
+
+    for page in ("/docs", "/redoc"):
+        html = idle_client.get(page).text
+        assets = re.findall(r'(?:src|href)=["\']([^"\']+)["\']', html) + re.findall(r"url:\s*'([^']+)'", html)
+        assets = [a for a in assets if not a.startswith(("#", "data:"))]
+        assert assets and not [a for a in assets if "://" in a or a.startswith("//")], (page, assets)
+        for a in assets:
+            assert idle_client.get(a).status_code == 200, (page, a)

@@ -70,6 +70,10 @@ def test_chat_drives_the_loop_and_cites_ids_and_figures(client):
     assert out["action"]["decision"] == "reject"
     why = say(c, gid, f"why was {second['id']} rejected?", role="viewer")["reply"]
     assert "approver1 (chat)" in why and "the client is not the bottleneck" in why
+    # in another goal's chat the same number is not that goal's card: no answer about someone else's card
+    other = c.post("/goals", json=small_goal("other-goal", ask=False, experiments=1), headers=auth("admin")).json()["id"]
+    r = c.post(f"/goals/{other}/chat", json={"text": f"why was {second['id']} rejected?"}, headers=auth("viewer"))
+    assert r.status_code == 404 and f"no such candidate in goal {other}" in r.json()["detail"], r.text
     out = say(c, gid, "one more round at C90")
     ins = c.get(f"/goals/{gid}/instructions", headers=auth("viewer")).json()[-1]
     assert (ins["kind"], ins["count"], ins["knobs"], ins["who"]) == ("one_more_round", 1, {"concurrency": 90}, "approver1")
