@@ -51,8 +51,8 @@ class Progress(BaseModel):
         parts = [f"run {self.run_id}", self.title, f"phase {self.phase or '-'}"
                  + (f" ({self.phase_state})" if self.phase_state and self.phase_state != "started" else "")]
         if self.elapsed_s is not None:
-            parts.append(f"{self.clock} {self.elapsed_s:.0f} s" + (f" of ~{self.expected_s:.0f} s device time"
-                                                                    if self.expected_s is not None else ""))
+            est = f" of ~{self.expected_s:.0f} s device time" if self.expected_s is not None else ""
+            parts.append(f"{self.clock} {self.elapsed_s:.0f} s{est}")
         if self.requests_total:
             parts.append(f"requests {self.requests_done if self.requests_done is not None else 0}/{self.requests_total}")
         parts.append(f"budget {self.card_hours_used:.2f}/{self.card_hours_limit:.2f} card-h, "

@@ -55,6 +55,10 @@ class CandidateOut(BaseModel):
                                                        "/stations/<hash>); null until its run prepared it")
     parent_station_hash: str | None = Field(None, description="the frozen station of its parent (resolves at "
                                                               "/stations/<hash>); null while the parent was never run")
+    asked_why: str | None = Field(None, description="why the loop asked a person about this card (its latest ask in "
+                                                    "the decision log: the authorisation table's entries, e.g. "
+                                                    "'quality_risk -> ask', or the budget it would cross); null when "
+                                                    "it never asked")
 
 
 class DecisionIn(_In):

@@ -41,8 +41,11 @@ class DeployPhases:
         frozen = self.station.model_dump(mode="python") | {"hash": self.station.hash}  # python mode keeps inf
         rec.write_atomic(self.work / "station.json", json.dumps(frozen, indent=1, sort_keys=True))
         rec.write_atomic(self.work / "rendered.json", self.rendered.model_dump_json(indent=1))
+        # the clock this run's device time is kept in (progress shows one clock: the simulator's virtual seconds)
+        clock = "simulated" if getattr(self.transport, "virtual", False) else "wall"
         return {"station_hash": self.station.hash, "server_hash": self.station.server_hash, "source_identity": source,
-                "data_version": scenario.data_version, "services": [s.name for s in self.rendered.services]}
+                "data_version": scenario.data_version, "services": [s.name for s in self.rendered.services],
+                "clock": clock}
 
     def _parent_knobs(self) -> dict | None:
         """The warm service's station as the spec names it, with the engine's defaults filled in like the station."""

@@ -48,17 +48,26 @@ class LoadPhases:
 
     async def note_progress(self, key: str, final: bool = False) -> None:
         """Requests done / N of the running load, rewritten atomically, at most once a second (each count is
-        a command on the target) and once more when it ended; a failed count is only not shown."""
+        a command on the target) and once more when it ended; a failed count is only not shown. A target with
+        a clock of its own (the simulator's virtual time) adds it: `elapsed_s` is then the device seconds it
+        charges so far (restart and warm-up as the deploy did them, plus the load), the clock the planner's
+        estimate is in, never mixed with the wall's."""
         if not final and time.monotonic() - self._progress_at < 1.0:
             return
         self._progress_at = time.monotonic()
         try:
             done = await self.transport.requests_done(key)
+            clock = await self.transport.load_clock(key) if hasattr(self.transport, "load_clock") else None
+            note = {"requests_done": done, "requests_total": self.spec.n + self.spec.warmup, "at": time.time(),
+                    "clock": "wall"}
+            if clock is not None:
+                before = sum(c.seconds for c in self.transport.costs(self.journal.ok_detail("deploy"), {}, None, 1,
+                                                                     False) if c.what != "load")
+                note |= {"clock": "simulated", "load_s": clock, "elapsed_s": round(before + clock, 3)}
         except Exception as e:  # a progress figure must never fault the load it describes
             log.debug("progress of %s not counted: %s", key, e)
             return
-        rec.write_atomic(self.work / PROGRESS, json.dumps(
-            {"requests_done": done, "requests_total": self.spec.n + self.spec.warmup, "at": time.time()}))
+        rec.write_atomic(self.work / PROGRESS, json.dumps(note))
 
     async def load(self) -> dict:
         key = self.load_key
@@ -67,7 +76,7 @@ class LoadPhases:
         started = False
         if action == "start":
             try:
-                await self.transport.launch(key, self.plan(), self.epoch)
+                await self._launch_counting(key)
                 started = True
             except AlreadyClaimed:
                 pass  # claimed between our poll and launch: it is running; read its markers
@@ -83,6 +92,21 @@ class LoadPhases:
             raise PhaseFailure("load_failed", f"load exited rc={m.rc} without sending: {text[-3000:]}")
         return {"rc": m.rc, "started_here": started, "resumed_action": action,
                 "waited_s": round(time.monotonic() - t_wait, 3)}
+
+    async def _launch_counting(self, key: str) -> None:
+        """Launch the load, noting its progress while the launch itself runs: a real target's launch returns at
+        once (the load is detached), the simulator's is the whole simulated load, whose count would else stand
+        at 0 until it ended. The first count waits a second: a launch that returns by then is never counted over."""
+        launch = asyncio.ensure_future(self.transport.launch(key, self.plan(), self.epoch))
+        try:
+            while not launch.done():
+                await asyncio.wait({launch}, timeout=1.0)
+                if not launch.done():
+                    await self.note_progress(key)
+        finally:
+            if not launch.done():  # this phase was cancelled: so is the launch, as when it was awaited directly
+                launch.cancel()
+        launch.result()  # its exception (AlreadyClaimed, a launch failure) as if awaited directly
 
     async def profile(self) -> dict:
         """The run's time breakdown: the transport knows where it comes from (a simulated breakdown, or a

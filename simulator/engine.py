@@ -10,7 +10,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from core import records as rec
 from core import scenarios as sc
@@ -61,8 +61,11 @@ def tokenized(profile: Profile, specs: list[sc.RequestSpec]) -> list[sc.RequestS
 def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any], n: int, warmup: int = 0,
              seed: int = 0, faults: Faults | None = None, arrival: str = "constant",
              burstiness: float = 1.0, requests: list[sc.RequestSpec] | None = None,
-             offsets: list[float] | None = None) -> SimRun:
+             offsets: list[float] | None = None, on_progress: Callable[[int, float], None] | None = None) -> SimRun:
     """One load run in virtual time; raises SimLaunchError / SimHealthError before any request.
+
+    `on_progress(done, t)`: called as requests complete (warm-up ones included) with the count so far and the
+    virtual seconds since the first send, so a caller can show a long simulated load moving (it throttles).
 
     A replay (simulator.calibrate_replay) gives the `requests` a measured run sent (its warm-up ones first) instead
     of the scenario's, and the formal ones' scheduled `offsets` from the first (the measured arrival schedule)."""
@@ -111,6 +114,8 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
                 for req in cluster.finished:
                     spec, ts, tsend = inflight.pop(req.id)
                     records.append(_record(cluster, req, spec, ts, tsend, warm))
+                if cluster.finished and on_progress is not None:
+                    on_progress(len(records), state["t"])
                 cluster.finished.clear()
             else:
                 cluster.advance_to(t_s)

@@ -91,6 +91,20 @@ def _figures(results: dict[str, Any], run_id: str | None) -> dict[str, Any]:
     }
 
 
+def _frozen_stations(store: Any, goal_id: str) -> dict[str, str]:
+    """The planner's knobs digest of each run card -> the frozen station hash its run recorded (the first run of
+    those knobs names it, as agent.record.frozen_stations does; the card keeps its digest as `knobs_hash`)."""
+    cards = {c.id: c.card for c in store.candidates(goal_id)}
+    results = {r.run_id: r.station_hash for r in store.results(goal_id)}
+    out: dict[str, str] = {}
+    for r in store.runs(goal_id):
+        h = r.station_hash or results.get(r.id)
+        digest = (cards.get(r.candidate_id) or {}).get("knobs_hash")
+        if h and digest:
+            out.setdefault(digest, h)
+    return out
+
+
 def render_state(store: Any, goal_id: str) -> str:
     """The whole STATE.md text for one goal, from the store alone."""
     goal = store.get_goal(goal_id)
@@ -114,10 +128,16 @@ def render_state(store: Any, goal_id: str) -> str:
     if budget.extended_card_hours or budget.extended_experiments:
         lines.append(f"  - extended by people: +{budget.extended_card_hours:.3f} card-hours, "
                      f"+{budget.extended_experiments} experiments")
-    for v in store.vetoes(goal_id):
+    vetoes = store.vetoes(goal_id)
+    frozen = _frozen_stations(store, goal_id) if vetoes else {}
+    for v in vetoes:
         what = f"{v.knob}={json.dumps(canon(v.value))}" if v.knob else "reference run"
         by = f"rejected by {v.who}" if v.source == "person" else "denied by the authorisation table"
-        lines.append(f"- vetoed: {what} from station {v.parent_hash} (candidate {v.candidate_id}), {by}"
+        # a veto keeps the planner's knobs digest of its parent; the line names the frozen station that digest ran
+        # as (what /stations/<hash> and `tuneloop restore` take), or says that there is none
+        where = (f"station {frozen[v.parent_hash]}" if v.parent_hash in frozen else
+                 f"a parent never run (knobs digest {v.parent_hash}: no frozen station yet)")
+        lines.append(f"- vetoed: {what} from {where} (candidate {v.candidate_id}), {by}"
                      + (f": {v.reason}" if v.reason else ""))
     running = [r for r in store.runs(goal_id) if r.status in ("pending", "running", "unknown")]
     if running:

@@ -13,6 +13,7 @@ from sqlalchemy.engine import make_url
 
 from agent.record import card_of, frozen_stations
 from agent.report.experiment import Experiment
+from agent.report.people import PersonDecision, gather_people
 from agent.report.tradeoffs import TradeRow, tradeoffs
 from core.metrics import DEFINITIONS
 from core.scenarios import load
@@ -57,6 +58,8 @@ class Content:
     stop: Decision | None
     notes: list[Decision] = field(default_factory=list)
     hypotheses: list[Scored] = field(default_factory=list)  # the hypothesis ledger (state.hypotheses)
+    people: list[PersonDecision] = field(default_factory=list)  # every person's decision, in time order
+    auto_approvals: int = 0  # cards the loop approved itself (the authorisation table's auto, --auto-approve)
 
 
 def objective_of(goal: Goal, s: Summary | None) -> float | None:
@@ -109,6 +112,7 @@ def gather(store: Any, goal_id: str, base: str | Path | None = None) -> Content:
     failed = [by_id[d.run_id] for d in decisions if d.kind == "quality_failed" and d.run_id in by_id]
     stops = [d for d in decisions if d.kind == "stop"]
     defs, defs_from = definitions(goal, store.results(goal_id))
+    people, auto = gather_people(store, goal_id, {cid: c.card for cid, c in cands.items()})
     return Content(
         goal=goal, store_url=store.url, contract=spec.contract().model_dump(), scenario=_scenario(spec.scenario),
         definitions=defs, definitions_from=defs_from, experiments=experiments, best=best,
@@ -116,7 +120,8 @@ def gather(store: Any, goal_id: str, base: str | Path | None = None) -> Content:
         pending=pending, quality_failed=failed, tradeoffs=tradeoffs(goal, experiments),
         kpis=compute_kpis(store, goal_id), budget=store.budget(goal_id), ledger=ledger,
         ledger_summary=summarize_ledger(ledger), stop=stops[-1] if stops else None,
-        notes=[d for d in decisions if d.kind == "note"], hypotheses=hypothesis_ledger(store, goal_id))
+        notes=[d for d in decisions if d.kind == "note"], hypotheses=hypothesis_ledger(store, goal_id),
+        people=people, auto_approvals=auto)
 
 
 def definitions(goal: Goal, results: list[Any]) -> tuple[dict[str, str], str]:

@@ -1,5 +1,7 @@
-"""The report's sections, in the order a serving engineer reads them: what was asked, what is best and how
-to get back to it, what was tried and why, the trade-offs, the pictures, and what the loop cost.
+"""The report's sections, in the order a person reads them: the answer first (the best station, its gain in
+both windows, the experiments that decided it, the frontier, why the loop stopped), what people decided, how to
+get back to the best, the pictures, what was tried and why, the trade-offs, and only then the configuration it
+ran under and what the loop cost.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from agent.report.blocks import (
     Table,
     kv,
 )
+from agent.report import answer, people
 from agent.report.build import Report
 from agent.report.content import Content, Experiment, objective_of
 from agent.report.hypotheses import drift_paras, points, predicted_negatives
@@ -51,13 +54,15 @@ def short_reason(reason: str | None) -> str:
 def document(rep: Report) -> list[Block]:
     c = rep.content
     g = c.goal
-    out: list[Block] = [Heading(1, f"tuneloop report — goal {g.id}"),
-                        Para(f"Status: {g.status}" + (f" — {g.status_reason}" if g.status_reason else ""), "status"),
-                        Para(f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC from the store "
-                             f"{_redacted(c.store_url)}.", "muted")]
+    out: list[Block] = [Heading(1, f"tuneloop report — goal {g.id} ({g.spec.name}): {g.status}")]
+    first = answer.section(rep)
+    out += first[:2]  # the answer's own table first: what the first screen shows
     out += drift_paras([(e.run.id, (e.result.evidence if e.result else {}).get("drift")) for e in c.experiments])
-    out += _goal(c) + _definitions(c) + _best(c) + _pending(c) + _log(c) + _tradeoffs(c) + hypotheses_section(c.hypotheses) \
-        + predicted_negatives(c.notes) + _plots(rep) + _kpis(c)
+    out += first[2:] + people.section(c.people, c.auto_approvals) + _best(c) + _pending(c) \
+        + _plots(rep) + _log(c) + _tradeoffs(c) + hypotheses_section(c.hypotheses) + predicted_negatives(c.notes) \
+        + _goal(c) + _definitions(c) + _kpis(c)
+    out.append(Para(f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC from the store "
+                    f"{_redacted(c.store_url)}.", "muted"))
     return out
 
 
@@ -221,7 +226,9 @@ def _trow(r: TradeRow) -> tuple[Cell, ...]:
 def _plots(rep: Report) -> list[Block]:
     out: list[Block] = [Heading(2, "Plots", "plots")]
     for name in PLOT_ORDER:
-        if name in rep.plots:
+        if name == answer.FRONTIER_PLOT and name in rep.plots:
+            out.append(Para(f"{rep.plots[name].title}: with the frontier in the answer above.", "muted"))
+        elif name in rep.plots:
             p = rep.plots[name]
             out.append(Image(p.name, p.title, p.caption, p.png))
         elif name in rep.missing:

@@ -1,6 +1,7 @@
 """Candidates (experiment cards): list, get, approve, reject — each bound to the card's content hash."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import APIRouter
@@ -16,16 +17,32 @@ router = APIRouter(tags=["candidates"])
 CONFLICT = {409: {"description": "already decided (one decision per card), or the card changed since it was shown"}}
 
 
-def candidate_out(c: Any, frozen: dict[str, str], waiting: set[int] | None = None, store: Any = None) -> CandidateOut:
+# the ask's text is agent.session.waiting_reason's: "waiting for approval of candidate 7: <why>"
+_WAITING = re.compile(r"^waiting for (approval of candidate \d+|a budget extension[^:]*): ")
+
+
+def asked(store: Any, goal_id: str) -> dict[int, str]:
+    """Candidate id -> why the loop asked a person about it (its latest ask), without the 'waiting for' head."""
+    out: dict[int, str] = {}
+    for d in store.decisions(goal_id, ("ask",)):
+        if d.candidate_id is not None:
+            head = "" if (d.data or {}).get("kind") != "budget_extension" else "budget extension needed: "
+            out[d.candidate_id] = head + _WAITING.sub("", d.text)
+    return out
+
+
+def candidate_out(c: Any, frozen: dict[str, str], waiting: set[int] | None = None, store: Any = None,
+                  asks: dict[int, str] | None = None) -> CandidateOut:
     """A card as shown, its own and its parent's station named by the frozen hash `/stations` resolves
     (`frozen`: agent.record.frozen_stations); with `store`, an estimate is computed where the planner gave
-    none (for cards a person is asked about)."""
+    none (for cards a person is asked about); `asks`: why the loop asked about each card (`asked`)."""
     est = card_estimate(store, c.goal_id, c.card) if store is not None else c.card.get("est_card_hours")
     card = card_of(c.card)
     return CandidateOut(id=c.id, goal_id=c.goal_id, card=c.card, card_hash=c.card_hash, status=c.status,
                         status_reason=c.status_reason, stage=c.stage, cost_class=c.cost_class,
                         awaiting_approval=c.id in (waiting or set()), est_card_hours=est, ranking=ranking(c.card),
-                        station_hash=frozen.get(card.knobs_hash), parent_station_hash=frozen.get(card.parent_knobs_hash))
+                        station_hash=frozen.get(card.knobs_hash),
+                        parent_station_hash=frozen.get(card.parent_knobs_hash), asked_why=(asks or {}).get(c.id))
 
 
 @router.get("/goals/{goal_id}/candidates", response_model=list[CandidateOut])
@@ -33,8 +50,8 @@ def list_candidates(goal_id: str, svc: ServiceDep, _: Viewer, awaiting: bool = F
     """Every card of the goal, or (awaiting=true) only those the loop waits on."""
     waiting = {c.id for c in actions.pending(svc, goal_id)}
     cands = svc.store.candidates(goal_id)
-    frozen = frozen_stations(svc.store, goal_id)
-    return [candidate_out(c, frozen, waiting, svc.store if c.id in waiting else None)
+    frozen, asks = frozen_stations(svc.store, goal_id), asked(svc.store, goal_id)
+    return [candidate_out(c, frozen, waiting, svc.store if c.id in waiting else None, asks)
             for c in cands if not awaiting or c.id in waiting]
 
 
@@ -42,7 +59,8 @@ def list_candidates(goal_id: str, svc: ServiceDep, _: Viewer, awaiting: bool = F
 def get_candidate(candidate_id: int, svc: ServiceDep, _: Viewer) -> CandidateOut:
     c = svc.store.get_candidate(candidate_id)
     waiting = {p.id for p in actions.pending(svc, c.goal_id)}
-    return candidate_out(c, frozen_stations(svc.store, c.goal_id), waiting, svc.store if c.id in waiting else None)
+    return candidate_out(c, frozen_stations(svc.store, c.goal_id), waiting, svc.store if c.id in waiting else None,
+                         asked(svc.store, c.goal_id))
 
 
 @router.get("/candidates/{candidate_id}/approval", response_model=ApprovalOut | None)

@@ -243,6 +243,10 @@ class LauncherTransport(abc.ABC):
         head = res.stdout.split()[:1] if res.rc == 0 else []
         return int(head[0]) if head and head[0].isdigit() else None
 
+    async def load_clock(self, key: str) -> float | None:
+        """A real load runs on the wall's clock: there is no other clock to read (the simulator has one)."""
+        return None
+
     async def fetch(self, key: str, dest: Path) -> Path:
         await self.fetch_dir(f"{self.root}/runs/{key}/out", dest)
         return dest

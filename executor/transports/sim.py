@@ -46,6 +46,9 @@ def predict_station(profile: str, scenario: str, knobs: dict[str, Any], n: int, 
                             burstiness=burstiness)
 
 
+SIM_PROGRESS = "sim_progress.json"  # beside a simulated load's out/: requests done and the virtual clock so far
+
+
 def _faults(argv: tuple[str, ...]) -> list[str]:
     return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--fault"]
 
@@ -55,6 +58,7 @@ class SimTransport:
     costs from the profile's fixed costs, the time breakdown from the simulated run)."""
 
     virtual = True
+    PROGRESS_EVERY_S = 0.25  # wall seconds between two notes of a running simulation (each is a file write)
 
     def __init__(self, target: Target, root: Path | None = None):
         self.target = target
@@ -156,13 +160,35 @@ class SimTransport:
         return os.getpid()
 
     def _simulate(self, plan: LoadPlan, out: Path) -> None:
-
+        """The load in virtual time, noting requests done and the virtual clock beside `out` as it goes (the
+        executor polls them while the simulation runs: a long simulated load shows its count moving)."""
         faults = Faults.parse(list(plan.faults)) if plan.faults else None
         knobs = dict(plan.knobs) | {"concurrency": plan.concurrency, "request_rate": plan.request_rate}
+        last = [0.0, 0.0]  # when the last note was written (wall), the virtual clock at the last completion
+
+        def progress(done: int, t: float) -> None:
+            last[1] = t
+            if time.monotonic() - last[0] >= self.PROGRESS_EVERY_S:
+                last[0] = time.monotonic()
+                self._note(out.parent, done, t)
+
         run = engine.simulate(profiles.load(self.target.profile), scenarios.load(plan.scenario), knobs, plan.n,
                               warmup=plan.warmup, seed=plan.seed, faults=faults, arrival=plan.arrival,
-                              burstiness=plan.burstiness)
+                              burstiness=plan.burstiness, on_progress=progress)
         engine.write_run_dir(run, out)
+        self._note(out.parent, len(run.records), last[1])
+
+    def _note(self, run_dir: Path, done: int, t: float) -> None:
+        """Requests done and the virtual seconds so far of a simulated load, in its (partial) run directory."""
+        rec.write_atomic(run_dir / SIM_PROGRESS, json.dumps({"requests_done": done, "virtual_s": round(t, 3)}))
+
+    def _noted(self, key: str) -> dict[str, Any]:
+        for d in (self.root / "runs" / key, self.root / "runs" / f".{key}.partial"):
+            try:
+                return json.loads((d / SIM_PROGRESS).read_text())
+            except (OSError, ValueError):
+                continue
+        return {}
 
     async def poll(self, key: str) -> Markers:
         d = self.root / "runs" / key
@@ -173,9 +199,17 @@ class SimTransport:
         return Markers(claimed=True, pid=None, alive=False, rc=rc, done=(d / rec.DONE).exists(), epoch=ep)
 
     async def requests_done(self, key: str) -> int | None:
-        """The simulated load is written whole when it ends: its request count, or None before."""
+        """Requests the simulated load has completed: its written count once it ended, else the count the
+        running simulation noted last; None before the first completed."""
         p = self.root / "runs" / key / "out" / rec.REQUESTS
-        return sum(1 for _ in p.open("rb")) if p.exists() else None
+        if p.exists():
+            return sum(1 for _ in p.open("rb"))
+        return self._noted(key).get("requests_done")
+
+    async def load_clock(self, key: str) -> float | None:
+        """Virtual seconds the simulated load has covered so far (from its first send): the simulator's clock,
+        which runs far faster than the wall's. None before the first request completed."""
+        return self._noted(key).get("virtual_s")
 
     async def fetch(self, key: str, dest: Path) -> Path:
         if dest.exists():
