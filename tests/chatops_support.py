@@ -11,14 +11,14 @@ import os
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import uvicorn
 from Crypto.Cipher import AES  # pycryptodome, which lark-oapi installs: the platform side of the encryption
-from test_api_support import TOKENS_ENV, free_port, wait_until
+from test_api_support import TOKENS_ENV, free_port, reply, serve, wait_until
 
 SLACK_SECRET = "slack-signing-secret-0123456789"
 SLACK_TOKEN = "xoxb-slack-bot-token-0123456789"
@@ -59,19 +59,16 @@ class Platform:
                     answer = {"code": 0, "msg": "success", "data": {"message_id": f"om_{len(outer.calls)}"}}
                 elif u.path.startswith("/response/"):
                     answer = None
-                data = b"ok" if answer is None else json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain" if answer is None else "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                if answer is None:
+                    reply(self, 200, b"ok", "text/plain")
+                else:
+                    reply(self, 200, json.dumps(answer).encode())
 
             def log_message(self, *a: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server = serve(H)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def wait(self, pred: Callable[[dict[str, Any]], bool], count: int = 1, timeout: float = 300.0) -> list[dict]:
         """The calls `pred` accepts, once there are `count` of them (the timeout only bounds a hang)."""

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
@@ -146,3 +147,20 @@ def worker_process(tmp: Path, env: dict[str, str], name: str, *targets: str) -> 
     for t in targets:
         argv += ["--target", t]
     return ProcessOutput(argv, tmp, env, tmp / f"{name}.log")
+
+
+# -- a local HTTP server standing in for a remote API (an LLM endpoint, Slack, Feishu) ---------------------------
+def reply(h: BaseHTTPRequestHandler, code: int, data: bytes, content_type: str = "application/json") -> None:
+    """Answer the request `h` handles with `data`."""
+    h.send_response(code)
+    h.send_header("Content-Type", content_type)
+    h.send_header("Content-Length", str(len(data)))
+    h.end_headers()
+    h.wfile.write(data)
+
+
+def serve(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """`handler` on a free port of 127.0.0.1, served by a daemon thread; `shutdown()` and `server_close()` end it."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

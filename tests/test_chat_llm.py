@@ -5,12 +5,11 @@ bad fields and a failing endpoint fall back to the deterministic parser with a r
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from fastapi.testclient import TestClient
-from test_api_support import TOKENS_ENV, auth, small_goal
+from test_api_support import TOKENS_ENV, auth, reply, serve, small_goal
 
 from api.app import create_app
 from api.service import Service
@@ -40,18 +39,13 @@ class ScriptedModel:
                                        "choices": [{"index": 0, "finish_reason": "stop",
                                                     "message": {"role": "assistant", "content": item}}],
                                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                reply(self, code, data)
 
             def log_message(self, *a: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server = serve(H)
         self.url = f"http://127.0.0.1:{self.server.server_port}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         self.server.shutdown()
