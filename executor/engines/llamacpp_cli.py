@@ -3,7 +3,7 @@
 `tuneloop llamacpp prepare` turns examples/targets-llamacpp.yaml (placeholders @LLAMA_SERVER@, @MODEL@,
 @RUN_ROOT@, @PORT@, @PYTHON@) into a targets file with absolute paths, because the launcher starts each service
 inside its own service directory. The binary is $TUNELOOP_LLAMA_SERVER, else the llama-server that
-`tuneloop llamacpp build` compiled from upstream source with CPU-feature dispatch (executor/llamabuild.py; cached
+`tuneloop llamacpp build` compiled from upstream source with CPU-feature dispatch (executor/engines/llamacpp_build.py; cached
 per machine), else one on PATH; any other llama-server can be named with --server. `tuneloop llamacpp selftest` proves the
 binary runs on this CPU (make test and make demo-real run it first).
 """
@@ -20,12 +20,12 @@ from typing import Optional, Sequence
 import typer
 
 from core import scenarios
-from executor import llamabuild
-from executor.llamamodel import ensure_model, scenario_recipe
+from executor.engines import llamacpp_build
+from executor.engines.llamacpp_model import ensure_model, scenario_recipe
 from executor.targets import load_targets
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "targets-llamacpp.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "targets-llamacpp.yaml"
 
 
 def server_binary() -> str:
@@ -37,13 +37,13 @@ def server_binary() -> str:
         if not found:
             raise FileNotFoundError(f"TUNELOOP_LLAMA_SERVER={env!r}: no such executable")
         return str(Path(found).resolve())
-    built = llamabuild.cached_binary()
+    built = llamacpp_build.cached_binary()
     if built is not None:
         return str(built)
     found = shutil.which("llama-server")
     if not found:
         raise FileNotFoundError(f"llama-server: not built; run `tuneloop llamacpp build` (compiles llama.cpp into "
-                                f"{llamabuild.cache_root() / llamabuild.build_key()}) or put llama-server on PATH")
+                                f"{llamacpp_build.cache_root() / llamacpp_build.build_key()}) or put llama-server on PATH")
     return found
 
 
@@ -140,7 +140,7 @@ def build_cmd(cache: Optional[Path] = typer.Option(None, help="cache root (defau
     """Build llama-server from the pinned upstream source with CPU-feature dispatch (once per machine) and print
     its path. A cached build is reused."""
     try:
-        typer.echo(llamabuild.build(cache, jobs, echo=lambda m: typer.echo(m, err=True)))
+        typer.echo(llamacpp_build.build(cache, jobs, echo=lambda m: typer.echo(m, err=True)))
     except (RuntimeError, OSError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1)
@@ -157,8 +157,8 @@ def selftest_cmd(server: Optional[str] = typer.Option(None, help="llama-server b
     try:
         binary = server or server_binary()
         model, _ = model_for(scenario, models)
-        info = llamabuild.selftest(binary, model)
-    except (llamabuild.SelfTestError, FileNotFoundError) as e:
+        info = llamacpp_build.selftest(binary, model)
+    except (llamacpp_build.SelfTestError, FileNotFoundError) as e:
         typer.echo(f"llama-server self-test FAILED: {e}", err=True)
         raise typer.Exit(1)
     typer.echo(f"llama-server self-test ok: {info['binary']} ({info['version']}); CPU backend "

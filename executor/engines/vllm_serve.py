@@ -16,9 +16,9 @@ from typing import Sequence
 
 import httpx
 
-from executor.llamabuild import _signal_text
+from executor.engines.llamacpp_build import _signal_text
 from executor.ports import free_port, owned
-from executor.vllmsetup import BASE_ENV, SelfTestError, avx2_check, loaded_kernels, version
+from executor.engines.vllm_setup import BASE_ENV, SelfTestError, avx2_check, loaded_kernels, version
 
 # the flags every CPU serve here needs (ENGINES facts: eager mode, fp32 on an AVX2-only CPU, a short context)
 CPU_ARGS = ("--dtype", "float32", "--enforce-eager", "--max-model-len", "512")

@@ -8,7 +8,7 @@ TUNELOOP_LLAMACPP_CACHE moves the root): `sglang==0.5.23 --no-deps` (hash-pinned
 local disk, triton and the rest pinned below, plus `sglang-router==0.3.2` (hash-pinned) for its launch_router
 parser and `vllm-router==0.1.17` (hash-pinned, vLLM's PD router) for its. ~2.5 GB on disk, a few minutes the first time; later calls reuse it.
 
-    python -m executor.sglangparser          # install (if needed) and prove the parser builds
+    python -m executor.engines.sglang_parser          # install (if needed) and prove the parser builds
     check(argvs) -> [None | "error text"]    # one entry per argv (the arguments after `-m sglang.launch_server`)
 
 Only the parse runs (argparse: flag names, value types, choices); `ServerArgs.__post_init__`, which reads the
@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from executor.llamabuild import cache_root
+from executor.engines.llamacpp_build import cache_root
 
 VERSION = "0.5.23"
 WHEEL_SHA256 = "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937"  # cp311 manylinux_2_34 x86_64

@@ -1,6 +1,6 @@
 """A generated Llama in Hugging Face layout for vLLM: config.json + model.safetensors + a local tokenizer.
 
-The same recipe as executor.llamamodel's GGUF model (core/scenarios/*.yaml `model:`), written as the directory
+The same recipe as executor.engines.llamacpp_model's GGUF model (core/scenarios/*.yaml `model:`), written as the directory
 `vllm serve DIR` loads with HF_HUB_OFFLINE=1: seeded random float32 weights, and the printable-ASCII byte-level
 BPE vocabulary of the GGUF model as a `tokenizers` tokenizer.json. "<s>" and "</s>" are ordinary tokens there
 (not special ones), so every token the random model emits decodes to visible text and reaches the client as a
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from executor.llamamodel import ModelRecipe, file_sha256, vocabulary
+from executor.engines.llamacpp_model import ModelRecipe, file_sha256, vocabulary
 
 HF_VERSION = 1  # bump when the writer below changes the bytes it writes for the same recipe
 WEIGHTS = "model.safetensors"

