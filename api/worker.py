@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tenacity import RetryCallState, Retrying, stop_after_attempt, wait_exponential
 
-from agent.candidates import change_words
-from agent.session import make_planner, run_session
+from agent.planner.candidates import change_words
+from agent.loop.session import make_planner, run_session
 from api.failures import describe, failure_reason, is_transient
 from executor.phases import ExecSettings
 from executor.runner import Executor
@@ -29,7 +29,7 @@ log = logging.getLogger("tuneloop.worker")
 
 
 class Worker:
-    """`session` is the loop's entry point (agent.session.run_session); a test may wrap it to inject faults."""
+    """`session` is the loop's entry point (agent.loop.session.run_session); a test may wrap it to inject faults."""
 
     def __init__(self, service: "Service", name: str, session: Callable[..., Any] | None = None):
         self.svc, self.name = service, name

@@ -36,8 +36,8 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, out: Path) -> None:
-    from agent.record import build_history
-    from agent.session import run_session
+    from agent.loop.record import build_history
+    from agent.loop.session import run_session
     from core.trial import TrialSpec
     from executor.engines.llamacpp_cli import prepare
     from executor.phases import ExecSettings

@@ -92,8 +92,8 @@ def test_generated_model_is_reproducible_and_in_the_data_version(engine, tmp_pat
 
 
 def test_loop_raises_parallel_until_tpot_binds(engine, tmp_path):
-    from agent.record import build_history
-    from agent.session import run_session
+    from agent.loop.record import build_history
+    from agent.loop.session import run_session
 
     target = _target(engine, tmp_path / "tgt")
     store, ex = _executor(tmp_path, target)
