@@ -16,6 +16,7 @@ from agent.planner.checks import check, estimate, with_attempt
 from agent.planner.history import Figures, History
 from agent.planner.judgement import decide as judge_run
 from agent.planner.deterministic import DeterministicPlanner, carry_diagnosis, closes_hypothesis, diagnosis_for
+from agent.planner.diagnosis import wants_profile
 from agent.planner.prediction import observed, predict
 from agent.loop.record import CHANGED, KIND, OPEN_STATUSES, build_history, card_of, card_record, conditions, outcome_data
 from agent.loop.restore import go_back
@@ -29,13 +30,6 @@ FAULT_RETRIES = 2  # re-entries of run_trial for one run after a fault (it resum
 
 def _unknown(result: Any) -> bool:
     return any(r.code == "unknown_state" for r in result.verdict.reasons)
-
-
-def wants_profile(diag: Any, card: CandidateCard, history: History) -> bool:
-    """Profile only when the queues cannot separate the explanations, and once per parent station."""
-    if diag is None or not diag.propose_profile or card.stage == "baseline" and not history.outcomes:
-        return False
-    return not any(o.card.profile_capture and o.card.parent_knobs_hash == card.parent_knobs_hash for o in history.outcomes)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 
 from agent.planner.candidates import CandidateCard, card_of, card_record  # noqa: F401  (the store side reads cards here too)
 from agent.planner.history import Figures, History, Negative, Outcome, Veto
-from agent.planner.value import CostModel
+from agent.planner.costs import CostModel
 from core.scenarios import load
 from state.snapshots import Conditions
 from state.store import best_of

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from agent.planner.cards import CandidateCard
+from agent.planner.history import History
 from agent.planner.rules import NAMES, RULES
 from agent.planner.rules.base import OPEN_LOW, SUPPORTED, Ctx, Hypothesis, decode_at_limit, decode_full, num
 from agent.planner.rules.client_supply import client_limit
@@ -117,3 +119,10 @@ def diagnose(summary: Summary | None, evidence: dict[str, Any], tpot_limit_ms: f
 def _busy(ev: dict[str, Any], role: str) -> float | None:
     d = (ev.get("breakdown") or {}).get(role)
     return num(d, "busy_share") if isinstance(d, dict) else None
+
+
+def wants_profile(diag: Any, card: CandidateCard, history: History) -> bool:
+    """Profile only when the queues cannot separate the explanations, and once per parent station."""
+    if diag is None or not diag.propose_profile or card.stage == "baseline" and not history.outcomes:
+        return False
+    return not any(o.card.profile_capture and o.card.parent_knobs_hash == card.parent_knobs_hash for o in history.outcomes)

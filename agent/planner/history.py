@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
 
-from agent.planner.candidates import CandidateCard, station_hash
-from agent.planner.value import CostModel
+from agent.planner.cards import CandidateCard, station_hash
+from agent.planner.costs import CostModel
 from core.canonical import canon
 from core.summary import Summary
 

@@ -15,14 +15,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from agent.planner.history import History, Outcome
 from agent.planner.rules.base import num
 
-if TYPE_CHECKING:  # the rules import this module, and History imports the rules' move table
-    from agent.planner.history import History, Outcome
 
 LOAD_KNOBS = ("concurrency", "max_num_seqs", "request_rate")
 SIGMA_FLOOR = 0.01  # the line's uncertainty: its largest residual, at least this share of the limit
