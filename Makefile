@@ -40,7 +40,7 @@ vllm: setup
 # SGLang 0.5.23's own argument parser (the pinned wheel + the CPU torch it imports) in its own environment under
 # /var/cache/tuneloop, once per machine (~3 GB); tests/test_engine_parsers_sglang.py feeds it every rendered argv.
 sglang-parser: setup
-	$(BIN)/python -m executor.sglangparser
+	$(BIN)/python -m executor.engines.sglang_parser
 
 demo: setup
 	$(BIN)/tuneloop demo

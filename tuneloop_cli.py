@@ -31,14 +31,14 @@ def target_app() -> typer.Typer:
 
 def build_app() -> typer.Typer:
     """Every command."""
-    from agent.execcli import app as exec_app
-    from agent.execcli import restore_cmd
-    from agent.report.cli import report
-    from agent.runcli import run
-    from agent.steercli import approve, budget_app, instruct
+    from agent.cli.exec import app as exec_app
+    from agent.cli.exec import restore_cmd
+    from agent.cli.report import report
+    from agent.cli.run import run
+    from agent.cli.steer import approve, budget_app, instruct
     from api.cli import serve, worker
-    from executor.llamacpp import app as llamacpp_app
-    from executor.vllmcli import app as vllm_app
+    from executor.engines.llamacpp_cli import app as llamacpp_app
+    from executor.engines.vllm_cli import app as vllm_app
 
     app = target_app()
     app.add_typer(exec_app, name="exec", help="Deterministic executor: run one trial, resume interrupted runs, phases.")
@@ -65,7 +65,7 @@ def demo() -> None:
     import shutil
     from pathlib import Path
 
-    from agent.runcli import run
+    from agent.cli.run import run
 
     root = Path(".tuneloop/demo")
     shutil.rmtree(root, ignore_errors=True)

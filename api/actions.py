@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.candidates import change_words
+from agent.planner.candidates import change_words
 from api import permissions
 from api.auth import Principal
 from api.chat import HELP, Intent
@@ -228,7 +228,7 @@ def off_space(space: dict[str, tuple[Any, ...]], knobs: dict[str, Any]) -> str |
 
 
 def queue_restore(svc: Service, goal_id: str, station_hash: str, who: Principal, text: str) -> Any:
-    """'Go back to a station' has one path: an instruction the goal's loop carries out (agent/restore.py),
+    """'Go back to a station' has one path: an instruction the goal's loop carries out (agent/loop/restore.py),
     so it runs once, under the target's lease, and lands in the decision log with who asked."""
     svc.store.get_station(station_hash)  # NotFound (404) for a station nobody froze
     check_restore(svc, goal_id, station_hash)

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from agent.progress import Progress, Ranking
+from agent.loop.progress import Progress, Ranking
 from state import snapshots
 
 

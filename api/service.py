@@ -34,7 +34,7 @@ class Service:
     stop_event: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
     base: Path = field(default_factory=Path.cwd)  # where relative paths of the settings (runs, reports) resolve
-    session: Callable[..., Any] | None = None  # the loop's entry point for workers (None: agent.session.run_session)
+    session: Callable[..., Any] | None = None  # the loop's entry point for workers (None: agent.loop.session.run_session)
     nudge: threading.Event = field(default_factory=threading.Event)  # set by a person's action: workers claim now
     chatops: Any = None  # api.chatops.ChatApps (set by api.chatops.attach): Slack / Feishu clients, replay memory
 

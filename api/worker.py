@@ -10,26 +10,39 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from tenacity import RetryCallState, Retrying, stop_after_attempt, wait_exponential
 
-from agent.candidates import change_words
-from agent.session import make_planner, run_session
+from agent.planner.candidates import change_words
+from agent.loop.session import make_planner, run_session
 from api.failures import describe, failure_reason, is_transient
+from api.settings import Settings
+from api.webhooks import Notifier
 from executor.phases import ExecSettings
 from executor.runner import Executor
 from state.statefile import write_state
-from state.workqueue import Claim
+from state.workqueue import Claim, QueueStore
 
-if TYPE_CHECKING:
-    from api.service import Service
+
+class Service(Protocol):
+    """What a worker reads of the running service (api.service.Service; named here, not imported, so the service
+    that starts its workers and the workers do not import each other)."""
+
+    settings: Settings
+    store: QueueStore
+    notifier: Notifier
+    targets: dict[str, Any]
+    stop_event: threading.Event
+    session: Callable[..., Any] | None
+    nudge: threading.Event
+
 
 log = logging.getLogger("tuneloop.worker")
 
 
 class Worker:
-    """`session` is the loop's entry point (agent.session.run_session); a test may wrap it to inject faults."""
+    """`session` is the loop's entry point (agent.loop.session.run_session); a test may wrap it to inject faults."""
 
     def __init__(self, service: "Service", name: str, session: Callable[..., Any] | None = None):
         self.svc, self.name = service, name

@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT))
 
 from executor.evidence import parse_prometheus  # noqa: E402
 from executor.loadgen import LoadConfig, ScenarioPrompts, body  # noqa: E402
-from executor.vllmcli import model_for  # noqa: E402
-from executor.vllmserve import Server  # noqa: E402
-from executor.vllmsetup import vllm_binary  # noqa: E402
+from executor.engines.vllm_cli import model_for  # noqa: E402
+from executor.engines.vllm_serve import Server  # noqa: E402
+from executor.engines.vllm_setup import vllm_binary  # noqa: E402
 
 SCENARIO, N, C = "vllm-chat", 64, 8
 # every statistic vLLM's client can write (its default is ttft,tpot,itl at P99), so the key sets compare fully

@@ -24,7 +24,7 @@ def main() -> None:
     ap.add_argument("--out", default=".tuneloop/bench-llamacpp")
     args = ap.parse_args()
 
-    from executor.llamacpp import stop
+    from executor.engines.llamacpp_cli import stop
 
     out = Path(args.out).resolve()
     stop(out)  # a server left by an earlier, interrupted run would hold the port
@@ -36,10 +36,10 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, out: Path) -> None:
-    from agent.record import build_history
-    from agent.session import run_session
+    from agent.loop.record import build_history
+    from agent.loop.session import run_session
     from core.trial import TrialSpec
-    from executor.llamacpp import prepare
+    from executor.engines.llamacpp_cli import prepare
     from executor.phases import ExecSettings
     from executor.runner import Executor
     from executor.targets import load_targets

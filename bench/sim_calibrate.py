@@ -127,7 +127,7 @@ def measure_real(engine: str, out: Path, n: int, limit: int | None = None, pin: 
     """The engine's stations run by the executor against the real server (its load, its scraped metrics)."""
     from core import profiles
     from core.trial import TrialSpec
-    from executor.llamacpp import stop
+    from executor.engines.llamacpp_cli import stop
     from executor.phases import ExecSettings
     from executor.runner import Executor
     from executor.targets import load_targets
@@ -135,10 +135,10 @@ def measure_real(engine: str, out: Path, n: int, limit: int | None = None, pin: 
 
     scenario, target, base, cal, held, common = ENGINES[engine]
     if engine == "vllm":
-        from executor.vllmcli import prepare
+        from executor.engines.vllm_cli import prepare
     else:
-        from executor.llamacpp import prepare
-    from executor.vllmserve import free_port
+        from executor.engines.llamacpp_cli import prepare
+    from executor.engines.vllm_serve import free_port
 
     info = prepare(out, scenario, port=free_port())  # a free port: another engine may hold the default one
     targets = {name: pinned(t, pin) for name, t in load_targets(info["targets"]).items()}

@@ -2,7 +2,7 @@
 
 A `Prediction` is a relative effect (0.10 = +10 %) on the goal's objective and on its binding SLO figure (the
 latency limit with the least headroom at the parent), each a point with an interval, and its source: the value
-model (agent/value.py), an explorer's surrogate model, or a calibrated simulator. An `Observation` is the same
+model (agent/planner/value.py), an explorer's surrogate model, or a calibrated simulator. An `Observation` is the same
 two effects measured against the parent's reference at the same N. Errors are absolute differences of relative
 effects (0.05 = 5 percentage points); the KPI is their median.
 """

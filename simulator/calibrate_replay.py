@@ -37,7 +37,7 @@ from core.profiles import Profile
 from core.records import RequestRecord
 from simulator import calibrate_series as series
 from simulator import engine
-from simulator.calibrate import PREFILL, CalibrationError, Problem
+from simulator.calibrate_problem import PREFILL, CalibrationError, Problem
 
 REL_STEP = 0.01  # finite-difference step of the Jacobian, relative to each coefficient
 

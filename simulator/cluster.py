@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -19,19 +19,7 @@ from simulator.faults import Faults
 from simulator.mixed import MixedEngine
 from simulator.prefill import PrefillInstance
 from simulator.prefix_cache import PrefixCache
-from simulator.request import SimRequest
-
-
-class Event(NamedTuple):
-    """kind: first (n_tokens=1, n_cached) | chunk (n_tokens) | finish (n_out, finish_reason)."""
-
-    kind: str
-    req_id: int
-    t: float
-    n_tokens: int = 0
-    n_cached: int | None = None
-    n_out: int | None = None
-    finish_reason: str | None = None
+from simulator.request import Event, SimRequest
 
 
 class Cluster:

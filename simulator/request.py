@@ -1,6 +1,8 @@
 """One request's state inside the simulated cluster (internal to the simulator)."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 
@@ -34,3 +36,15 @@ class SimRequest:
         self.tokens: np.ndarray | None = None  # tokens emitted per decode step
         self.t_finish: float | None = None
         self.emitted = 0  # online streaming cursor: decode steps already reported
+
+
+class Event(NamedTuple):
+    """kind: first (n_tokens=1, n_cached) | chunk (n_tokens) | finish (n_out, finish_reason)."""
+
+    kind: str
+    req_id: int
+    t: float
+    n_tokens: int = 0
+    n_cached: int | None = None
+    n_out: int | None = None
+    finish_reason: str | None = None

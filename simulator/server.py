@@ -34,7 +34,8 @@ from fastapi.responses import (
 from core import profiles
 from core.records import RequestRecord
 from simulator import experts
-from simulator.cluster import Cluster, Event
+from simulator.cluster import Cluster
+from simulator.request import Event
 from simulator.faults import Faults
 from simulator.prefix_cache import BLOCK
 

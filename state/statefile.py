@@ -93,7 +93,7 @@ def _figures(results: dict[str, Any], run_id: str | None) -> dict[str, Any]:
 
 def _frozen_stations(store: Any, goal_id: str) -> dict[str, str]:
     """The planner's knobs digest of each run card -> the frozen station hash its run recorded (the first run of
-    those knobs names it, as agent.record.frozen_stations does; the card keeps its digest as `knobs_hash`)."""
+    those knobs names it, as agent.loop.record.frozen_stations does; the card keeps its digest as `knobs_hash`)."""
     cards = {c.id: c.card for c in store.candidates(goal_id)}
     results = {r.run_id: r.station_hash for r in store.results(goal_id)}
     out: dict[str, str] = {}

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.candidates import build_card
-from agent.history import Figures, History, Outcome
+from agent.planner.candidates import build_card
+from agent.planner.history import Figures, History, Outcome
 from core.summary import Dist, Summary, WindowFigures
 from state.goal import load_goal
 

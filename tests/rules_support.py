@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.candidates import build_card
-from agent.history import Figures, History, Outcome
+from agent.planner.candidates import build_card
+from agent.planner.history import Figures, History, Outcome
 from bench.tuners.cases import load_cases
 from core import profiles
 from core.metrics import summarize

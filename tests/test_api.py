@@ -235,8 +235,8 @@ def test_goal_shows_the_running_experiment_its_phase_and_requests_done(idle_clie
     """What the runner leaves while a load runs (its phase records, progress.json) is what GET /goals/G shows."""
     import json
 
-    from agent.candidates import build_card
-    from agent.record import card_record
+    from agent.planner.candidates import build_card
+    from agent.loop.record import card_record
     from core.trial import TrialSpec
 
     gid = idle_client.post("/goals", json=small_goal("progress-goal"), headers=auth("admin")).json()["id"]

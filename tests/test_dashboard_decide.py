@@ -91,10 +91,10 @@ def test_a_quality_risk_card_says_why_the_loop_asks(tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
     from test_api_support import TOKENS_ENV, auth
 
-    from agent.approval import permission
-    from agent.candidates import build_card
-    from agent.record import card_record
-    from agent.session import record_ask, waiting_reason
+    from agent.loop.approval import permission
+    from agent.planner.candidates import build_card
+    from agent.loop.record import card_record
+    from agent.loop.session import record_ask, waiting_reason
     from api.app import create_app
     from api.settings import Settings
 

@@ -1,4 +1,4 @@
-"""SGLang's own parsers check every argv tuneloop renders for SGLang (executor/sglangparser.py installs the pinned
+"""SGLang's own parsers check every argv tuneloop renders for SGLang (executor/engines/sglang_parser.py installs the pinned
 sglang 0.5.23 wheel's `ServerArgs` argparse parser and sglang-router 0.3.2's launch_router parser into the tuneloop
 cache). Every SGLang knob of the catalog is
 rendered at each of its value classes, for a PD target (prefill and decode) and a mixed one, and every argv must
@@ -13,7 +13,7 @@ from test_llamacpp_flags import _value_classes  # min, default, max; both boolea
 
 from core.knobs import catalog
 from core.station import Station, full_knobs
-from executor import sglangparser
+from executor.engines import sglang_parser
 from executor.targets import Host, Relayout, Target
 from executor.templates import render
 
@@ -24,8 +24,8 @@ RELAYOUT = Relayout(collect=("collect", "{stats}"), fit=("fit", "{stats}", "{lay
 @pytest.fixture(scope="module")
 def parser():
     try:
-        return sglangparser.ensure()
-    except sglangparser.ParserUnavailable as e:
+        return sglang_parser.ensure()
+    except sglang_parser.ParserUnavailable as e:
         if os.environ.get("CI") == "true":
             pytest.fail(f"SGLang's parser is required under CI: {e}")
         pytest.skip(f"SGLang's parser is not installed here: {e}")
@@ -80,7 +80,7 @@ def test_every_knob_and_value_class_parses(parser):
         for argv in _engine_argvs({"enable_expert_parallel": True, "attn_dp_size": 1}, cards):
             argvs.append(argv)
             labels.append(f"cards={cards}")
-    verdicts = sglangparser.check_with(parser, argvs)
+    verdicts = sglang_parser.check_with(parser, argvs)
     bad = [(lab, v, a) for lab, v, a in zip(labels, verdicts, argvs) if v is not None]
     assert not bad, bad[:5]
     assert len(argvs) > 3 * len(KNOBS)
@@ -92,7 +92,7 @@ def test_a_misspelt_removed_or_bad_value_flag_is_refused_by_the_parser(parser):
     misspelt = [("--chunked-prefil-size" if a == "--chunked-prefill-size" else a) for a in argv]
     removed = argv + ["--cuda-graph-max-bs", "8"]  # gone in 0.5.23 (split into -decode / -prefill)
     bad_choice = argv + ["--disaggregation-transfer-backend", "carrier-pigeon"]
-    ok, v1, v2, v3 = sglangparser.check_with(parser, [argv, misspelt, removed, bad_choice])
+    ok, v1, v2, v3 = sglang_parser.check_with(parser, [argv, misspelt, removed, bad_choice])
     assert ok is None
     assert v1 and "--chunked-prefil-size" in v1
     assert v2 and "--cuda-graph-max-bs" in v2
@@ -103,7 +103,7 @@ def test_the_pd_router_argv_parses_with_every_bootstrap_port_and_a_misspelt_flag
     (argv,) = _argvs({}, 8, router=True)
     assert argv.count("--prefill") == 2 and "8999" in argv
     misspelt = [("--pd-disagregation" if a == "--pd-disaggregation" else a) for a in argv]
-    ok, bad = sglangparser.check_with(parser, [argv, misspelt], kind="router")
+    ok, bad = sglang_parser.check_with(parser, [argv, misspelt], kind="router")
     assert ok is None and bad and "--pd-disagregation" in bad
 
 
@@ -119,5 +119,5 @@ def test_the_vllm_pd_router_argv_parses_with_vllm_routers_own_arguments(parser):
     assert router.argv[0] == "vllm-router"
     argv = list(router.argv[1:])
     misspelt = [("--vllm-pd-disagregation" if a == "--vllm-pd-disaggregation" else a) for a in argv]
-    ok, bad = sglangparser.check_with(parser, [argv, misspelt], kind="vllm-router")
+    ok, bad = sglang_parser.check_with(parser, [argv, misspelt], kind="vllm-router")
     assert ok is None and bad and "--vllm-pd-disagregation" in bad

@@ -81,7 +81,7 @@ def test_local_target_that_launches_one_instance_fewer_than_defined_breaks_the_c
 
 
 def test_the_loop_hands_the_goal_contract_and_slos_to_the_executor(tmp_path):
-    from agent.session import run_session
+    from agent.loop.session import run_session
 
     goal = load_goal(ROOT / "examples" / "goal-16k.yaml")
     spec = goal.model_copy(update={"budget": goal.budget.model_copy(update={"experiments": 1})})

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from test_llamacpp_loop import engine  # noqa: F401  (engine: shared fixture)
 
-from executor import llamabuild
+from executor.engines import llamacpp_build
 from executor.identity import parse_version
-from executor.llamabuild import SelfTestError, foreign_instructions, needed_closure, selftest
+from executor.engines.llamacpp_build import SelfTestError, foreign_instructions, needed_closure, selftest
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 HASWELL = frozenset("fpu sse sse2 ssse3 sse4_1 sse4_2 popcnt avx avx2 fma f16c bmi1 bmi2 movbe".split())
@@ -55,7 +55,7 @@ def test_code_every_start_loads_runs_on_haswell_and_the_scan_sees_avx512(engine)
     assert foreign_instructions(variants / "libggml-cpu-sapphirerapids.so", HASWELL).get("amx_tile", 0) > 10
     assert foreign_instructions(variants / "libggml-cpu-x64.so", frozenset()) == {}  # baseline x86-64
     built = {p.name.removeprefix("libggml-cpu-").removesuffix(".so") for p in variants.glob("libggml-cpu-*.so")}
-    assert built == set(llamabuild.CPU_VARIANTS)  # the levels kept, and only those (the build's time depends on it)
+    assert built == set(llamacpp_build.CPU_VARIANTS)  # the levels kept, and only those (the build's time depends on it)
 
 
 def test_runs_on_an_emulated_haswell(engine):  # noqa: F811
@@ -77,16 +77,16 @@ def test_selftest_names_the_binary_and_the_signal(tmp_path):
     with pytest.raises(SelfTestError, match=rf"{exe}: died with SIGILL \(illegal instruction.*`--version`"):
         selftest(exe, tmp_path / "none.gguf", flags=HASWELL, wrapper=QEMU_HASWELL)
     # natively it runs (if this CPU has AVX-512), and the scan still refuses it for a Haswell
-    if "avx512f" in llamabuild.cpu_flags():
+    if "avx512f" in llamacpp_build.cpu_flags():
         with pytest.raises(SelfTestError, match=rf"{exe}: code loaded on every start .*avx512f"):
             selftest(exe, tmp_path / "none.gguf", flags=HASWELL)
 
 
 def test_cpu_flags_and_the_build_key():
-    flags = llamabuild.cpu_flags("processor: 0\nflags\t\t: fpu sse2 avx avx2\nbugs: x\n")
+    flags = llamacpp_build.cpu_flags("processor: 0\nflags\t\t: fpu sse2 avx avx2\nbugs: x\n")
     assert flags == {"fpu", "sse2", "avx", "avx2"}
-    assert llamabuild.build_key().startswith(f"llama.cpp-b{llamabuild.BUILD_NUMBER}-")
-    assert "-DGGML_NATIVE=OFF" in llamabuild.CMAKE_FLAGS and "-DGGML_CPU_ALL_VARIANTS=ON" in llamabuild.CMAKE_FLAGS
+    assert llamacpp_build.build_key().startswith(f"llama.cpp-b{llamacpp_build.BUILD_NUMBER}-")
+    assert "-DGGML_NATIVE=OFF" in llamacpp_build.CMAKE_FLAGS and "-DGGML_CPU_ALL_VARIANTS=ON" in llamacpp_build.CMAKE_FLAGS
 
 
 def test_the_build_keeps_only_the_listed_cpu_variants(tmp_path):
@@ -105,11 +105,11 @@ def test_the_build_keeps_only_the_listed_cpu_variants(tmp_path):
 endif()
 """
     cm.write_text(x86)
-    assert llamabuild.keep_cpu_variants(cm, ("x64", "haswell")) == ["sse42", "ivybridge"]
+    assert llamacpp_build.keep_cpu_variants(cm, ("x64", "haswell")) == ["sse42", "ivybridge"]
     text = cm.read_text()
     assert "sse42" not in text and "ivybridge" not in text and text.count("(x64)") == 2  # other arches untouched
     assert "haswell      SSE42 AVX F16C FMA AVX2 BMI2)" in text and "if (NOT MSVC)" in text
     cm.write_text(x86)
     with pytest.raises(RuntimeError, match=r"no x86 CPU variant \['zen4'\]"):
-        llamabuild.keep_cpu_variants(cm, ("x64", "zen4"))
+        llamacpp_build.keep_cpu_variants(cm, ("x64", "zen4"))
     assert cm.read_text() == x86  # nothing written when the source does not match

@@ -19,7 +19,7 @@ from test_llamacpp_loop import _free_port, engine  # noqa: F401  (engine: shared
 from core.knobs import catalog
 from core.station import Station, full_knobs
 from executor import evidence
-from executor.llamacpp import help_flags, unknown_flags
+from executor.engines.llamacpp_cli import help_flags, unknown_flags
 from executor.targets import Host, Target
 from executor.templates import render
 

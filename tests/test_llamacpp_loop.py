@@ -40,7 +40,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    from executor.llamacpp import model_for, server_binary
+    from executor.engines.llamacpp_cli import model_for, server_binary
 
     try:
         binary = server_binary()
@@ -82,7 +82,7 @@ def _stop_all(ex: Executor, target: Target) -> None:
 
 def test_generated_model_is_reproducible_and_in_the_data_version(engine, tmp_path):
     from core import scenarios
-    from executor.llamamodel import file_sha256, scenario_recipe, write_model
+    from executor.engines.llamacpp_model import file_sha256, scenario_recipe, write_model
 
     sc = scenarios.load(SCENARIO)
     again = write_model(scenario_recipe(sc), tmp_path / "again.gguf")
@@ -92,8 +92,8 @@ def test_generated_model_is_reproducible_and_in_the_data_version(engine, tmp_pat
 
 
 def test_loop_raises_parallel_until_tpot_binds(engine, tmp_path):
-    from agent.record import build_history
-    from agent.session import run_session
+    from agent.loop.record import build_history
+    from agent.loop.session import run_session
 
     target = _target(engine, tmp_path / "tgt")
     store, ex = _executor(tmp_path, target)
@@ -206,7 +206,7 @@ def test_server_killed_mid_run_is_an_orchestration_fault(engine, tmp_path):
 
 def test_rendered_targets_file_runs_the_load_with_this_python(tmp_path):
     """The launcher's detached runs do not see a venv's PATH: the rendered targets name the python itself."""
-    from executor.llamacpp import EXAMPLE, render_targets
+    from executor.engines.llamacpp_cli import EXAMPLE, render_targets
     from executor.targets import load_targets
 
     text = render_targets(EXAMPLE.read_text(), server="/opt/llama-server", model="/m/x.gguf", run_root=str(tmp_path),

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.session import run_session
+from agent.loop.session import run_session
 from state.goal import load_goal
 from state.store import Store
 
@@ -173,8 +173,8 @@ def test_quality_risk_knob_is_pending_fails_its_evaluation_and_is_never_the_depl
     """The search space leaves only the decode speed-up with quality risk; the loop values it on the
     latency hypothesis (128K at C128 runs at ~18 ms of a 20 ms TPOT limit), confirms it faster, stays "performance-positive, quality pending", the
     modelled accuracy evaluation fails it, and the best station, STATE.md and the summary never show it."""
-    from agent.runcli import summary_text
-    from agent.session import SessionResult
+    from agent.cli.run import summary_text
+    from agent.loop.session import SessionResult
 
     spec = load_goal(goal_file(tmp_path, "goal-128k.yaml", start={"max_prefill_reqs": 2},
                                search_space={"index_cache_reuse": [False, True]}))

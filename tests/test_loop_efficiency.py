@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.session import run_session
+from agent.loop.session import run_session
 from state.goal import load_goal, parse_goal
 from state.store import Store
 from tests.test_loop import goal_file, url
@@ -84,13 +84,13 @@ def test_goal_runs_on_its_own_sim_profile_and_an_infinite_rate_survives_the_stor
 
 
 def test_several_workers_set_up_postgres_checkpoints_at_once(pg_url):
-    code = ("import sys; from agent.graph import setup_postgres; "
+    code = ("import sys; from agent.loop.graph import setup_postgres; "
             "setup_postgres(sys.argv[1].replace('postgresql+psycopg://', 'postgresql://'))")
     procs = [subprocess.Popen([sys.executable, "-c", code, pg_url], cwd=ROOT, stderr=subprocess.PIPE, text=True)
              for _ in range(4)]
     errs = [(p.wait(timeout=120), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
     assert all(rc == 0 for rc, _ in errs), [e[-800:] for _, e in errs]
-    from agent.graph import checkpointer, run_config
+    from agent.loop.graph import checkpointer, run_config
 
     with checkpointer(pg_url) as saver:
         assert saver.get_tuple(run_config("nobody")) is None  # tables exist and answer

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from agent.diagnosis import diagnose
-from agent.planner import DeterministicPlanner, Plan
-from agent.record import build_history
-from agent.session import run_session
+from agent.planner.diagnosis import diagnose
+from agent.planner.deterministic import DeterministicPlanner, Plan
+from agent.loop.record import build_history
+from agent.loop.session import run_session
 from core.summary import Dist, Summary, WindowFigures
 from state.goal import load_goal
 from state.store import Store

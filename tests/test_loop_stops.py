@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.session import run_session
+from agent.loop.session import run_session
 from state.goal import load_goal
 from state.store import Store
 from tests.test_loop import goal_file, url

@@ -4,12 +4,12 @@ from __future__ import annotations
 import pytest
 from planner_support import DECODE_BOUND, GOAL16, PREFILL_BOUND, baseline, history, outcome, screen, summary
 
-from agent.candidates import build_card, station_hash, with_stage
-from agent.checks import check, retry_note
-from agent.diagnosis import diagnose
-from agent.history import Figures, Negative
-from agent.judgement import compare, decide, frontier
-from agent.planner import DeterministicPlanner
+from agent.planner.candidates import build_card, station_hash, with_stage
+from agent.planner.checks import check, retry_note
+from agent.planner.diagnosis import diagnose
+from agent.planner.history import Figures, Negative
+from agent.planner.judgement import compare, decide, frontier
+from agent.planner.deterministic import DeterministicPlanner
 
 
 def test_prefill_supply_named_from_queue_evidence():
@@ -183,7 +183,7 @@ def test_a_full_token_budget_puts_the_budget_before_a_higher_request_cap():
 def test_the_sender_limit_that_binds_decides_between_a_higher_c_and_a_higher_rate():
     """QPS ≈ r with a third of C in flight: the rate holds the load down, a higher C adds nothing (and the
     reverse when what is in flight ≈ C). The move at the other limit keeps a quarter of its confidence."""
-    from agent.planner import candidates, diagnosis_for
+    from agent.planner.deterministic import candidates, diagnosis_for
 
     rate_bound = summary(conc=40.0).model_copy(update={"request_rate": 2.1})  # qps 2.0 of r 2.1, 40 of C128
     d = diagnose(rate_bound, PREFILL_BOUND, 20.0, {})
@@ -230,7 +230,7 @@ def test_a_whole_window_goal_never_spends_its_warm_start_on_a_latency_trade_off(
 def test_the_decode_queue_sizes_the_batch_limit_jump_and_the_one_step_stays_behind_it():
     """Decode at its limit of 32 with ~90 waiting: the limit goes where the demand is (128 of 32/64/128/256),
     not one step; the one step stays a candidate (ranked after) for when the jump fails the latency limit."""
-    from agent.planner import candidates, diagnosis_for
+    from agent.planner.deterministic import candidates, diagnosis_for
 
     goal = GOAL16.model_copy(update={"search_space": {"max_num_seqs": [32, 64, 128, 256]}})
     best = GOAL16.start_station() | {"max_num_seqs": 32}
@@ -288,8 +288,8 @@ def test_a_screen_runs_only_where_it_is_cheaper_than_the_confirm_alone():
     confirm on the warm station times the chance the screen passes) against the confirm alone. A restart is paid
     once either way; a likely pass, or a reference still to be measured for this screen alone, sends the move
     straight to confirm N; an open hypothesis with its reference at hand is screened. The card says why."""
-    from agent.planner import _cheaper_direct
-    from agent.value import CostModel, Value
+    from agent.planner.deterministic import _cheaper_direct
+    from agent.planner.value import CostModel, Value
 
     ref640 = outcome(baseline(n=640), summary(n=640), "reference")
     ref320 = outcome(baseline(), summary(), "reference")
@@ -316,9 +316,9 @@ def test_a_trade_off_move_earns_nothing_for_ruling_out_while_the_native_window_i
     """A lower C may lose on the objective by design, so its negative closes no hypothesis (closes_hypothesis):
     near the TPOT limit it is worth its small gain only, unless the native window is missing (then a lower C may
     give one, and ruling that out counts)."""
-    from agent.candidates import rule_for
-    from agent.planner import closes_hypothesis
-    from agent.value import value_of
+    from agent.planner.candidates import rule_for
+    from agent.planner.deterministic import closes_hypothesis
+    from agent.planner.value import value_of
 
     d = diagnose(summary(tpot=19.6), DECODE_BOUND, 20.0, {})
     assert d.likelihood("latency_bound") >= 0.7

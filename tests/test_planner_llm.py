@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agent.llm import LLMPlanner
+from agent.planner.llm import LLMPlanner
 from tests.test_planner import baseline, history, outcome, summary
 
 
@@ -113,7 +113,7 @@ def test_protocol_steps_never_ask_the_model():
 def test_the_model_reads_the_same_digest_and_rule_list(tmp_path):
     """System prompt = the registered rules' lines; user prompt = the best station's digest, new evidence included
     (acceptance per draft position, expert load per EP rank, the breakdown's imbalance and draft terms)."""
-    from agent import rules
+    from agent.planner import rules
     from tests.rules_support import measured_start
 
     hm = measured_start(tmp_path, "qwen3-235b-h800-expert-imbalance")

@@ -5,14 +5,14 @@ coupling is named the one-change cards are exactly what they were; the explorer 
 largest changes only once every one-change neighbour of the best is measured or ruled out."""
 from __future__ import annotations
 
-from agent.approval import _title
-from agent.candidates import build_card, change_words
-from agent.checks import check
-from agent.explorer import propose
-from agent.history import Negative, Veto
-from agent.pairs import build_pair
-from agent.planner import DeterministicPlanner, candidates, closes_hypothesis, diagnosis_for, ruled_out
-from agent.record import card_of, card_record
+from agent.loop.approval import _title
+from agent.planner.candidates import build_card, change_words
+from agent.planner.checks import check
+from agent.planner.explorer import propose
+from agent.planner.history import Negative, Veto
+from agent.planner.pairs import build_pair
+from agent.planner.deterministic import DeterministicPlanner, candidates, closes_hypothesis, diagnosis_for, ruled_out
+from agent.loop.record import card_of, card_record
 from tests.rules_support import measure, measured_start
 
 MTP = "deepseek-v3-910c-wider-mtp-wins"  # acceptance per position values k 1 -> 2; decode batch at its limit
@@ -121,7 +121,7 @@ def test_a_person_rejecting_a_pair_card_vetoes_that_pair_and_neither_change_alon
     the draft width alone is still a card the checks pass (refusing the two together says nothing of either)."""
     import yaml
 
-    from agent.record import build_history
+    from agent.loop.record import build_history
     from state.store import Store
     from tests.rules_support import goal_of
     from tests.test_loop_cli import tuneloop

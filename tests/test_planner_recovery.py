@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from planner_support import DECODE_BOUND, GOAL16, PREFILL_BOUND, baseline, history, outcome, screen, summary
 
-from agent.candidates import station_hash, with_stage
-from agent.checks import check
-from agent.diagnosis import diagnose
-from agent.history import Figures, Negative, Outcome
-from agent.judgement import decide
-from agent.planner import DeterministicPlanner
+from agent.planner.candidates import station_hash, with_stage
+from agent.planner.checks import check
+from agent.planner.diagnosis import diagnose
+from agent.planner.history import Figures, Negative, Outcome
+from agent.planner.judgement import decide
+from agent.planner.deterministic import DeterministicPlanner
 
 HEADROOM = PREFILL_BOUND | {  # decode-bound GPU at a C-limited batch: no queue inside, TPOT well under its limit
     "prefill_waiting_mean": 0.0, "prefill_waiting_nonzero_share": 0.0, "decode_waiting_mean": 0.0,
@@ -127,7 +127,7 @@ def test_a_load_gain_that_breaks_only_tpot_is_kept_by_capping_the_decode_batch()
 
 
 def test_a_hot_load_move_keeps_a_floor_value_only_while_a_decode_batch_cap_is_available():
-    from agent.planner import candidates, diagnosis_for
+    from agent.planner.deterministic import candidates, diagnosis_for
 
     best = GOAL16.start_station() | {"max_num_seqs": 256}
     busy = PREFILL_BOUND | {"decode_running_max": 118.0}  # the load's own hypotheses see no headroom here
@@ -162,7 +162,7 @@ def test_a_negative_is_proposed_again_once_its_conditions_changed():
 
 
 def test_a_faulted_experiment_is_retried_as_a_new_attempt_never_a_dead_end():
-    from agent.checks import MAX_ATTEMPTS, with_attempt
+    from agent.planner.checks import MAX_ATTEMPTS, with_attempt
 
     ref = baseline()
     up = screen("max_prefill_reqs", 2)

@@ -5,14 +5,14 @@ experiment card that passes the same checks as a rule's."""
 from __future__ import annotations
 
 import prompts
-from agent import rules
-from agent.candidates import rule_for
-from agent.checks import check
-from agent.explorer import propose
-from agent.history import Negative
-from agent.llm import system_prompt
-from agent.planner import DeterministicPlanner, candidates, diagnosis_for
-from agent.stops import MIN_VALUE
+from agent.planner import rules
+from agent.planner.candidates import rule_for
+from agent.planner.checks import check
+from agent.planner.explorer import propose
+from agent.planner.history import Negative
+from agent.planner.llm import system_prompt
+from agent.planner.deterministic import DeterministicPlanner, candidates, diagnosis_for
+from agent.planner.stops import MIN_VALUE
 from tests.rules_support import measure, measured_start
 
 
@@ -140,9 +140,9 @@ def test_two_measured_draft_widths_price_a_position_with_its_verification_and_tu
     the verification pass. On the profile where acceptance falls fast, k 3 -> 2 measured at the same batch prices
     a position at several times the draft share, the model then rates k 2 -> 1 a gain (the breakdown alone rates
     it a loss), and the simulator agrees: k = 1 beats k = 2 at that station."""
-    from agent.candidates import build_card
-    from agent.planner import _diagnose
-    from agent.rules.spec_acceptance import fitted_cost, predicted_gain
+    from agent.planner.candidates import build_card
+    from agent.planner.deterministic import _diagnose
+    from agent.planner.rules.spec_acceptance import fitted_cost, predicted_gain
 
     h = measured_start(tmp_path, "llama31-8b-l40s-wider-draft-loses", n=640)
     goal = h.goal
@@ -162,7 +162,7 @@ def test_two_measured_draft_widths_price_a_position_with_its_verification_and_tu
     assert o1.figures.whole > o2.figures.whole  # the simulator's answer: the narrower draft wins
 
     # with k = 1 and k = 2 measured from the k = 3 start, the model sizes k 3 -> 1 in one move
-    from agent.rules.spec_acceptance import sized
+    from agent.planner.rules.spec_acceptance import sized
     three = h.model_copy(update={"outcomes": h.outcomes + [o2, o1.model_copy(update={"card": build_card(
         "g1", goal.scenario, h.best_knobs, "num_speculative_tokens", 1, stage="confirm", n=640)})]})
     jump = sized("num_speculative_tokens", 3, [1, 2, 3, 4], three, _diagnose(three))
@@ -175,7 +175,7 @@ def test_prefill_evidence_sizes_the_budget_to_a_prompt_and_the_instances_to_the_
     the prefill instances saturated and ~90 requests queueing for them against ~17 in decode, the instances
     double (2 -> 4, not the next listed 3), again from 4 (-> 8), and at 8, where decode holds most of the
     requests, the evidence sizes no jump."""
-    from agent.candidates import build_card
+    from agent.planner.candidates import build_card
 
     h = measured_start(tmp_path, "qwen3-30b-910b-prefill-bound")
     card, v = _move(h, "max_num_batched_tokens", 16384)
@@ -193,7 +193,7 @@ def test_prefill_evidence_sizes_the_budget_to_a_prompt_and_the_instances_to_the_
         assert f"so {p} -> {jump} instances" in card.expected_effect and not check(card, hp), card.expected_effect
         _, one = _move(hp, "num_prefill_instances", plain)
         assert one.value < v.value
-    from agent.rules.prefill_supply import sized
+    from agent.planner.rules.prefill_supply import sized
     h8 = at(8)
     values = h8.goal.space()["num_prefill_instances"]
     assert sized("num_prefill_instances", 8, values, h8, diagnosis_for(h8)) is None
@@ -207,7 +207,7 @@ def test_a_binding_request_cap_is_sized_to_the_prompts_the_budget_holds_and_the_
     and use a quarter of the budget. With requests queueing for prefill the cap jumps to the listed value the
     budget holds (8192 / ~2020 -> 4, past the next listed 2); at the start's arrival rate nothing waits, so
     there is nothing to batch beyond the next value and the evidence sizes no jump."""
-    from agent.rules.prefill_supply import sized
+    from agent.planner.rules.prefill_supply import sized
 
     queued = measured_start(tmp_path, "dsv4-chat2k-wide", n=640, request_rate=12)
     d = diagnosis_for(queued)

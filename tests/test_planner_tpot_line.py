@@ -1,4 +1,4 @@
-"""Load steps by a TPOT line (agent/tpot_fit.py) and screens that cannot see a load change (agent/screens.py), on
+"""Load steps by a TPOT line (agent/planner/tpot_fit.py) and screens that cannot see a load change (agent/planner/screens.py), on
 real simulator evidence of the bench's library profiles: over its TPOT limit the start's load cut is sized by the
 proportional bound and, once two batches are measured, by the fitted line; a C + max_num_seqs pair under 10 %
 headroom runs only when the line gives it a fair chance, and jumps along the line where it gives a larger pair an
@@ -8,11 +8,11 @@ under the limit; a screen whose N holds the same load either way goes straight t
 the same checks."""
 from __future__ import annotations
 
-from agent.candidates import build_card
-from agent.checks import check
-from agent.planner import candidates, diagnosis_for
-from agent.screens import screen_blind, to_confirm
-from agent.tpot_fit import predicted_tpot, sized_down, tpot_line
+from agent.planner.candidates import build_card
+from agent.planner.checks import check
+from agent.planner.deterministic import candidates, diagnosis_for
+from agent.planner.screens import screen_blind, to_confirm
+from agent.planner.tpot_fit import predicted_tpot, sized_down, tpot_line
 from tests.rules_support import measure, measured_start
 
 ABOVE = "llama33-70b-910b-above-slo"  # starts at ~54 ms against a 40 ms limit, decode batch ~180
@@ -92,7 +92,7 @@ def test_a_screen_that_deploys_too_little_of_a_load_change_to_see_its_effect_goe
 
 
 def test_a_load_change_that_no_n_can_see_is_no_candidate(tmp_path):
-    from agent.screens import load_unchanged
+    from agent.planner.screens import load_unchanged
     h = measured_start(tmp_path, ABOVE, concurrency=96)
     same = build_card("g1", h.goal.scenario, h.best_knobs, "max_num_seqs", 192, stage="confirm", n=640)
     assert load_unchanged(same, 640) is not None  # max_num_seqs 256 -> 192 above C = 96 never binds
@@ -106,7 +106,7 @@ IMBALANCE = "qwen3-235b-h800-expert-imbalance"  # starts at ~28.9 ms of a 30 ms 
 
 
 def test_near_the_limit_a_batch_raise_is_worth_its_chance_under_it_so_the_relayout_goes_first(tmp_path):
-    from agent.tpot_fit import load_chance
+    from agent.planner.tpot_fit import load_chance
 
     h, limit = _at_confirm(tmp_path, IMBALANCE)
     head = diagnosis_for(h).tpot_headroom
@@ -132,7 +132,7 @@ def test_near_the_limit_a_batch_raise_is_worth_its_chance_under_it_so_the_relayo
 
 
 def test_the_closed_loop_batch_model_holds_the_fill_far_below_n_and_not_near_it():
-    from agent.tpot_fit import batch_at
+    from agent.planner.tpot_fit import batch_at
 
     assert batch_at(199.4, 256, 256, 640, 1.0) == 199.4  # the measured station itself
     # a run of 640 through 256 slots spent δ = 640/199.4 - 640/256 ≈ 0.71 of a request's decode time in ramp and
@@ -151,7 +151,7 @@ def test_a_client_and_batch_pair_is_sized_along_the_line_by_the_closed_loop_batc
     # static layout: 128 and 256 slots measured at C = 256, N = 640: the line (~16 + 0.043 ms per sequence) puts
     # C512 + max_num_seqs 448 at ~29 ms once the run's ramp and drain are carried (~299 running); held at the
     # measured fill the same pair would run ~349 and cross the 30 ms limit
-    from agent.tpot_fit import sized_pair
+    from agent.planner.tpot_fit import sized_pair
 
     h, limit = _at_confirm(tmp_path, IMBALANCE, expert_layout="static_eplb")
     o = measure(tmp_path, h.goal, build_card("g1", h.goal.scenario, h.best_knobs, "max_num_seqs", 256,
@@ -186,7 +186,7 @@ def test_a_wider_draft_moves_the_batch_limit_to_where_its_scaled_line_meets_the_
     assert sv.value < tv.value and not check(top, h2)
     # on the k 2 line itself (no draft change) a batch limit of 256 would break the limit
     line = tpot_line(h2, h2.best_knobs, 640)
-    from agent.tpot_fit import batch_at
+    from agent.planner.tpot_fit import batch_at
     assert line.at(batch_at(o.evidence["decode_running_mean"], 128, 256, 640, 1.0)) > limit
 
 
@@ -194,7 +194,7 @@ def test_a_latency_recovery_caps_the_batch_where_the_line_keeps_it_under_the_lim
     # k 3, max_num_seqs 256: C 128, 160, 192 under 20 ms, then C 256 at ~21 ms (a gain that broke only TPOT); the
     # line through the four runs keeps a cap of 224 under the limit less its spread: the recovery caps there, not
     # at 192 (the smallest cap holding what the best station ran)
-    from agent.recovery import latency_recovery
+    from agent.planner.recovery import latency_recovery
 
     h, limit = _at_confirm(tmp_path, MTP, num_speculative_tokens=3, max_num_seqs=256, concurrency=128)
     outs, knobs = list(h.outcomes), h.best_knobs
@@ -211,6 +211,6 @@ def test_a_latency_recovery_caps_the_batch_where_the_line_keeps_it_under_the_lim
     assert "the TPOT line over 4 run(s)" in card.mechanism and card.knobs["concurrency"] == 256
     assert not check(card, h2)
     # under a tighter limit the line vouches for no cap above the one the best station's run holds: that one
-    from agent.recovery import line_cap
+    from agent.planner.recovery import line_cap
     assert line_cap(h2, hot, [192, 224], limit)[0] == 224
     assert line_cap(h2, hot, [192, 224], limit - 1.0) is None

@@ -90,8 +90,8 @@ def _progress_goal(tmp_path, clock: str):
     """A goal with one run in its load phase, as the runner leaves it (phase records, progress.json)."""
     from test_api_support import small_goal
 
-    from agent.candidates import build_card
-    from agent.record import card_record
+    from agent.planner.candidates import build_card
+    from agent.loop.record import card_record
     from state.goal import GoalSpec
 
     store = Store(f"sqlite:///{tmp_path / 't.db'}")
@@ -110,7 +110,7 @@ def _progress_goal(tmp_path, clock: str):
 
 
 def test_progress_on_the_simulator_is_in_simulated_seconds_on_a_real_target_in_wall_seconds(tmp_path):
-    from agent.progress import goal_progress
+    from agent.loop.progress import goal_progress
 
     later = datetime.now(timezone.utc) + timedelta(hours=3)  # three wall hours on: never shown on the simulator
     for clock in ("simulated", "wall"):

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.record import card_of
+from agent.loop.record import card_of
 from agent.report import build_report, render
-from agent.session import run_session
+from agent.loop.session import run_session
 from state.goal import load_goal
 from state.kpis import compute_kpis
 from state.store import Store

@@ -13,7 +13,7 @@ import yaml
 
 from agent.report import build_report, render
 from agent.report.answer import gains, reference_of
-from agent.session import run_session
+from agent.loop.session import run_session
 from state.goal import GoalSpec
 from state.kpis import compute_kpis
 from state.snapshots import Conditions

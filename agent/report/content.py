@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from agent.record import card_of, frozen_stations
+from agent.loop.record import card_of, frozen_stations
 from agent.report.experiment import Experiment
 from agent.report.people import PersonDecision, gather_people
 from agent.report.tradeoffs import TradeRow, tradeoffs

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.candidates import change_words
+from agent.planner.candidates import change_words
 from core.summary import Summary
 from core.trial import TrialResult
 from state.snapshots import Decision, Run

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agent.candidates import change_words
+from agent.planner.candidates import change_words
 from agent.report.blocks import Block, Cell, Heading, Para, Table
 
 _VIA = re.compile(r"^(?P<name>.*\S) \((?P<via>[a-z][a-z0-9_-]*)\)$")  # "alice (slack)"; not "(--auto-approve)"
-AUTO = "authorisation table:"  # the reason the loop records with an approval no person gave (agent.approval)
+AUTO = "authorisation table:"  # the reason the loop records with an approval no person gave (agent.loop.approval)
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def _vs(row: TradeRow, ref: Experiment | None, spec: Any) -> TradeRow:
 
 def _mark(row: TradeRow, rows: list[TradeRow]) -> TradeRow:
     """Frontier: kept by the loop, meets the SLO, and no other kept row at this N is as fast (whole) with every
-    latency mean as low (the loop's own rule, agent.judgement.frontier)."""
+    latency mean as low (the loop's own rule, agent.planner.judgement.frontier)."""
     keys = ("ttft_mean", "tpot_mean", "e2e_mean")
 
     def beats(b: TradeRow, a: TradeRow) -> bool:

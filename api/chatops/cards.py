@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from agent.candidates import change_words
-from agent.progress import card_estimate, ranking
+from agent.planner.candidates import change_words
+from agent.loop.progress import card_estimate, ranking
 
 APPROVE, REJECT = "tuneloop_approve", "tuneloop_reject"  # Slack action ids
 REASON_BLOCK, REASON_ACTION = "tuneloop_reason", "reason"  # the reason input (message and modal)

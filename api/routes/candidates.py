@@ -6,8 +6,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from agent.progress import card_estimate, ranking
-from agent.record import card_of, frozen_stations
+from agent.loop.progress import card_estimate, ranking
+from agent.loop.record import card_of, frozen_stations
 from api import actions
 from api.auth import Approver, Viewer
 from api.deps import ServiceDep, StoreDep
@@ -17,7 +17,7 @@ router = APIRouter(tags=["candidates"])
 CONFLICT = {409: {"description": "already decided (one decision per card), or the card changed since it was shown"}}
 
 
-# the ask's text is agent.session.waiting_reason's: "waiting for approval of candidate 7: <why>"
+# the ask's text is agent.loop.session.waiting_reason's: "waiting for approval of candidate 7: <why>"
 _WAITING = re.compile(r"^waiting for (approval of candidate \d+|a budget extension[^:]*): ")
 
 
@@ -34,7 +34,7 @@ def asked(store: Any, goal_id: str) -> dict[int, str]:
 def candidate_out(c: Any, frozen: dict[str, str], waiting: set[int] | None = None, store: Any = None,
                   asks: dict[int, str] | None = None) -> CandidateOut:
     """A card as shown, its own and its parent's station named by the frozen hash `/stations` resolves
-    (`frozen`: agent.record.frozen_stations); with `store`, an estimate is computed where the planner gave
+    (`frozen`: agent.loop.record.frozen_stations); with `store`, an estimate is computed where the planner gave
     none (for cards a person is asked about); `asks`: why the loop asked about each card (`asked`)."""
     est = card_estimate(store, c.goal_id, c.card) if store is not None else c.card.get("est_card_hours")
     card = card_of(c.card)

@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 from fastapi import APIRouter, HTTPException, Request, status
 
-from agent.progress import goal_progress
+from agent.loop.progress import goal_progress
 from api import actions, idempotency, permissions
 from api.auth import Admin, Approver, Viewer
 from api.deps import ServiceDep, StoreDep

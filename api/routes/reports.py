@@ -11,7 +11,7 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
 
 from agent.report import render_report
-from agent.runcli import kpi_lines
+from agent.report.kpis import kpi_lines
 from api.auth import Viewer
 from api.deps import ServiceDep, StoreDep
 from state.statefile import render_state

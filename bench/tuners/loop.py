@@ -1,4 +1,4 @@
-"""tuneloop itself, driven through the real loop: `agent.session.run_session` with the real Executor
+"""tuneloop itself, driven through the real loop: `agent.loop.session.run_session` with the real Executor
 on the sim target, a fresh SQLite store and runs root per run. Its trials are read back from the store
 (the record of truth): runs in judged order, their charged costs, and the best station after each.
 """
@@ -18,7 +18,7 @@ BEST_KINDS = ("baseline", "new_best", "quality_passed")
 
 def run_loop(goal: Any, profile: Profile, space: dict[str, list[Any]], workdir: Path | None = None) -> dict[str, Any]:
     """Run the loop to its own stop; returns {trials, stop_reason, status, charging_check}."""
-    from agent.session import run_session
+    from agent.loop.session import run_session
     from executor.phases import ExecSettings
     from executor.runner import Executor
     from state.store import Store
@@ -27,7 +27,7 @@ def run_loop(goal: Any, profile: Profile, space: dict[str, list[Any]], workdir: 
         url = f"sqlite:///{Path(tmp) / 'tuneloop.db'}"
         store = Store(url)
         try:
-            # run_session simulates the goal on its own sim_profile (agent.session.bind_sim_profile)
+            # run_session simulates the goal on its own sim_profile (agent.loop.session.bind_sim_profile)
             ex = Executor(store, settings=ExecSettings.from_env(runs_root=Path(tmp) / "runs"))
             res = run_session(goal, url, auto_approve=True, executor=ex, who="tuner-efficiency bench")
             trials, check = read_trials(store, res.goal_id, goal, profile, space)
@@ -39,7 +39,7 @@ def run_loop(goal: Any, profile: Profile, space: dict[str, list[Any]], workdir: 
 def read_trials(store: Any, goal_id: str, goal: Any, profile: Profile,
                 space: dict[str, list[Any]]) -> tuple[list[Trial], dict[str, Any]]:
     """The loop's experiments in judged order, and the bench's re-charge of them (must agree)."""
-    from agent.record import card_of
+    from agent.loop.record import card_of
     from core.trial import CostEntry
     from executor.targets import builtin_sim
 

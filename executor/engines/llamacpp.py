@@ -19,7 +19,7 @@ from executor.targets import Target
 class LlamaCpp(Adapter):
     name = "llamacpp"
     knob_key = "llamacpp"
-    pinned = "llama.cpp b11434 (executor/llamabuild.py builds it from source)"
+    pinned = "llama.cpp b11434 (executor/engines/llamacpp_build.py builds it from source)"
     metrics = {
         "running": ("llamacpp:requests_processing",),
         "waiting": ("llamacpp:requests_deferred",),

@@ -1,0 +1,154 @@
+"""One invocation of the loop for one goal: open (or continue) the goal, run the graph to a stop or an approval.
+
+Restarting with the same goal spec and store continues the same goal: the store says what finished and
+what was approved, so nothing is repeated and no approval is asked twice.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from agent.loop.graph import build_graph, checkpointer, run_config
+from agent.planner.llm import LLMPlanner
+from agent.loop.nodes import Loop
+from agent.planner.deterministic import DeterministicPlanner
+from agent.planner.prescreen import Prescreened, calibrated
+from executor.phases import crashpoint
+from executor.runner import Executor
+from state.statefile import write_state
+from state.store import Store, default_url
+
+
+@dataclass
+class SessionResult:
+    goal_id: str
+    status: str  # done | stopped | paused | waiting (for an approval)
+    reason: str
+    waiting_for: dict[str, Any] | None = None  # the interrupt payload (card, candidate_id, card_hash)
+    state_path: str | None = None
+    notes: list[str] = field(default_factory=list)
+    already_finished: bool = False  # the goal had finished before this call: nothing was run
+
+
+def default_store_url(goal_path: str | Path | None = None) -> str:
+    return default_url()
+
+
+def finished(store: Any, goal: Any) -> bool:
+    """Done, and no instruction given since that asks for more (one more round, resume, go back)."""
+    if goal.status != "done":
+        return False
+    ins = store.current_instruction(goal.id)
+    if ins is None or ins.kind in ("pause", "stop"):
+        return True
+    made, done_at = ins.created_at, goal.updated_at
+    if made.tzinfo is None or done_at.tzinfo is None:
+        made, done_at = made.replace(tzinfo=None), done_at.replace(tzinfo=None)
+    return made <= done_at
+
+
+def finished_reason(goal: Any, state_path: str) -> str:
+    return (f"goal {goal.id} already finished: {goal.status_reason or 'done'}. Results: {state_path}, "
+            f"`tuneloop report {goal.id}`; run with --new to start a fresh goal with this spec")
+
+
+def bind_sim_profile(executor: Any, spec: Any) -> None:
+    """A goal on a simulator target is simulated on the goal's own `sim_profile` (its cards, costs and
+    engine), whichever executor runs it: the built-in `sim` target alone would always be the dsv4 one."""
+    targets = getattr(executor, "targets", None)
+    target = targets.get(spec.target) if isinstance(targets, dict) else None
+    if target is None or getattr(target, "kind", None) != "sim" or not spec.sim_profile:
+        return
+    if target.profile != spec.sim_profile:
+        targets[spec.target] = target.model_copy(update={"profile": spec.sim_profile})
+
+
+def make_planner(llm_base_url: str | None, llm_model: str = "tuneloop-planner", api_key: str | None = None) -> Any:
+    if not llm_base_url:
+        return DeterministicPlanner()
+
+    return LLMPlanner(llm_base_url, model=llm_model, api_key=api_key or "not-needed")
+
+
+def waiting_reason(payload: dict[str, Any]) -> str:
+    if payload.get("kind") == "budget_extension":
+        return (f"waiting for a budget extension of {payload.get('card_hours', 0):.2f} card-hours and "
+                f"{payload.get('experiments', 0)} experiment(s) for candidate {payload.get('candidate_id')}: "
+                f"{payload.get('why')}")
+    return f"waiting for approval of candidate {payload.get('candidate_id')}: {payload.get('why')}"
+
+
+def record_ask(store: Any, goal_id: str, payload: dict[str, Any], reason: str) -> None:
+    """What the loop asked a person, in the decision log (once per card hash and kind): the card hash in it
+    is the one the person is shown, so an approval by chat is bound to it."""
+    data = {k: payload.get(k) for k in ("kind", "candidate_id", "card_hash", "card_hours", "experiments")}
+    last = store.decisions(goal_id, ("ask",))
+    if last and {k: last[-1].data.get(k) for k in data} == data:
+        return
+    store.record_decision(goal_id, "ask", candidate_id=payload.get("candidate_id"), text=reason, data=data)
+
+
+def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planner: Any = None,
+                executor: Any = None, faults: Callable | None = None, resume: Any = None,
+                on_event: Callable[[str, dict[str, Any]], None] | None = None, who: str = "tuneloop run",
+                goal_id: str | None = None, targets: dict[str, Any] | None = None,
+                new_goal: bool = False) -> SessionResult:
+    """Run the loop for `spec` until it stops or waits for a person; `resume` answers a pending approval.
+
+    The same spec continues its latest goal; a goal that already finished is not run again (the result
+    says so and where its results are) unless an instruction given since asks for more; `new_goal`
+    starts a fresh goal with the same spec.
+    """
+    from langgraph.types import Command  # deferred: langgraph, loaded when a session runs
+
+
+    store = Store(store_url)
+    try:
+        if goal_id:
+            goal = store.get_goal(goal_id)
+        else:
+            goal = store.create_goal(spec) if new_goal else store.open_goal(spec)
+        executor = executor or Executor(store, targets)  # targets: e.g. a local llama.cpp server (issue 7)
+        runs_root = getattr(getattr(executor, "settings", None), "runs_root", None)
+        if resume is None and finished(store, goal):
+            ins = store.current_instruction(goal.id)
+            if ins is not None and ins.kind in ("pause", "stop"):  # nothing left for it to hold: say so
+                store.settle_instruction(ins.id, f"done: the goal had already ended ({goal.status})")
+            path = str(write_state(store, goal.id, runs_root=runs_root))
+            return SessionResult(goal.id, goal.status, finished_reason(goal, path), state_path=path,
+                                 already_finished=True)
+        bind_sim_profile(executor, goal.spec)
+        state_path: list[str] = []
+
+        def state_file(st: Any, gid: str, **info: Any) -> None:
+            state_path[:] = [str(write_state(st, gid, runs_root=runs_root))]
+
+        planner = planner or DeterministicPlanner()
+        if calibrated(executor, goal.spec.target):  # a calibrated profile: screens are simulated before they run
+            planner = Prescreened(planner, executor, store)
+        loop = Loop(store=store, executor=executor, goal_id=goal.id, planner=planner,
+                    auto_approve=auto_approve, who=who, faults=faults,
+                    on_event=on_event or (lambda phase, info: None), state_file=state_file)
+        with checkpointer(store.url if hasattr(store, "url") else store_url) as saver:
+            graph = build_graph(loop, saver)
+            cfg = run_config(goal.id)
+            pending = graph.get_state(cfg).interrupts if resume is not None else ()
+            inp: Any = Command(resume=resume) if pending else {"goal_id": goal.id}
+            out = graph.invoke(inp, cfg, durability="sync")
+            interrupts = out.get("__interrupt__") if isinstance(out, dict) else None
+        if interrupts:
+            payload = interrupts[0].value
+            reason = waiting_reason(payload)
+            if store.get_goal(goal.id).status == "running":
+                store.set_goal_status(goal.id, "waiting", reason)
+            record_ask(store, goal.id, payload, reason)
+            crashpoint("approval", "waiting")  # tests: SIGKILL while the loop waits for a person (checkpoint written)
+            state_file(store, goal.id)
+            return SessionResult(goal.id, "waiting", reason, waiting_for=payload,
+                                 state_path=state_path[0] if state_path else None, notes=loop.notes)
+        g = store.get_goal(goal.id)
+        return SessionResult(goal.id, g.status, out.get("stop_reason") or g.status_reason or "",
+                             state_path=state_path[0] if state_path else None, notes=loop.notes)
+    finally:
+        store.close()

@@ -1,0 +1,15 @@
+"""The loop's LangGraph state: only ids and small JSON, because it is checkpointed (msgpack) and the store, not
+the checkpoint, is the record of truth (docs/architecture.md, "The loop's state")."""
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class LoopState(TypedDict, total=False):
+    goal_id: str
+    candidate_id: int | None
+    run_id: str | None
+    stop_reason: str | None
+    stop_status: str | None
+    diagnosis: str | None
+    diagnosis_data: dict[str, Any] | None  # the Diagnosis as JSON: propose plans from this one

@@ -1,0 +1,149 @@
+"""The same deterministic checks for every proposal, whoever wrote it (rules or an LLM).
+
+Each check returns a refusal line (check name + reason) or nothing; a card passes when the list is empty.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from agent.planner.candidates import CandidateCard, Change
+from agent.planner.history import History
+from core.canonical import canon
+from core.knobs import COST_ORDER, KnobError, catalog
+from core.station import change_cost
+
+MAX_ATTEMPTS = 3  # runs of one experiment that may end in a tooling fault before it is set aside
+
+
+def with_attempt(card: CandidateCard, history: History) -> CandidateCard:
+    """The card as its next attempt: a fault is retried as a fresh run of the same experiment, never a dead end."""
+    return card.model_copy(update={"attempt": history.faulted(card.experiment_key) + 1})
+
+
+def _eq(a: Any, b: Any) -> bool:
+    return canon(a) == canon(b)
+
+
+def estimate(card: CandidateCard, history: History) -> float:
+    """Card-hours this card would cost; a restart only when the warm service runs another server config."""
+
+    cost = change_cost(history.warm_knobs, card.knobs)
+    needs = cost is not None and cost != "hot"
+    cls = card.cost_class if card.change is not None else (cost or "hot")
+    return history.cost.estimate(cls, card.n, history.goal.protocol.warmup, needs_restart=needs)
+
+
+def check(card: CandidateCard, history: History) -> list[str]:
+    """Refusals for this card; empty = accepted."""
+    out: list[str] = []
+    goal = history.goal
+    cat = catalog()
+    if card.goal_id != history.goal_id or card.scenario != goal.scenario:
+        out.append(f"goal: card is for {card.goal_id}/{card.scenario}, not {history.goal_id}/{goal.scenario}")
+    if card.change is None:
+        if card.stage != "baseline":
+            out.append("one_change: a screen or confirm card must change exactly one knob")
+    else:
+        diff = {k for k in set(card.knobs) | set(card.parent_knobs)
+                if not _eq(card.knobs.get(k), card.parent_knobs.get(k))}
+        named = {c.knob for c in card.changes}
+        if card.also is None and len(diff) != 1:
+            out.append(f"one_change: {len(diff)} knobs differ from the parent ({sorted(diff)})")
+        elif card.also is not None and (diff != named or len(named) != 2):
+            out.append(f"one_change: a coupled pair must change its two knobs, {sorted(diff)} differ")
+        if card.also is not None and not card.coupling:
+            out.append("one_change: a second change needs the coupling the evidence names")
+        risky = False
+        for c in card.changes:
+            found = _change_refusals(c, card, history)
+            out += found
+            if any(r.startswith("knob_exists: ") and "catalog" in r for r in found):
+                return out
+            risky = risky or catalog().get(c.knob).quality_risk
+        try:
+            cat.validate(dict(card.knobs), engine=goal.engine)
+        except KnobError as e:
+            if "first" in e.reason:
+                out.append(f"dependencies: {e}")
+            elif not any(x.startswith("in_range") for x in out):
+                out.append(f"in_range: {e}")
+        for c in card.changes:
+            out += _negatives(c, card, history)
+        if card.station_key in history.predicted_negatives:  # set aside unrun (any stage): a prediction, not a result
+            out.append(f"predicted_negative: {history.predicted_negatives[card.station_key]}")
+        if card.stage == "screen" and card.parent_knobs_hash != history.best_knobs_hash:
+            out.append("parent: a screen starts from the current best station")
+        if card.quality_risk != risky:
+            out.append(f"quality_risk: {' + '.join(sorted(named))} quality risk is {risky}")
+        worst = max((catalog().get(c.knob).cost_class for c in card.changes), key=COST_ORDER.__getitem__)
+        if card.also is not None and card.cost_class != worst:
+            out.append(f"cost_class: a coupled pair costs its dearer change's class ({worst}), not {card.cost_class}")
+    if card.stage == "screen" and card.n != goal.protocol.screen_n:
+        out.append(f"protocol: screen N must be {goal.protocol.screen_n}, not {card.n}")
+    if card.stage == "confirm" and card.n != goal.protocol.confirm_n:
+        out.append(f"protocol: confirm N must be {goal.protocol.confirm_n}, not {card.n}")
+    veto = history.vetoed(card)
+    if veto is not None:
+        out.append(veto.refusal())
+    known = history.reference(card.knobs, card.n) if card.stage != "baseline" else None
+    if known is not None:  # e.g. a move back to the parent: its measurement at this N is reused, not repeated
+        out.append(f"measured: this station was measured at N={card.n} already ({known.run_id})")
+    if card.experiment_key in history.finished_keys:
+        out.append(f"not_finished: experiment {card.experiment_key} already ran")
+    elif history.faulted(card.experiment_key) >= MAX_ATTEMPTS:
+        out.append(f"faults: experiment {card.experiment_key} ended in a tooling fault {MAX_ATTEMPTS} times; "
+                   "a person should look at the target")
+    if history.experiments_left < 1:
+        out.append("affordable: no experiments left in the budget")
+    cost = estimate(card, history)
+    if cost > history.budget_left_card_hours:
+        out.append(f"affordable: ~{cost:.2f} card-h estimated, {history.budget_left_card_hours:.2f} left")
+    return out
+
+
+def _change_refusals(c: Change, card: CandidateCard, history: History) -> list[str]:
+    """The checks of one change of a card (both of a coupled pair's): the knob, its range, its old value, and the
+    known negatives under the same conditions."""
+    out: list[str] = []
+    goal, cat = history.goal, catalog()
+    if c.knob not in cat:
+        return [f"knob_exists: {c.knob!r} is not in the knob catalog"]
+    knob = cat.get(c.knob)
+    if goal.engine not in knob.engines and knob.cost_class != "hot":
+        out.append(f"knob_exists: {c.knob} is not a knob of engine {goal.engine!r}")
+    try:
+        knob.coerce(c.new)
+    except KnobError as e:
+        out.append(f"in_range: {e}")
+    space = goal.space()
+    if c.knob not in space:
+        out.append(f"in_range: {c.knob} is not in the goal's search space")
+    elif not any(_eq(c.new, v) for v in space[c.knob]):
+        out.append(f"in_range: {c.knob}={c.new!r} is not one of the goal's values {list(space[c.knob])}")
+    if not _eq(c.old, card.parent_knobs.get(c.knob, knob.default)):
+        out.append(f"one_change: old value {c.old!r} is not the parent's {card.parent_knobs.get(c.knob)!r}")
+    return out
+
+
+def _negatives(c: Change, card: CandidateCard, history: History) -> list[str]:
+    """A known negative of this change under the same conditions (a pair with one in it is refused too)."""
+    return [f"known_negative: {c.knob}={c.new!r} was negative under the same conditions "
+            f"({neg.experiment_key}: {neg.reason})" for neg in history.negatives
+            if card.stage == "screen" and neg.applies(c.knob, c.new, card.scenario, history.data_version,
+                                                      card.parent_knobs_hash, history.source_identity)]
+
+
+def retry_note(card: CandidateCard, history: History) -> str | None:
+    """When a change was negative under other conditions, say which changed (a retry is then allowed)."""
+    if card.change is None:
+        return None
+    for neg in history.negatives:
+        if neg.knob == card.change.knob and _eq(neg.value, card.change.new):
+            changed = [name for name, a, b in (
+                ("parent station", neg.parent_knobs_hash, card.parent_knobs_hash),
+                ("data version", neg.data_version, history.data_version),
+                ("source identity", neg.source_identity, history.source_identity),
+                ("scenario", neg.scenario, card.scenario)) if a != b]
+            if changed:
+                return f"retrying a negative ({neg.experiment_key}): {', '.join(changed)} changed"
+    return None

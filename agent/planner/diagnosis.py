@@ -1,0 +1,128 @@
+"""Explain the evidence before choosing a knob: named hypotheses with evidence for and against.
+
+Pure: a Summary, the evidence digest (executor.evidence.digest keys) and the goal's latency limit in,
+a Diagnosis out. Each hypothesis is scored by its rule (agent/planner/rules/<hypothesis>.py, registered in
+agent.planner.rules.RULES). Thresholds are coarse on purpose; the planner only needs to rank explanations and
+know when the queue evidence cannot separate them (then, and only then, a profile is worth asking for).
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from agent.planner.cards import CandidateCard
+from agent.planner.history import History
+from agent.planner.rules import NAMES, RULES
+from agent.planner.rules.base import OPEN_LOW, SUPPORTED, Ctx, Hypothesis, decode_at_limit, decode_full, num
+from agent.planner.rules.client_supply import client_limit
+from agent.planner.rules.decode_capacity import decode_demand
+from agent.planner.rules.expert_imbalance import imbalance_loss
+from agent.planner.rules.kv_transfer import transfer_wait
+from agent.planner.rules.latency_bound import headroom as latency_headroom
+from agent.planner.rules.load_headroom import LOAD_HEADROOM
+from agent.planner.rules.prefill_supply import BUDGET_FULL, CAP_FULL, prefill_limit
+from agent.planner.rules.spec_acceptance import draft_cost, positions
+from core.summary import Summary
+
+HYPOTHESES: tuple[str, ...] = NAMES
+SEPARATION = 0.15  # two supported hypotheses closer than this cannot be told apart from queues alone
+__all__ = ["BUDGET_FULL", "CAP_FULL", "HYPOTHESES", "LOAD_HEADROOM", "OPEN_LOW", "SUPPORTED", "Diagnosis",
+           "Hypothesis", "client_limit", "decode_at_limit", "decode_demand", "decode_full", "diagnose",
+           "prefill_limit"]
+
+
+class Diagnosis(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    hypotheses: list[Hypothesis]
+    propose_profile: bool = False
+    profile_reason: str | None = None
+    tpot_headroom: float | None = None  # 1 - mean TPOT / limit
+    # which prefill batch limit binds (batch composition evidence): "token_budget" when batches already fill
+    # the token budget (a higher request cap cannot add tokens), "request_cap" when they carry the cap's
+    # requests with budget to spare; None when the evidence does not say
+    prefill_limit: Literal["token_budget", "request_cap"] | None = None
+    prefill_limit_why: str | None = None
+    prefill_budget_fill: float | None = None  # mean prefill batch tokens / token budget
+    # which client limit binds: "request_rate" (QPS ≈ r with free concurrency slots: a higher C adds nothing)
+    # or "concurrency" (in flight ≈ C: a higher r only queues at the sender); None when neither clearly
+    client_limit: Literal["request_rate", "concurrency"] | None = None
+    client_limit_why: str | None = None
+    # requests per decode instance that want to run (running + waiting) when decode sits at its batch limit:
+    # the queue sizes how far the limit should move, not only which way
+    decode_demand: float | None = None
+    spec_positions: list[float] | None = None  # acceptance per draft position (share of drafts)
+    draft_cost: float | None = None  # one draft position's time relative to a decode step (breakdown draft_s)
+    draft_cost_why: str | None = None  # where draft_cost comes from when not the breakdown (a fit over widths)
+    imbalance_loss: float | None = None  # share of device time lost to expert imbalance
+    transfer_wait: float | None = None  # share of the decode side's requests waiting for their KV transfer
+    prefill_busy: float | None = None  # busy share of the prefill instances' time (breakdown)
+
+    def get(self, name: str) -> Hypothesis:
+        return next(h for h in self.hypotheses if h.name == name)
+
+    def likelihood(self, name: str) -> float:
+        return self.get(name).likelihood
+
+    @property
+    def leading(self) -> Hypothesis:
+        return max(self.hypotheses, key=lambda h: h.likelihood)
+
+    def text(self) -> str:
+        lines = []
+        for h in sorted(self.hypotheses, key=lambda h: -h.likelihood):
+            lines.append(f"{h.name} [{h.status} {h.likelihood:.2f}]")
+            lines += [f"  + {e}" for e in h.evidence_for]
+            lines += [f"  - {e}" for e in h.evidence_against]
+        if self.propose_profile:
+            lines.append(f"profile capture: {self.profile_reason}")
+        return "\n".join(lines)
+
+
+def _num(ev: dict[str, Any], key: str) -> float | None:
+    return num(ev, key)
+
+
+def diagnose(summary: Summary | None, evidence: dict[str, Any], tpot_limit_ms: float | None,
+             knobs: dict[str, Any] | None = None, ruled_out: frozenset[str] | set[str] = frozenset()) -> Diagnosis:
+    """Rank the named explanations of where throughput is lost, from queue and batch evidence; `ruled_out`
+    names hypotheses a move from this station already tested negative: the queue they explain no longer
+    argues against the load as the limit (what a negative rules out)."""
+    ev = evidence or {}
+    knobs = knobs or {}
+    ctx = Ctx(summary=summary, ev=ev, tpot_limit_ms=tpot_limit_ms, knobs=knobs,
+              ruled_out=frozenset(ruled_out) - {"latency_bound"})
+    head = latency_headroom(ctx)
+    ctx = Ctx(summary=summary, ev=ev, tpot_limit_ms=tpot_limit_ms, knobs=knobs, ruled_out=ctx.ruled_out, headroom=head)
+    hyps = [r.score(ctx) for r in RULES]
+    # where the server loses throughput (profiles separate these); latency and load headroom are about the load
+    throughput = [h for r, h in zip(RULES, hyps) if r.separable]
+    ranked = sorted(throughput, key=lambda h: -h.likelihood)
+    profile, why = False, None
+    queues_seen = any(_num(ev, k) is not None for k in ("prefill_waiting_mean", "decode_waiting_mean"))
+    if ranked[0].likelihood < SUPPORTED and ranked[0].likelihood >= OPEN_LOW:
+        profile, why = True, f"no explanation is supported by the queues; {ranked[0].name} is only open"
+    elif ranked[0].likelihood >= SUPPORTED and ranked[1].likelihood >= ranked[0].likelihood - SEPARATION:
+        profile, why = True, f"queues cannot separate {ranked[0].name} from {ranked[1].name}"
+    elif not queues_seen and ranked[0].likelihood < SUPPORTED:
+        profile, why = True, "no queue evidence was collected"
+    limit, limit_why, fill = prefill_limit(ev, knobs)
+    client, client_why = client_limit(summary)
+    k = int(knobs.get("num_speculative_tokens") or 0)
+    return Diagnosis(hypotheses=hyps, propose_profile=profile, profile_reason=why, tpot_headroom=head,
+                     prefill_limit=limit, prefill_limit_why=limit_why, prefill_budget_fill=fill, client_limit=client,
+                     client_limit_why=client_why, decode_demand=decode_demand(ev), spec_positions=positions(ev),
+                     draft_cost=draft_cost(ev, k), imbalance_loss=imbalance_loss(ev)[0],
+                     transfer_wait=(transfer_wait(ev) or (None,))[0], prefill_busy=_busy(ev, "prefill"))
+
+
+def _busy(ev: dict[str, Any], role: str) -> float | None:
+    d = (ev.get("breakdown") or {}).get(role)
+    return num(d, "busy_share") if isinstance(d, dict) else None
+
+
+def wants_profile(diag: Any, card: CandidateCard, history: History) -> bool:
+    """Profile only when the queues cannot separate the explanations, and once per parent station."""
+    if diag is None or not diag.propose_profile or card.stage == "baseline" and not history.outcomes:
+        return False
+    return not any(o.card.profile_capture and o.card.parent_knobs_hash == card.parent_knobs_hash for o in history.outcomes)

@@ -1,0 +1,304 @@
+"""Exploration when the evidence rules run out: Optuna's TPE over the goal's space proposes the next card.
+
+The study is warm-started from every valid run of the goal (`add_trial` of the measured stations, the TPOT limit
+as an Optuna constraint, so TPE's "good" set holds only stations that meet it). Its suggestions are projected
+onto the best station's one-change neighbourhood, so the card stays an experiment card: one change, the same
+checks, never a known negative or a veto, ordered by what it is expected to win per card-hour. Only when every
+one-change neighbour is measured or ruled out does a suggestion keep its two largest changes (a coupled pair,
+mechanism "exploration: … (pair)"), where the model expects it to improve on the best. The expected
+effect comes from a kernel model of the measured objective (a Nadaraya-Watson estimate over the same encoded
+space, with an uncertainty that grows with the distance to the nearest measurement): a predicted change with an
+interval, and the expected improvement over the best (Gaussian EI) that the stop rule reads. Deterministic: the
+sampler is seeded from the goal's first seed and the number of runs it was told.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import optuna
+
+from agent.planner.candidates import CandidateCard, build_card
+from agent.planner.checks import check, estimate, retry_note
+from agent.planner.history import History
+from agent.planner.pairs import build_pair
+from agent.planner.screens import load_unchanged, screen_blind, to_confirm
+from agent.planner.value import CLASS_FACTOR, Value
+from core.canonical import canon
+from core.ledger import Interval
+from core.ledger import Prediction as LedgerPrediction
+from core.knobs import catalog
+
+BANDWIDTH = 0.25  # kernel width in the encoded space (each ordered knob spans 0..1; another enum choice is 1)
+DEFAULT_EFFECT = 0.1  # the relative effect of one change before two stations one change apart were measured
+INTERVAL_Z = 1.64  # the predicted interval: mean ± 1.64 σ (90 %)
+ASKS = 24  # TPE suggestions drawn per planning step (each projected onto the one-change neighbourhood)
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    mean: float  # predicted objective
+    sigma: float
+    base: float  # the best station's measured objective
+    ei: float  # expected improvement over `base` (objective units)
+    violation: float  # predicted TPOT violation (0 = meets the limit)
+
+    @property
+    def ei_pct(self) -> float:
+        return 100.0 * self.ei / self.base if self.base > 0 else 0.0
+
+    def ledger(self, metric: str, window: str) -> LedgerPrediction:
+        """The hypothesis ledger's form: the relative effect on the objective with the 90 % interval."""
+        b = self.base if self.base > 0 else 1.0
+        lo, hi = self.mean - INTERVAL_Z * self.sigma, self.mean + INTERVAL_Z * self.sigma
+        return LedgerPrediction(source="explorer", objective=f"{metric} ({window})",
+                                objective_effect=Interval(value=self.mean / b - 1, lo=lo / b - 1, hi=hi / b - 1),
+                                basis=f"the explorer's model over the goal's valid runs (expected improvement "
+                                      f"{self.ei_pct:.2f} %)", predicted={metric: round(self.mean, 4)})
+
+    def text(self, metric: str) -> str:
+        rel = (lambda x: f"{x / self.base - 1:+.1%}") if self.base > 0 else (lambda x: f"{x:.1f}")  # noqa: E731
+        lo, hi = self.mean - INTERVAL_Z * self.sigma, self.mean + INTERVAL_Z * self.sigma
+        return (f"predicted {metric} {self.mean:.1f} ({rel(self.mean)}, 90 % interval {rel(lo)} .. {rel(hi)}); "
+                f"expected improvement {self.ei_pct:.2f} %" + (f"; predicted TPOT over its limit by "
+                                                                f"{self.violation:.0%}" if self.violation > 0 else ""))
+
+
+class Space:
+    """The goal's discrete space encoded for Optuna (value indices) and for the kernel model (0..1 per knob)."""
+
+    def __init__(self, space: dict[str, tuple[Any, ...] | list[Any]]):
+        self.values = {k: list(v) for k, v in space.items() if v}
+        cat = catalog()
+        self.ordered = {k: all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vs)
+                        and (k not in cat or cat.get(k).type not in ("enum", "bool")) for k, vs in self.values.items()}
+        for k, ordered in self.ordered.items():
+            if ordered:
+                self.values[k] = sorted(self.values[k])
+
+    def index(self, knob: str, value: Any) -> int | None:
+        vs = self.values[knob]
+        for i, v in enumerate(vs):
+            if canon(v) == canon(value):
+                return i
+        if self.ordered[knob] and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return min(range(len(vs)), key=lambda i: abs(vs[i] - value))  # off the grid: its nearest value
+        return None
+
+    def encode(self, knobs: dict[str, Any]) -> dict[str, int] | None:
+        out = {}
+        for k in self.values:
+            i = self.index(k, knobs.get(k, catalog().get(k).default if k in catalog() else None))
+            if i is None:
+                return None
+            out[k] = i
+        return out
+
+    def vector(self, idx: dict[str, int]) -> np.ndarray:
+        return np.array([idx[k] / max(1, len(self.values[k]) - 1) if self.ordered[k] else float(idx[k])
+                         for k in self.values])
+
+    def distance(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        d = np.abs(a - b)
+        cats = np.array([not self.ordered[k] for k in self.values])
+        if cats.any():
+            d[..., cats] = (d[..., cats] > 0).astype(float)
+        return np.sqrt((d ** 2).sum(axis=-1))
+
+    def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        return {k: (optuna.distributions.IntDistribution(0, len(vs) - 1) if self.ordered[k]
+                    else optuna.distributions.CategoricalDistribution(list(range(len(vs)))))
+                for k, vs in self.values.items()}
+
+
+def observations(history: History, space: Space) -> list[tuple[dict[str, int], float, float]]:
+    """Every valid run of the goal as (encoded station, objective, TPOT violation), one per station (mean)."""
+    goal = history.goal
+    limit = goal.constraints.tpot_mean_ms_lt
+    acc: dict[str, tuple[dict[str, int], list[float], float]] = {}
+    for o in history.outcomes:
+        if o.verdict != "valid" or o.summary is None:
+            continue
+        y = goal.objective.value(o.summary)
+        if y is None and o.summary.whole is not None:  # the objective's window missing: the whole window stands in
+            y = getattr(o.summary.whole, goal.objective.metric, None)
+        idx = space.encode(o.card.knobs)
+        if y is None or idx is None:
+            continue
+        tpot = o.summary.tpot_ms.mean
+        viol = max(0.0, tpot / limit - 1.0 + 1e-9) if limit and tpot is not None and tpot >= limit else 0.0
+        if o.figures is not None and o.figures.slo_violations and viol == 0.0:
+            viol = 1.0  # another constraint broken (all requests must succeed, ...)
+        key = repr(sorted(idx.items()))
+        prev = acc.get(key)
+        acc[key] = (idx, (prev[1] if prev else []) + [float(y)], max(viol, prev[2] if prev else 0.0))
+    return [(idx, sum(ys) / len(ys), v) for idx, ys, v in acc.values()]
+
+
+class Model:
+    """The kernel model of the measured objective and TPOT violation over the encoded space."""
+
+    def __init__(self, space: Space, obs: list[tuple[dict[str, int], float, float]]):
+        self.space = space
+        self.x = np.array([space.vector(i) for i, _, _ in obs])
+        self.y = np.array([y for _, y, _ in obs])
+        self.v = np.array([v for _, _, v in obs])
+        feasible = self.y[self.v <= 0]
+        self.base = float(feasible.max()) if len(feasible) else 0.0
+        # the scale of one change's effect here: the RMS relative difference of measured stations one change apart
+        effects = [abs(yi / yj - 1.0) for (a, yi, _), (b, yj, _) in itertools.combinations(obs, 2)
+                   if yj > 0 and sum(a[k] != b[k] for k in a) == 1]
+        self.effect = math.sqrt(sum(e * e for e in effects) / len(effects)) if effects else DEFAULT_EFFECT
+        self.spread = self.effect * (self.base or float(np.abs(self.y).max()))
+
+    def predict(self, idx: dict[str, int]) -> Prediction:
+        d = self.space.distance(self.x, self.space.vector(idx))
+        w = np.exp(-(d ** 2) / (2 * BANDWIDTH ** 2)) + 1e-12
+        mu = float((w * self.y).sum() / w.sum())
+        var = float((w * (self.y - mu) ** 2).sum() / w.sum())
+        sigma = math.sqrt(var + (self.spread * min(1.0, float(d.min()) / BANDWIDTH)) ** 2)
+        viol = float((w * self.v).sum() / w.sum())
+        if sigma <= 0:
+            ei = max(0.0, mu - self.base)
+        else:
+            z = (mu - self.base) / sigma
+            ei = (mu - self.base) * 0.5 * (1 + math.erf(z / math.sqrt(2))) + sigma * math.exp(-z * z / 2) / math.sqrt(2 * math.pi)
+        return Prediction(mean=mu, sigma=sigma, base=self.base, ei=max(0.0, ei), violation=viol)
+
+
+def _study(space: Space, obs: list[tuple[dict[str, int], float, float]], seed: int) -> optuna.Study:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=2)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    dists = space.distributions()
+    for idx, y, viol in obs:
+        study.add_trial(optuna.trial.create_trial(params=dict(idx), distributions=dists, value=y,
+                                                  constraints={"tpot_mean_ms": viol}))
+    return study
+
+
+@dataclass(frozen=True)
+class Proposal:
+    card: CandidateCard
+    value: Value
+    prediction: Prediction
+
+
+def propose(history: History, why_rules: str,
+            restage: Callable[[CandidateCard], CandidateCard] | None = None) -> tuple[list[Proposal], int]:
+    """The explorer's cards that pass the checks, best first (expected improvement per card-hour; while the best
+    breaks the SLO, the smallest predicted violation first), and how many valid runs the study was told."""
+    goal = history.goal
+    space = Space(goal.space())
+    if not space.values:
+        return [], 0
+    obs = observations(history, space)
+    best_idx = space.encode(history.best_knobs)
+    if not obs or best_idx is None:
+        return [], len(obs)
+    model = Model(space, obs)
+    study = _study(space, obs, int(goal.protocol.seeds[0]) * 7919 + len(obs))
+    seen: dict[str, Proposal | None] = {}
+    restart = history.cost.estimate("restart", goal.protocol.screen_n, goal.protocol.warmup, needs_restart=True)
+    infeasible = best_infeasible(history)
+    dists = space.distributions()
+    asked = []
+    for _ in range(ASKS):
+        t = study.ask(fixed_distributions=dists)
+        asked.append(t.params)
+        for k, i in t.params.items():
+            if i == best_idx[k]:
+                continue
+            key = f"{k}={i}"
+            if key in seen:
+                continue
+            seen[key] = _card(history, space, model, [(k, i)], restart, len(obs), why_rules, restage)
+    props = [p for p in seen.values() if p is not None]
+    if not props and _neighbourhood_spent(history, space, model, best_idx, restart, len(obs), why_rules, restage):
+        # no one-change neighbour is left: the model is asked about the pairs TPE suggests
+        props = _pairs(history, space, model, best_idx, asked, restart, len(obs), why_rules, restage)
+    if infeasible:
+        props.sort(key=lambda p: (p.prediction.violation, -p.value.value, p.card.title()))
+    else:
+        props.sort(key=lambda p: (-p.value.value, p.card.title()))
+    return props, len(obs)
+
+
+def _neighbourhood_spent(history: History, space: Space, model: Model, best_idx: dict[str, int], restart: float,
+                         told: int, why_rules: str, restage: Callable[[CandidateCard], CandidateCard] | None) -> bool:
+    """Every one-change neighbour of the best station (any other value of one knob) is measured or ruled out."""
+    return all(_card(history, space, model, [(k, i)], restart, told, why_rules, restage) is None
+               for k, vs in space.values.items() for i in range(len(vs)) if i != best_idx[k])
+
+
+def _pairs(history: History, space: Space, model: Model, best_idx: dict[str, int], asked: list[dict[str, int]],
+           restart: float, told: int, why_rules: str,
+           restage: Callable[[CandidateCard], CandidateCard] | None) -> list[Proposal]:
+    """Each TPE suggestion reduced to its two largest changes from the best station (a coupled pair), kept where
+    the model expects it to improve on the best."""
+    best = space.vector(best_idx)
+    seen: dict[str, Proposal | None] = {}
+    for params in asked:
+        delta = space.vector(dict(params)) - best
+        moved = [(abs(d), k) for d, (k, i) in zip(delta, params.items()) if i != best_idx[k]]
+        if len(moved) < 2:
+            continue
+        moves = sorted((k, params[k]) for _, k in sorted(moved, key=lambda m: (-m[0], m[1]))[:2])
+        key = repr(moves)
+        if key not in seen:
+            seen[key] = _card(history, space, model, moves, restart, told, why_rules, restage)
+    return [p for p in seen.values() if p is not None and p.prediction.ei > 0]
+
+
+def _card(history: History, space: Space, model: Model, moves: list[tuple[str, int]], restart: float, told: int,
+          why_rules: str, restage: Callable[[CandidateCard], CandidateCard] | None) -> Proposal | None:
+    goal = history.goal
+    named = [(k, space.values[k][i]) for k, i in moves]
+    idx = dict(space.encode(history.best_knobs) or {}) | dict(moves)
+    pred = model.predict(idx)
+    what = " with ".join(f"{k}={v!r}" for k, v in named)
+    fields = dict(stage="screen", n=goal.protocol.screen_n, hypothesis="exploration",
+                  mechanism=(f"exploration: Optuna TPE over the {told} valid run(s) of this goal (TPOT limit "
+                             f"as its constraint) favours {what} ({why_rules})" + (" (pair)" if len(moves) > 1 else "")),
+                  decision="whether the region the model favours beats the best station",
+                  expected_effect=pred.text(goal.objective.metric),
+                  negative_rules_out=f"{what} from this station: the model is told the result")
+    try:
+        if len(named) == 1:
+            card = build_card(history.goal_id, goal.scenario, history.best_knobs, named[0][0], named[0][1], **fields)
+        else:
+            card = build_pair(history, named[0], named[1], **fields, coupling=(
+                "exploration: every one-change neighbour of the best station is measured or ruled out; the model "
+                f"expects {pred.ei_pct:.2f} % from moving {named[0][0]} and {named[1][0]} together"))
+    except Exception:  # a knob outside the catalog cannot become a card
+        return None
+    if check(card, history) or load_unchanged(card, goal.protocol.confirm_n):  # the screen's checks (a known
+        return None  # negative, a veto, ...) hold for its re-staging too; a change no N can see is no experiment
+    blind = screen_blind(card, history, pred.ei / pred.base if pred.base > 0 else None) if restage is None else None
+    if restage is not None or blind is not None:
+        card = restage(card) if restage is not None else to_confirm(card, history, blind or "")
+        if check(card, history):
+            return None
+    cost = estimate(card, history)
+    gain = pred.ei / pred.base if pred.base > 0 else 0.0
+    per_hour = restart / (restart + cost) if restart else 1.0
+    share = cost / history.budget_left_card_hours if history.budget_left_card_hours > 0 else 1.0
+    v = gain * CLASS_FACTOR.get(card.cost_class, 0.4) * per_hour * max(0.0, 1.0 - 0.5 * share)
+    value = Value(value=round(v, 6), gain=gain, confidence=1.0, rules_out=0.0, cost_card_hours=cost,
+                  why=f"exploration: expected improvement {pred.ei_pct:.2f} %; {card.cost_class}, ~{cost:.2f} card-h")
+    card = card.model_copy(update={"score": value.value, "est_card_hours": round(cost, 4),
+                                   "note": retry_note(card, history) or card.note,
+                                   "prediction": pred.ledger(goal.objective.metric, goal.objective.window)})
+    return Proposal(card=card, value=value, prediction=pred)
+
+
+def best_infeasible(history: History) -> bool:
+    """The best station's latest valid run breaks the SLO (the start may)."""
+    ref = history.latest_valid(history.best_knobs)
+    return ref is not None and ref.figures is not None and bool(ref.figures.slo_violations)

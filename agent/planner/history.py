@@ -1,0 +1,199 @@
+"""What the planner knows: finished experiments, negatives with their conditions, the best station, budget.
+
+Built by the loop from the store (the record of truth) before every planning step; the planner takes a
+History and returns the next card or None (ask/tell). Everything here is plain frozen data.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
+
+from agent.planner.cards import CandidateCard, station_hash
+from agent.planner.costs import CostModel
+from core.canonical import canon
+from core.summary import Summary
+
+Decision = Literal[
+    "reference",  # a baseline measurement of a station
+    "negative",  # valid, and worse (or broke the SLO): never repeated under the same conditions
+    "promising",  # screen passed: confirm next
+    "window_pending",  # confirmed better, but without the objective's window: recover it before it can be the best
+    "new_best",  # confirmed and better: the new deployable best station
+    "tradeoff",  # confirmed, loses on the objective but wins on latency: kept on the frontier
+    "quality_pending",  # confirmed and better, but a quality-risk change not yet evaluated
+    "quality_failed",  # faster, but its quality evaluation failed: never deployable
+    "fault",  # orchestration or collection fault: not a result, never a negative
+    "invalid",  # contract violation: not a result, never a negative
+]
+
+
+class Figures(BaseModel):
+    """The figures one valid run is compared by; a missing window is None, never 0."""
+
+    model_config = ConfigDict(frozen=True)
+    n: int
+    whole: float | None = None  # objective metric in the whole window
+    native: float | None = None  # objective metric in the native window (None if the window was invalid)
+    whole_s: float | None = None
+    native_s: float | None = None
+    native_n: int | None = None
+    ttft_mean: float | None = None
+    ttft_p90: float | None = None
+    tpot_mean: float | None = None
+    e2e_mean: float | None = None
+    slo_violations: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, s: Summary, metric: str, violations: list[str]) -> "Figures":
+        return cls(n=s.n_formal, whole=getattr(s.whole, metric) if s.whole else None,
+                   native=getattr(s.native, metric) if s.native else None,
+                   whole_s=s.whole.duration if s.whole else None, native_s=s.native.duration if s.native else None,
+                   native_n=s.native.n_requests if s.native else None, ttft_mean=s.ttft_ms.mean,
+                   ttft_p90=s.ttft_ms.p90, tpot_mean=s.tpot_ms.mean, e2e_mean=s.e2e_ms.mean,
+                   slo_violations=list(violations))
+
+
+class Outcome(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    card: CandidateCard
+    verdict: str
+    decision: Decision
+    figures: Figures | None = None
+    reason: str = ""
+    card_hours: float = 0.0
+    run_id: str | None = None
+    summary: Summary | None = None
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    costs: list[Any] = Field(default_factory=list)
+
+
+# the parent's knobs digest (a card's parent_knobs_hash), not a frozen station hash; its former name is accepted
+PARENT = AliasChoices("parent_knobs_hash", "parent_station")
+
+
+class Negative(BaseModel):
+    """A valid negative with the conditions it was found under."""
+
+    model_config = ConfigDict(frozen=True)
+    knob: str
+    value: Any
+    scenario: str
+    data_version: str
+    parent_knobs_hash: str = Field(validation_alias=PARENT)
+    source_identity: str
+    experiment_key: str
+    reason: str = ""
+
+    def applies(self, knob: str, value: Any, scenario: str, data_version: str, parent_knobs_hash: str,
+                source_identity: str) -> bool:
+        return (self.knob, self.value, self.scenario, self.data_version, self.parent_knobs_hash,
+                self.source_identity) == (knob, value, scenario, data_version, parent_knobs_hash, source_identity)
+
+
+class Veto(BaseModel):
+    """A change a person rejected (or the authorisation table denied) from one parent station: a decision, not
+    a measurement. It rules out nothing about the system; it is only never proposed again under the same
+    conditions (scenario, parent station, data version, source identity), at any stage."""
+
+    model_config = ConfigDict(frozen=True)
+    knob: str | None  # None: the reference run of the parent station itself
+    value: Any = None
+    scenario: str
+    data_version: str
+    parent_knobs_hash: str = Field(validation_alias=PARENT)
+    source_identity: str
+    source: str = "person"  # person | authorisation
+    who: str = ""
+    reason: str = ""
+    candidate_id: int | None = None
+    also_knob: str | None = None  # a rejected coupled pair's second change: the veto is of that pair only
+    also_value: Any = None
+
+    def applies(self, card: CandidateCard, data_version: str, source_identity: str) -> bool:
+        """A veto of a change holds for a coupled pair that makes it too (either of its two changes); a veto of
+        a pair holds for that pair only (a person who refused the two together said nothing of either alone)."""
+        moves = [(c.knob, canon(c.new)) for c in card.changes] or [(None, canon(None))]
+        vetoed = [(self.knob, canon(self.value))] + ([(self.also_knob, canon(self.also_value))]
+                                                     if self.also_knob is not None else [])
+        return (all(m in moves for m in vetoed)
+                and self.scenario == card.scenario
+                and self.parent_knobs_hash == card.parent_knobs_hash and self.data_version == data_version
+                and self.source_identity == source_identity)
+
+    def refusal(self) -> str:
+        what = "rejected by" if self.source == "person" else "denied by the authorisation table, as decided by"
+        return (f"rejected: candidate {self.candidate_id} was {what} {self.who} under the same conditions"
+                + (f" ({self.reason})" if self.reason else ""))
+
+
+class History(BaseModel):
+    """What the planner knows, built once per loop iteration (agent/loop/nodes.py); the diagnosis of it is computed
+    once too and kept with it (`diagnosis_for`), so the diagnose node and the planner read the same one."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    _diagnosis: Any = PrivateAttr(default=None)
+    _diagnosed: bool = PrivateAttr(default=False)
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> "History":
+        """A copy is another history: its diagnosis is computed afresh (pydantic would copy the cached one)."""
+        out = super().model_copy(update=update, deep=deep)
+        out._diagnosis, out._diagnosed = None, False
+        return out
+    goal_id: str
+    goal: Any  # state.goal.GoalSpec (frozen)
+    data_version: str
+    source_identity: str = "sim"
+    best_knobs: dict[str, Any]
+    warm_knobs: dict[str, Any] | None = None  # the station the service is running now
+    outcomes: list[Outcome] = Field(default_factory=list)
+    negatives: list[Negative] = Field(default_factory=list)
+    vetoes: list[Veto] = Field(default_factory=list)
+    budget_left_card_hours: float
+    experiments_left: int
+    cost: CostModel = CostModel()
+    planner_notes: list[str] = Field(default_factory=list)
+    # experiment key -> why the calibrated simulator set it aside unrun (agent/planner/prescreen.py): never a negative
+    predicted_negatives: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def best_knobs_hash(self) -> str:
+        """The digest of the best station's knobs (as cards' knobs_hash); the frozen hash is the store's."""
+        return station_hash(self.best_knobs)
+
+    def vetoed(self, card: CandidateCard) -> Veto | None:
+        """The veto that rules this card out under the current conditions, if any."""
+        return next((v for v in self.vetoes if v.applies(card, self.data_version, self.source_identity)), None)
+
+    @property
+    def finished_keys(self) -> set[str]:
+        """Experiments that gave a result (valid or a contract violation); a tooling fault is not one."""
+        return {o.card.experiment_key for o in self.outcomes if o.decision != "fault"}
+
+    def faulted(self, experiment_key: str) -> int:
+        """How many attempts of this experiment ended in a tooling fault (each is retried as a new run)."""
+        return sum(o.decision == "fault" and o.card.experiment_key == experiment_key for o in self.outcomes)
+
+    def reference(self, knobs: dict[str, Any], n: int) -> Outcome | None:
+        """The latest valid measurement of exactly this station at exactly this N."""
+        h = station_hash(knobs)
+        for o in reversed(self.outcomes):
+            if o.verdict == "valid" and o.figures is not None and o.card.knobs_hash == h and o.card.n == n:
+                return o
+        return None
+
+    def best_at_confirm_only(self) -> bool:
+        """The best station was measured at the confirm N and not at the (different) screen N: its comparison is at
+        confirm N, and a screen of a move from it needs a screen-N reference first."""
+        proto = self.goal.protocol
+        return proto.confirm_n != proto.screen_n and self.reference(self.best_knobs, proto.screen_n) is None \
+            and self.reference(self.best_knobs, proto.confirm_n) is not None
+
+    def latest_valid(self, knobs: dict[str, Any]) -> Outcome | None:
+        h = station_hash(knobs)
+        best = None
+        for o in self.outcomes:
+            if o.verdict == "valid" and o.card.knobs_hash == h and o.summary is not None:
+                if best is None or o.card.n >= best.card.n:
+                    best = o
+        return best

@@ -1,0 +1,176 @@
+"""Coupled-pair cards: two changes moved together, only where the evidence names the coupling between them.
+
+One change stays the rule (docs/glossary.md). A pair is proposed when the best station's own evidence shows that
+either change alone cannot win: the client cannot fill a larger batch (C per decode instance no more than the
+batch limit) while the decode batch sits at its limit (raising max_num_seqs alone starves, raising C alone only queues: move both); the sender's rate and its
+concurrency cap bind together (QPS ≈ r and in flight ≈ C: either alone is held by the other); or the acceptance
+model values a wider draft while the decode batch is held at its limit or by TPOT (a wider draft raises tokens per
+step and lowers TPOT per token: the decode batch must move with it). Load pairs need TPOT headroom (10 %, or a
+fitted TPOT line that gives the step a fair chance: agent/planner/rules/load_headroom.py); once the line exists it sizes
+the pair's step (C + max_num_seqs along the line; a wider draft's max_num_seqs along the line scaled by the
+acceptance model: agent/planner/tpot_fit.py sized_pair, sized_draft_batch), and the one-step pair stays at 0.8 of its
+value. The card names that coupling and its
+evidence (`coupling`), costs its dearer change's class, and passes the same checks as a one-change card (a known
+negative or a veto of either change refuses the pair; its parent is the best station). The explorer's pair
+(agent/planner/explorer.py) comes from the same builder.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from agent.planner.candidates import CandidateCard, Change, build_card, neighbours, rule_for
+from agent.planner.checks import estimate, retry_note
+from agent.planner.diagnosis import LOAD_HEADROOM, Diagnosis
+from agent.planner.history import History
+from agent.planner.rules.base import MoveRule, decode_at_limit, num
+from agent.planner.rules.load_headroom import room_for
+from agent.planner.rules.spec_acceptance import DEFAULT_DRAFT_COST, predicted_gain
+from agent.planner.tpot_fit import sized_draft_batch, sized_pair
+from agent.planner.value import Value, value_of
+from core.knobs import COST_ORDER, catalog
+
+SIZED_STEP_DISCOUNT = 0.8  # the one-step move (or pair) when the evidence sizes a bigger one: less of the gap
+HELD_ALONE = 0.25  # one change of a coupling the evidence says holds it back alone (as client_supply's NOT_BINDING)
+COUPLED = 0.5  # a pair's confidence floor: both facts of its coupling were measured at the best station (= open)
+IN_FLIGHT_FULL = 0.9  # achieved concurrency at least this share of C: the sender keeps every slot full
+RATE_BOUND = 0.9  # QPS at least this share of r: the arrival rate binds
+
+
+def pair_hypothesis(card: CandidateCard) -> str:
+    """What a coupled pair's negative rules out: the coupling it tested (not either change's hypothesis alone)."""
+    return f"{card.hypothesis or 'exploration'} (coupled {' + '.join(c.knob for c in card.changes)})"
+
+
+def build_pair(history: History, first: tuple[str, Any], second: tuple[str, Any], *, coupling: str,
+               stage: str = "screen", n: int | None = None, planner: str = "deterministic",
+               **over: Any) -> CandidateCard:
+    """A card for two changes of the best station moved together, saying which coupling and evidence call for it."""
+    goal, parent = history.goal, history.best_knobs
+    (k1, v1), (k2, v2) = first, second
+    d1, d2 = catalog().get(k1), catalog().get(k2)
+    fields: dict[str, Any] = dict(
+        mechanism=f"{rule_for(k1, _dir(k1, parent, v1)).mechanism}; {rule_for(k2, _dir(k2, parent, v2)).mechanism}",
+        decision=f"whether {k1} and {k2} moved together lift the objective where neither alone can",
+        expected_effect=f"higher {goal.objective.metric} from both levers at once",
+        negative_rules_out=f"the coupling of {k1} and {k2} from this station (each change alone stays open)")
+    fields.update(over)
+    return build_card(history.goal_id, goal.scenario, parent, k1, v1, stage=stage,  # type: ignore[arg-type]
+                      n=goal.protocol.screen_n if n is None else n, planner=planner,
+                      also=Change(knob=k2, old=parent.get(k2, d2.default), new=v2), coupling=coupling,
+                      cost_class=max(d1.cost_class, d2.cost_class, key=COST_ORDER.__getitem__),
+                      quality_risk=d1.quality_risk or d2.quality_risk, **fields)
+
+
+def _dir(knob: str, parent: dict[str, Any], new: Any) -> str:
+    d = catalog().get(knob)
+    return next((dr for dr, _ in neighbours(knob, parent.get(knob, d.default), [new])), "up")
+
+
+def _up(history: History, knob: str) -> Any:
+    values = history.goal.space().get(knob)
+    if not values:
+        return None
+    cur = history.best_knobs.get(knob, catalog().get(knob).default if knob in catalog() else None)
+    return next((v for d, v in neighbours(knob, cur, list(values)) if d == "up"), None)
+
+
+def couplings(history: History, diag: Diagnosis | None) -> list[tuple[str, str, str, str]]:
+    """The couplings the best station's latest evidence names: (knob, knob, hypothesis, the evidence in words).
+    The client ones are exclusive (each change alone is held by the other); a wider draft alone may still gain."""
+    ref = history.latest_valid(history.best_knobs)
+    if ref is None or ref.summary is None or diag is None:
+        return []
+    s, ev = ref.summary, ref.evidence or {}
+    win = s.native or s.whole
+    out: list[tuple[str, str, str, str]] = []
+    full = win is not None and bool(s.concurrency) and win.achieved_concurrency is not None \
+        and win.achieved_concurrency >= IN_FLIGHT_FULL * s.concurrency
+    at_limit = decode_at_limit(ev)
+    head = diag.tpot_headroom
+    room = head is None or head >= LOAD_HEADROOM  # more in flight and a bigger batch raise TPOT: room for both
+    # the station's C (what the pair changes): per decode instance no more than the batch limit, a larger batch
+    # cannot be filled by this client
+    c, limit, inst = history.best_knobs.get("concurrency"), num(ev, "decode_batch_limit"), num(ev, "decode_instances")
+    # under 10 % headroom the TPOT line fitted from the runs made may still give the step a fair chance
+    fit, line = room_for(history, head, history.best_knobs | {"concurrency": _up(history, "concurrency"),
+                                                              "max_num_seqs": _up(history, "max_num_seqs")})
+    if at_limit and fit and isinstance(c, (int, float)) and limit and c / (inst or 1.0) <= limit:
+        out.append(("concurrency", "max_num_seqs", "client_supply",
+                    f"decode batch at its limit (running {ev.get('decode_running_max'):.0f} of {limit:.0f}) and the "
+                    f"client cannot fill a larger batch (C={c:g} over {inst or 1.0:.0f} decode instance(s) is no more "
+                    f"than the limit): raising max_num_seqs alone starves, raising C alone queues; move both"
+                    + (f" ({line})" if line else "")))
+    r = s.request_rate
+    if full and room and r and math.isfinite(r) and win.qps >= RATE_BOUND * r:
+        out.append(("concurrency", "request_rate", "client_supply",
+                    f"the sender's rate and its cap bind together (QPS {win.qps:.2f} of r={r:g}, in flight "
+                    f"{win.achieved_concurrency:.1f} of C={s.concurrency}): either raised alone is held by the "
+                    f"other; move both"))
+    k = int(history.best_knobs.get("num_speculative_tokens") or 0)
+    k_up = _up(history, "num_speculative_tokens")
+    if diag.spec_positions is not None and k > 0 and k_up is not None and (at_limit or (
+            head is not None and head < LOAD_HEADROOM)):
+        cost = DEFAULT_DRAFT_COST if diag.draft_cost is None else diag.draft_cost
+        g = predicted_gain(diag.spec_positions, k, int(k_up), cost)
+        held = "at its limit" if at_limit else f"by TPOT ({head:.0%} headroom)"
+        if g > 0:
+            out.append(("num_speculative_tokens", "max_num_seqs", "spec_acceptance",
+                        f"the acceptance model values k {k} -> {k_up} at {g:+.1%} and the decode batch is held {held}: "
+                        f"a wider draft raises tokens per step, so the decode batch must change with it"))
+    return out
+
+
+def coupled(history: History, diag: Diagnosis | None, restart: float,
+            singles: list[tuple[CandidateCard, Value]]) -> list[tuple[CandidateCard, Value]]:
+    """The rule-sourced pair cards from the best station, valued (unchecked): each change one step up; and the
+    one-change cards, where an exclusive coupling says that change alone is held back by the other, valued at
+    HELD_ALONE of what they were (the pair runs first; each alone stays open)."""
+    out = []
+    held: dict[tuple[str, str], str] = {}
+    space = history.goal.space()
+    for k1, k2, hyp, why in couplings(history, diag):
+        v1, v2 = _up(history, k1), _up(history, k2)
+        if v1 is None or v2 is None:
+            continue
+        if hyp == "client_supply":
+            held.update({(k1, repr(v1)): why, (k2, repr(v2)): why})
+        steps: list[tuple[Any, Any, str, str | None]] = [(v1, v2, why, None)]
+        if (k1, k2) == ("concurrency", "max_num_seqs"):  # the line sizes the pair's step once two batches are known
+            jump = sized_pair(history, list(space.get(k1) or []), list(space.get(k2) or []),
+                              history.goal.constraints.tpot_mean_ms_lt)
+            if jump is not None:
+                steps.insert(0, (jump[0], jump[1], f"{why}; {jump[2]}", jump[2]))
+        if (k1, k2) == ("num_speculative_tokens", "max_num_seqs") and diag is not None and diag.spec_positions:
+            # tokens per step over step time at the new width: TPOT scales by the inverse of the predicted gain
+            cost = DEFAULT_DRAFT_COST if diag.draft_cost is None else diag.draft_cost
+            g = predicted_gain(diag.spec_positions, int(history.best_knobs.get(k1) or 0), int(v1), cost)
+            jump = sized_draft_batch(history, list(space.get(k2) or []), 1.0 / (1.0 + g),
+                                     f"k {history.best_knobs.get(k1)} -> {v1} at {g:+.1%} decode throughput",
+                                     history.goal.constraints.tpot_mean_ms_lt) if g > -1.0 else None
+            if jump is not None:
+                steps.insert(0, (v1, jump[0], f"{why}; {jump[1]}", jump[1]))
+        r1, r2 = rule_for(k1, "up"), rule_for(k2, "up")
+        for n1, n2, words, sized in steps:
+            over = {"expected_effect": sized} if sized else {}
+            card = build_pair(history, (k1, n1), (k2, n2), coupling=words, hypothesis=hyp, **over)
+            cost = estimate(card, history)
+            # as sure as the strongest hypothesis either move tests (the coupling's own among them)
+            rule = MoveRule(hypotheses=(hyp, *r1.hypotheses, *r2.hypotheses), gain=r1.gain, mechanism=card.mechanism)
+            v = value_of(card, rule, diag, cost, history.budget_left_card_hours, restart_card_hours=restart,
+                         extra_gain=r2.gain, min_confidence=COUPLED)  # both levers move when the coupling holds
+            v = v.model_copy(update={"why": v.why + f"; coupled pair: {words}"})
+            if len(steps) > 1 and sized is None:  # the one-step pair when the line sizes a bigger one
+                v = v.model_copy(update={"value": round(v.value * SIZED_STEP_DISCOUNT, 6),
+                                         "why": v.why + f"; the TPOT line sizes a jump to {k1}={steps[0][0]}, "
+                                                        f"{k2}={steps[0][1]} instead"})
+            out.append((card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
+                                                "note": retry_note(card, history)}), v))
+    for card, v in singles:
+        why = held.get((card.change.knob, repr(card.change.new))) if card.change is not None else None
+        if why is not None:
+            v = v.model_copy(update={"value": round(v.value * HELD_ALONE, 6),
+                                     "why": v.why + f" × {HELD_ALONE} (held alone: {why})"})
+            card = card.model_copy(update={"score": v.value})
+        out.append((card, v))
+    return out

@@ -1,0 +1,172 @@
+"""Offline pre-screening: when the goal's target has a calibrated profile, each screen the planner proposes is
+first simulated (its station and its parent's, same scenario, N and seed) before any device time is spent.
+
+A screen the simulator predicts negative (less than the goal's least gain with no latency win, or a break of the
+TPOT limit) is set aside unrun: recorded as a note "predicted negative" with the prediction, its card cancelled,
+and never a negative (no negative memory, no ruled-out hypothesis, no KPI). A person runs it anyway with the usual
+instruction, e.g. `tuneloop instruct G one_more_round --knob KNOB=VALUE` (REST and chat alike): an instructed card
+is never pre-screened. A screen that passes carries the simulator's numeric prediction (the hypothesis ledger's
+source "simulator") in place of the value model's.
+
+Passing moves are also re-ranked: the planner is asked again with each passing move held back (up to RANK of
+them), and the one with the highest simulated value per card-hour (predicted relative gain of the objective over
+the card's estimated card-hours) runs first; its card's note says so, with the figures of every move compared,
+and the planner's own order is kept on a tie. Moves held back are not recorded: the planner proposes them again
+later. An LLM planner's card is not re-ranked (each ask would be a model call).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from agent.planner.candidates import CandidateCard, card_record
+from agent.planner.checks import estimate
+from agent.planner.history import History
+from agent.planner.judgement import CLEAR_LOSS, LATENCY_WIN
+from core.ledger import Interval, Prediction, relative
+
+
+def screened(card: CandidateCard, history: History) -> bool:
+    """Whether this change was already measured at the screen N (its confirm follows a screen)."""
+    return any(o.card.stage == "screen" and o.card.knobs_hash == card.knobs_hash for o in history.outcomes)
+
+MAX_SKIPS = 32  # screens set aside in one planning step before the planner's own answer is taken
+RANK = 4  # passing moves compared by their simulated value per card-hour in one planning step
+RANKED = "ranked first of"
+HELD = "held back while the pre-screen ranks the moves by simulated value per card-hour"
+
+
+def calibrated(executor: Any, target: str) -> bool:
+    t = (getattr(executor, "targets", None) or {}).get(target)
+    return bool(getattr(t, "calibrated_profile", None)) and hasattr(executor, "predict_station")
+
+
+class Prescreened:
+    """A planner wrapper: asks the planner, simulates its move, and asks again while the move is predicted
+    negative (each one recorded in the store) or, once one passes, to rank up to RANK passing moves."""
+
+    def __init__(self, inner: Any, executor: Any, store: Any):
+        self.inner, self.executor, self.store = inner, executor, store
+        self.name = getattr(inner, "name", "deterministic")
+        self._cache: dict[str, dict[str, Any]] = {}
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self.inner, item)
+
+    def ask(self, history: History) -> Any:
+        passing: list[tuple[float, float, Any, Prediction]] = []  # (value per card-h, card-h, plan, prediction)
+        probe = history  # the history the planner is asked with: set-asides and moves held back for the ranking
+        for _ in range(MAX_SKIPS):
+            plan = self.inner.ask(probe)
+            card = plan.card
+            if card is not None and card.stage == "confirm" and screened(card, probe) and RANKED in (card.note or ""):
+                plan = plan.model_copy(update={"card": card.model_copy(update={"note": "; ".join(
+                    x for x in (card.note or "").split("; ") if not x.startswith(RANKED)) or None})})
+                card = plan.card  # the screen's ranking note is the screen's, not its confirm's
+            if card is None or card.change is None or card.stage not in ("screen", "confirm") \
+                    or card.planner == "instruction" or (card.stage == "confirm" and screened(card, probe)):
+                break  # a confirm of a measured screen: the screen, not the simulator, predicts it
+            pred, why = self.simulate(card, probe)
+            if pred is None:
+                break
+            if why is None:
+                cost = estimate(card, probe)
+                passing.append((pred.objective_effect.value / max(cost, 1e-6), cost, plan, pred))
+                if not plan.move or card.planner == "llm" or len(passing) >= RANK:
+                    break
+                probe = probe.model_copy(update={"predicted_negatives": probe.predicted_negatives
+                                                 | {card.station_key: HELD}})
+                continue
+            if not passing:  # the planner's own proposal: set aside and recorded (a later one is proposed again)
+                self.record(card, pred, why, history)
+                history = history.model_copy(update={"predicted_negatives": history.predicted_negatives
+                                                     | {card.station_key: why}})
+            probe = probe.model_copy(update={"predicted_negatives": probe.predicted_negatives | {card.station_key: why}})
+        else:
+            plan = None if passing else self.inner.ask(history)
+        if not passing:
+            return plan
+        return self.ranked(passing)
+
+    def ranked(self, passing: list[tuple[float, float, Any, Prediction]]) -> Any:
+        """The passing move with the highest simulated value per card-hour (the planner's first on a tie)."""
+        best = max(range(len(passing)), key=lambda i: (passing[i][0], -i))
+        _, _, plan, pred = passing[best]
+        card = plan.card.model_copy(update={"prediction": pred})
+        if len(passing) == 1:
+            return plan.model_copy(update={"card": card})
+        figures = " | ".join(f"{p.card.title()}: {pr.objective_effect.value:+.1%} over {cost:.2f} card-h"
+                            for _, cost, p, pr in passing)
+        order = "the planner's first" if best == 0 else f"the planner's {_nth(best + 1)} (its first: {passing[0][2].card.title()})"
+        why = (f"{RANKED} {len(passing)} passing moves by simulated value per card-hour (the calibrated "
+               f"simulator), {order} — {figures}")
+        pred = pred.model_copy(update={"basis": f"{pred.basis}; {RANKED} {len(passing)} passing moves by simulated "
+                                                f"value per card-hour"})
+        card = card.model_copy(update={"note": "; ".join(x for x in (card.note, why) if x), "prediction": pred})
+        first = passing[0][2]
+        ranked = list(first.ranked) + [(p.card.title(), v, f"simulated {pr.objective_effect.value:+.1%} over "
+                                        f"{cost:.2f} card-h") for v, cost, p, pr in passing]
+        return plan.model_copy(update={"card": card, "ranked": ranked, "diagnosis": first.diagnosis})
+
+    def _predict(self, history: History, knobs: dict[str, Any], n: int) -> dict[str, Any]:
+        key = repr(sorted(knobs.items())) + f"|{n}"
+        if key not in self._cache:
+            g = history.goal
+            self._cache[key] = self.executor.predict_station(g.target, g.scenario, knobs, n, warmup=g.protocol.warmup,
+                                                             seed=g.protocol.seeds[0])
+        return self._cache[key]
+
+    def simulate(self, card: CandidateCard, history: History) -> tuple[Prediction | None, str | None]:
+        """(the simulator's prediction, why it is a predicted negative or None)."""
+        goal = history.goal
+        try:
+            new, old = self._predict(history, card.knobs, card.n), self._predict(history, card.parent_knobs, card.n)
+        except Exception as e:  # a station the profile cannot simulate: no pre-screen, the planner's card runs
+            history.planner_notes.append(f"pre-screen of {card.title()} not possible: {e}")
+            return None, None
+        if new is None or old is None:
+            return None, None
+        metric = "output_tok_s_per_card" if goal.objective.metric.endswith("per_card") else "output_tok_s"
+        gain = relative(new.get(metric), old.get(metric))
+        tpot = relative(new.get("tpot_mean_ms"), old.get("tpot_mean_ms"))
+        ttft = relative(new.get("ttft_mean_ms"), old.get("ttft_mean_ms"))
+        if gain is None:
+            return None, None
+        limit = goal.constraints.tpot_mean_ms_lt
+        spread = max(CLEAR_LOSS, abs(gain) * 0.15)  # the drift the check tolerates, as the interval
+        pred = Prediction(source="simulator", objective=f"{goal.objective.metric} (whole)",
+                          objective_effect=Interval(value=gain, lo=gain - spread, hi=gain + spread),
+                          slo="tpot_mean_ms_lt" if limit is not None else None,
+                          slo_effect=None if tpot is None or limit is None else
+                          Interval(value=tpot, lo=tpot - max(CLEAR_LOSS, abs(tpot) * 0.15),
+                                   hi=tpot + max(CLEAR_LOSS, abs(tpot) * 0.15)),
+                          basis=f"the calibrated simulator ({new.get('profile')}): this station vs its parent at N={card.n}",
+                          predicted={"output_tok_s": new.get("output_tok_s") or 0.0,
+                                     "tpot_mean_ms": new.get("tpot_mean_ms") or 0.0})
+        latency_win = tpot is not None and ttft is not None and tpot <= -LATENCY_WIN and ttft <= 0
+        breaks = limit is not None and new.get("tpot_mean_ms") is not None and new["tpot_mean_ms"] >= limit
+        if breaks:
+            return pred, f"predicted to break the TPOT limit ({new['tpot_mean_ms']:.1f} ms >= {limit:g} ms)"
+        if gain < goal.stop.min_gain_pct / 100.0 and not latency_win:
+            return pred, f"predicted {gain:+.1%} {metric} (below the least gain {goal.stop.min_gain_pct:g} %, no latency win)"
+        return pred, None
+
+    def record(self, card: CandidateCard, pred: Prediction, why: str, history: History) -> None:
+        """The card stored and cancelled unrun, and a note that says what was predicted (not a negative)."""
+        rec = card_record(card.model_copy(update={"prediction": pred}))
+        cand = self.store.add_candidate(history.goal_id, rec)
+        if cand.status in ("proposed", "awaiting_approval"):
+            self.store.set_candidate_status(cand.id, "cancelled", f"predicted negative (simulated, not measured): {why}")
+        c = card.change
+        assert c is not None
+        self.store.record_decision(
+            history.goal_id, "note", candidate_id=cand.id,
+            text=(f"{card.title()}: predicted negative by the calibrated simulator, not run — {why}; a prediction, "
+                  f"not a measured negative; to run it anyway: tuneloop instruct {history.goal_id} one_more_round "
+                  f"--knob {c.knob}={c.new}"),
+            data={"predicted_negative": {"experiment_key": card.experiment_key, "station_key": card.station_key,
+                                         "knob": c.knob, "value": c.new,
+                                         "why": why, "prediction": pred.model_dump(mode="json")}})
+
+
+def _nth(i: int) -> str:
+    return {2: "second", 3: "third", 4: "fourth"}.get(i, f"{i}th")

@@ -1,0 +1,85 @@
+"""When the rules run out: the explorer's card, or a stop that names its reason with figures.
+
+Stop rules for an unattended night: never stop while the best station breaks the SLO and the budget pays for a
+run (the explorer, or any rule move that passes the checks, goes on toward feasibility); "K experiments in a
+row changed nothing" stops only when the explorer's expected improvement is below the goal's `min_gain_pct`;
+so does "nothing left is worth its cost". The budget and the rejections stop it plainly.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from agent.planner import explorer
+from agent.planner.candidates import CandidateCard
+from agent.planner.diagnosis import Diagnosis
+from agent.planner.history import History
+from agent.planner.plan import Plan
+from agent.planner.value import Value
+
+MIN_VALUE = 0.02  # below this a rule's candidate is not worth its cost
+
+
+def explore_or_stop(history: History, diag: Diagnosis | None, ranked: list[tuple[str, float, str]],
+                    passing: list[tuple[CandidateCard, Value]], stale: bool,
+                    restage: Callable[[CandidateCard], CandidateCard] | None = None) -> Plan:
+    """The explorer's best card (re-staged by `restage` where a screen cannot serve), or the stop."""
+    goal = history.goal
+    k, min_gain = goal.stop.max_without_improvement, goal.stop.min_gain_pct
+    if stale:
+        why = f"{k} experiments in a row changed nothing"
+    elif passing:
+        why = f"the rules' best move is worth {passing[0][1].value:.3f} < {MIN_VALUE}"
+    else:
+        why = "no rule move passes the checks"
+    props, told = explorer.propose(history, why, restage)
+    infeasible = explorer.best_infeasible(history)
+    best_ei = max((p.prediction.ei_pct for p in props), default=0.0)
+    if props and (infeasible or best_ei >= min_gain):
+        p = props[0]
+        if infeasible:
+            ranked.append((p.card.title(), p.value.value, f"the best station breaks the SLO: explore toward "
+                                                          f"feasibility ({p.prediction.text(goal.objective.metric)})"))
+        else:
+            ranked.append((p.card.title(), p.value.value, p.value.why))
+        return Plan(card=p.card, diagnosis=diag, ranked=ranked, move=True)
+    if infeasible and passing:  # getting feasible first: any rule move that passes, however small its value
+        card, v = passing[0]
+        ranked.append((card.title(), v.value, "the best station breaks the SLO: the budget goes on toward feasibility"))
+        return Plan(card=card, diagnosis=diag, ranked=ranked, move=True)
+    model = (f"the explorer expects at most {best_ei:.2f} % (< min_gain_pct {min_gain:g} %) from "
+             f"{len(props)} proposal(s) over {told} valid run(s)" if props else
+             f"the explorer has no untried one-change station that passes the checks ({told} valid run(s))")
+    if stale:
+        return Plan(card=None, diagnosis=diag, ranked=ranked, stop_reason=f"{why}, and {model}")
+    if passing:
+        return Plan(card=None, diagnosis=diag, ranked=ranked,
+                    stop_reason=f"nothing left is worth its cost (best value {passing[0][1].value:.3f} < "
+                                f"{MIN_VALUE}), and {model}")
+    reason = no_candidate_reason(ranked, history)
+    if not reason.startswith(("budget spent", "nothing left that was not rejected")):
+        reason += f", and {model}"
+    return Plan(card=None, diagnosis=diag, ranked=ranked, stop_reason=reason)
+
+
+def no_candidate_reason(ranked: list[tuple[str, float, str]], history: History) -> str:
+    """Why nothing passed: say so plainly when the budget is what refused the candidates left."""
+    vetoed = [r for r in ranked if "rejected:" in r[2]]
+    if vetoed and all("rejected:" in r[2] or "not_finished" in r[2] or "known_negative" in r[2] or "measured:" in r[2]
+                      or "affordable:" in r[2] for r in ranked):
+        return (f"nothing left that was not rejected: {len(vetoed)} of the {len(ranked)} remaining candidate(s) "
+                f"were rejected by a person or denied by the authorisation table")
+    unaffordable = [r for r in ranked if "affordable:" in r[2]]
+    if unaffordable and all("affordable:" in r[2] or "not_finished" in r[2] or "known_negative" in r[2]
+           or "measured:" in r[2]
+                            for r in ranked):
+        return (f"budget spent: none of the {len(unaffordable)} remaining candidate(s) is affordable "
+                f"({history.budget_left_card_hours:.2f} card-h left)")
+    why: dict[str, int] = {}
+    for _, _, reasons in ranked:
+        for r in reasons.split("; "):
+            key = r.split(":", 1)[0].strip() or "refused"
+            why[key] = why.get(key, 0) + 1
+    if not why:
+        return "no candidate passes the checks"
+    detail = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(why.items(), key=lambda kv: -kv[1]))
+    return f"no candidate passes the checks ({len(ranked)} left: {detail})"
