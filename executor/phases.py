@@ -32,8 +32,10 @@ class ExecSettings(BaseModel):
     lease_ttl_s: float = 30.0
     lock_wait_s: float = 600.0
     poll_interval_s: float = 0.2
+    # prepare holds the engine's version probe (executor/identity.py, up to 120 s: `vllm --version` imports torch,
+    # over a minute on a busy host) and the rendering after it, so its budget is the probe's and more
     timeouts_s: dict[str, float] = Field(default_factory=lambda: {
-        "lock": 600.0, "prepare": 120.0, "deploy": 1800.0, "health": 1800.0, "warmup": 1800.0,
+        "lock": 600.0, "prepare": 300.0, "deploy": 1800.0, "health": 1800.0, "warmup": 1800.0,
         "load": 6 * 3600.0, "profile": 600.0, "collect": 600.0, "validate": 120.0, "release": 120.0})
     collect_attempts: int = Field(2, ge=1, le=10)
     transient_attempts: int = Field(3, ge=1, le=10)
