@@ -6,15 +6,43 @@ with the same message (field name + reason).
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
+import os
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 CostClass = Literal["hot", "restart", "relayout", "topology", "rebuild"]
 COST_ORDER: dict[str, int] = {"hot": 0, "restart": 1, "relayout": 2, "topology": 3, "rebuild": 4}
+
+# Knob roles: what a knob does, whatever an engine calls it. The planner reads these, never knob names, so a rule
+# written for one engine's batch cap moves another's (vLLM --max-num-seqs, SGLang --max-running-requests,
+# llama.cpp --parallel). Each knob in knobs.yaml plays at most one role; each engine has at most one knob per role.
+CLIENT_CAP = "client_cap"                  # C: the sender's most requests in flight
+ARRIVAL_RATE = "arrival_rate"              # r: the sender's arrival rate (req/s)
+BATCH_CAP = "batch_cap"                    # most sequences a (decode) instance runs at once
+PREFILL_TOKEN_BUDGET = "prefill_token_budget"  # tokens one prefill step may take (chunk size)
+PREFILL_REQUEST_CAP = "prefill_request_cap"    # requests one prefill batch may admit
+PREFILL_REQUEST_TOKEN_CAP = "prefill_request_token_cap"  # tokens one request may take from a step's budget
+KV_MEMORY_FRACTION = "kv_memory_fraction"  # device memory share for weights + KV cache
+PREFIX_CACHE = "prefix_cache"              # reuse of shared prompt prefixes' KV
+DRAFT_METHOD = "draft_method"              # speculative decoding method
+DRAFT_WIDTH = "draft_width"                # draft tokens proposed per decode step (k)
+INDEX_REUSE = "index_reuse"                # cross-layer index cache reuse (a quality risk)
+EXPERT_PLACEMENT = "expert_placement"      # MoE expert placement / load balancing
+PREFILL_INSTANCES = "prefill_instances"    # P
+DECODE_INSTANCES = "decode_instances"      # D
+ROLES: tuple[str, ...] = (
+    CLIENT_CAP, ARRIVAL_RATE, BATCH_CAP, PREFILL_TOKEN_BUDGET, PREFILL_REQUEST_CAP, PREFILL_REQUEST_TOKEN_CAP,
+    KV_MEMORY_FRACTION, PREFIX_CACHE, DRAFT_METHOD, DRAFT_WIDTH, INDEX_REUSE, EXPERT_PLACEMENT, PREFILL_INSTANCES,
+    DECODE_INSTANCES,
+    # roles no planner rule reads yet, named so that every knob says what it does
+    "tensor_parallel_width", "data_parallel_replicas", "expert_parallel", "attention_dp_groups", "cpu_threads",
+    "context_tokens", "logical_batch_tokens", "physical_batch_tokens", "shared_kv_buffer",
+)
 
 
 class KnobError(ValueError):
@@ -54,15 +82,23 @@ class Knob(BaseModel):
     nullable: bool = False
     allow_inf: bool = False
     cost_class: CostClass
-    role: Literal["prefill", "decode"] | None = None
-    # rendered on prefill and decode instances alike in a PD deployment, though `role` is where its effect shows:
+    role: str | None = None  # one of ROLES: what the knob does, read by the planner
+    side: Literal["prefill", "decode"] | None = None  # the PD instance role it acts on
+    # rendered on prefill and decode instances alike in a PD deployment, though `side` is where its effect shows:
     # the KV hand-off needs both sides to agree (speculative decoding: vLLM's NIXL handshake compares the
     # speculative config; SGLang's prefill runs the draft to hand its hidden states to decode)
-    both_roles: bool = False
+    both_sides: bool = False
     quality_risk: bool = False
     depends_on: tuple[Dependency, ...] = ()
     description: str = ""
     engines: dict[str, str] = {}
+
+    @field_validator("role")
+    @classmethod
+    def _known_role(cls, v: str | None) -> str | None:
+        if v is not None and v not in ROLES:
+            raise ValueError(f"unknown role {v!r}; one of {list(ROLES)}")
+        return v
 
     def coerce(self, value: Any) -> Any:
         """Return the value in the knob's type, or raise KnobError naming the knob and reason."""
@@ -108,14 +144,44 @@ class Catalog(BaseModel):
     model_config = ConfigDict(frozen=True)
     knobs: tuple[Knob, ...]
 
+    @model_validator(mode="after")
+    def _one_knob_per_role(self) -> "Catalog":
+        seen: dict[tuple[str, str], str] = {}
+        for k in self.knobs:
+            for engine in k.engines if k.role else ():
+                other = seen.setdefault((engine, k.role), k.name)  # type: ignore[arg-type]
+                if other != k.name:
+                    raise ValueError(f"{k.name}: engine {engine!r} already has {other!r} as its {k.role}")
+        return self
+
+    @cached_property
+    def by_name(self) -> dict[str, Knob]:
+        return {k.name: k for k in self.knobs}
+
+    def role_of(self, name: str) -> str | None:
+        """The role a knob plays (None for a name the catalog does not hold or a knob without one)."""
+        k = self.by_name.get(name)
+        return None if k is None else k.role
+
+    def named(self, role: str, among: Iterable[str]) -> str | None:
+        """The knob among `among` (a deployment's knobs, a search space) that plays `role`, or None."""
+        if role not in ROLES:
+            raise KnobError(role, "no such role in the catalog")
+        return next((n for n in among if self.role_of(n) == role), None)
+
+    def value(self, knobs: Mapping[str, Any], role: str) -> Any:
+        """The value the knob playing `role` has in `knobs` (None when no knob there plays it)."""
+        name = self.named(role, knobs)
+        return None if name is None else knobs[name]
+
     def __contains__(self, name: str) -> bool:
-        return any(k.name == name for k in self.knobs)
+        return name in self.by_name
 
     def get(self, name: str) -> Knob:
-        for k in self.knobs:
-            if k.name == name:
-                return k
-        raise KnobError(name, "no such knob in the catalog")
+        k = self.by_name.get(name)
+        if k is None:
+            raise KnobError(name, "no such knob in the catalog")
+        return k
 
     def for_engine(self, engine: str) -> list[Knob]:
         return [k for k in self.knobs if engine in k.engines]
@@ -142,7 +208,27 @@ class Catalog(BaseModel):
         return out
 
 
-@lru_cache(maxsize=1)
-def catalog() -> Catalog:
-    text = resources.files("core").joinpath("knobs.yaml").read_text()
+CATALOG_ENV = "TUNELOOP_KNOB_CATALOG"  # a site's own catalog file (an in-house engine's knob names and roles)
+
+
+@lru_cache(maxsize=4)
+def _load(path: str | None) -> Catalog:
+    text = open(path, encoding="utf-8").read() if path else resources.files("core").joinpath("knobs.yaml").read_text()
     return Catalog.model_validate(yaml.safe_load(text))
+
+
+def catalog() -> Catalog:
+    """The knob catalog: core/knobs.yaml, or the file $TUNELOOP_KNOB_CATALOG names (read once per path)."""
+    return _load(os.environ.get(CATALOG_ENV) or None)
+
+
+def role_of(name: str) -> str | None:
+    return catalog().role_of(name)
+
+
+def named(role: str, among: Iterable[str]) -> str | None:
+    return catalog().named(role, among)
+
+
+def by_role(knobs: Mapping[str, Any], role: str) -> Any:
+    return catalog().value(knobs, role)

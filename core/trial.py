@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.evidence import Evidence
 from core.summary import Contract, Summary, Verdict
 
 PHASES = ("lock", "prepare", "deploy", "health", "warmup", "load", "collect", "validate", "release")
@@ -49,7 +50,7 @@ class TrialResult(BaseModel):
     run_id: str
     verdict: Verdict
     summary: Summary | None = None
-    evidence: dict[str, Any] = Field(default_factory=dict)  # digest of engine metrics, batches, breakdown
+    evidence: Evidence = Field(default_factory=Evidence)  # digest of engine metrics, batches, breakdown
     costs: list[CostEntry] = Field(default_factory=list)
     run_dir: str | None = None
     station_hash: str | None = None

@@ -73,7 +73,7 @@ def summarize_run(run_dir: Path | str, slos: dict[str, float] | None = None, con
     rec.write_atomic(run_dir / VERDICT, verdict.model_dump_json(indent=1))
     try:
 
-        rec.write_atomic(run_dir / EVIDENCE, json.dumps(digest_run(run_dir, info), indent=1, default=str))
+        rec.write_atomic(run_dir / EVIDENCE, digest_run(run_dir, info).model_dump_json(indent=1))
     except (OSError, ValueError) as e:  # evidence is advisory: its absence never fails collection
         rec.write_atomic(run_dir / EVIDENCE, json.dumps({"error": str(e)}))
     return summary, verdict

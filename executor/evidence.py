@@ -20,6 +20,8 @@ from typing import Any, Iterable, Sequence
 import httpx
 
 from core import records as rec
+from core.evidence import Evidence
+from core.knobs import BATCH_CAP, PREFILL_TOKEN_BUDGET, by_role
 from core.records import EngineSample, JsonlWriter, PrefillBatch, RunInfo
 from executor.engines import metric_names
 from executor.evidence_decode import expert_load, expert_load_spread, spec_accept_per_position
@@ -171,7 +173,7 @@ def _iteration_batches(samples: Sequence[EngineSample], budget: float | None) ->
 
 
 def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], breakdown: dict | None,
-           info: RunInfo | None, knobs: dict[str, Any] | None, expert_record: dict | None = None) -> dict[str, Any]:
+           info: RunInfo | None, knobs: dict[str, Any] | None, expert_record: dict | None = None) -> Evidence:
     """The evidence the planner reads (pinned keys; None where the evidence is missing). `expert_record`: the
     run's expert-load record (core.records.EXPERT_LOAD), when the engine produced one."""
     knobs = knobs or {}
@@ -181,7 +183,9 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
     dr_total = [v for _, v in role_series(samples, "decode", RUNNING)]
     dr = _series(samples, "decode", RUNNING)
     kv = [v for s in samples if (v := max_value(s.values, KV_USAGE)) is not None]  # max over DP engines, instances
-    budget = knobs.get("max_num_batched_tokens") or knobs.get("chunked_prefill_size")
+    # the limits the digest reads against, by role (any engine's name for them); an engine's raw flag names too,
+    # where a run recorded them (SGLang's)
+    budget = by_role(knobs, PREFILL_TOKEN_BUDGET) or knobs.get("chunked_prefill_size")
     tail = None
     if batches and budget:
         tail = sum(1 for b in batches if b.n_tokens < budget / 8) / len(batches)
@@ -190,7 +194,7 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
     def queue_mean(role: str, names: tuple[str, ...]) -> float | None:
         return _mean([v for _, v in role_series(samples, role, names)])
 
-    return {
+    return Evidence.model_validate({
         # queues: summed over the role's instances at each scrape round, then over time
         "prefill_waiting_mean": _mean(pw),
         "prefill_waiting_nonzero_share": _mean([1.0 if v > 0 else 0.0 for v in pw]),
@@ -206,7 +210,7 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
         "decode_running_max": max(dr) if dr else None,
         "decode_running_total_mean": _mean(dr_total),
         "decode_running_total_max": max(dr_total) if dr_total else None,
-        "decode_batch_limit": knobs.get("max_num_seqs") or knobs.get("max_running_requests") or knobs.get("parallel"),
+        "decode_batch_limit": by_role(knobs, BATCH_CAP) or knobs.get("max_running_requests"),
         "decode_busy_slots_mean": _mean(_series(samples, "decode", BUSY_SLOTS)),  # llama.cpp: slots per decode step
         "prefill_instances": len({s.instance for r in _rounds(samples, "prefill") for s in r}) or None,
         "decode_instances": len({s.instance for r in _rounds(samples, "decode") for s in r}) or None,
@@ -224,10 +228,10 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
         "samples": len(samples),
         "n_prefill_batches": len(batches) or (steps or {}).get("count", 0),
         "concurrency": info.concurrency if info else None,
-    }
+    })
 
 
-def digest_run(run_dir: Path, info: RunInfo | None = None, knobs: dict[str, Any] | None = None) -> dict[str, Any]:
+def digest_run(run_dir: Path, info: RunInfo | None = None, knobs: dict[str, Any] | None = None) -> Evidence:
     """digest() over a run directory's files; knobs default to run.json's `knobs` when recorded."""
     samples = list(rec.read_jsonl(run_dir / rec.METRICS, EngineSample))
     batches = list(rec.read_jsonl(run_dir / rec.PREFILL_BATCHES, PrefillBatch))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from core import records as rec
+from core.evidence import Evidence
 from core.summary import Reason, Summary, Verdict
 from core.trial import TrialResult
 from executor.collect import VERDICT, CollectionError, summarize_run
@@ -56,10 +57,10 @@ class CollectPhases:
             verdict, error = handoff, handoff.reasons[0].message
             rec.write_atomic(run_dir / VERDICT, verdict.model_dump_json(indent=1))  # the run directory agrees
         if profile:
-            evidence = evidence | {"profile": profile.get("summary")}
+            evidence = evidence.model_copy(update={"profile": profile.get("summary")})
         drift = drift_check(self.target, self.spec, summary, str(run_dir)) if verdict.kind == "valid" else None
         if drift is not None:  # a real run of a target with a calibrated profile: the simulator predicted it too
-            evidence = evidence | {"drift": drift}
+            evidence = evidence.model_copy(update={"drift": drift})
         self.costs = self.transport.costs(self.journal.ok_detail("deploy"), self.journal.ok_detail("load"), summary,
                                           cards or self.target.cards or 1, self.spec.profile_capture)
 
@@ -72,13 +73,13 @@ class CollectPhases:
                            healthy_after=healthy, failed_phase=FAILED_PHASE.get(verdict.kind),
                            error=error if verdict.kind in FAILED_PHASE else None)
 
-    def evidence(self, run_dir: Path) -> dict[str, Any]:
-        evidence = _read_json(run_dir / "evidence.json") or {}
+    def evidence(self, run_dir: Path) -> Evidence:
+        raw = _read_json(run_dir / "evidence.json") or {}
         info = _read_json(run_dir / rec.RUN_INFO) or {}
-        if evidence and "error" not in evidence and self.station is not None and "knobs" not in info:
+        if raw and raw.get("error") is None and self.station is not None and "knobs" not in info:
             # a real load's run.json carries no knobs: limits the digest reads (batch limit) come from the station
-            evidence = digest_run(run_dir, rec.RunInfo.model_validate(info), self.station.knobs)
-        return evidence
+            return digest_run(run_dir, rec.RunInfo.model_validate(info), self.station.knobs)
+        return Evidence.model_validate(raw)
 
     async def died_text(self, grace_s: float = 10.0, every_s: float = 0.5) -> str | None:
         """The words of a service that died during the run, or None. The launcher's wrapper shell outlives its

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from core.evidence import Evidence
 from core.records import RequestRecord, RunInfo
 from core.summary import Contract, Reason, Verdict
 
@@ -88,17 +89,18 @@ def judge(records: Sequence[RequestRecord], info: RunInfo, contract: Contract,
     return Verdict(kind="contract_violation", reasons=reasons) if reasons else Verdict(kind="valid")
 
 
-def handoff_fault(evidence: dict | None) -> Verdict | None:
+def handoff_fault(evidence: Evidence | None) -> Verdict | None:
     """A PD run whose KV hand-off failed (NIXL's failed transfers or notifications, or a read that completed
     after prefill released the blocks): an orchestration fault, whatever the requests did. Failed requests would
     otherwise read as a broken contract and recomputed prompts as a slow result; neither says anything about the
     station. Expired leases are named beside a failure but are not one alone (see executor/evidence_kv.py)."""
-    kv = (evidence or {}).get("kv_transfer") or {}
-    if not kv.get("failed"):
+    kv = evidence.kv_transfer if evidence is not None else None
+    if kv is None or not kv.failed:
         return None
-    counts = ", ".join(f"{k.removeprefix('kv_').replace('_', ' ')} {kv[k]:.0f}"
-                       for k in ("kv_failed_transfers", "kv_failed_notifications", "kv_late_reads", "kv_expired")
-                       if kv.get(k))
+    counts = ", ".join(f"{k.removeprefix('kv_').replace('_', ' ')} {v:.0f}"
+                       for k, v in (("kv_failed_transfers", kv.kv_failed_transfers),
+                                    ("kv_failed_notifications", kv.kv_failed_notifications),
+                                    ("kv_late_reads", kv.kv_late_reads), ("kv_expired", kv.kv_expired)) if v)
     return Verdict(kind="orchestration_fault", reasons=[Reason(
-        code="kv_handoff_failed", count=int(kv["failed"]),
+        code="kv_handoff_failed", count=int(kv.failed),
         message=f"the KV hand-off from prefill to decode failed ({counts}): a tooling fault, not a result")])

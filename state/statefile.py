@@ -157,7 +157,7 @@ def render_state(store: Any, goal_id: str) -> str:
         lines.append(f"  - restore: tuneloop restore {st.hash}")
     else:
         lines.append("- best station: none yet")
-    drifts = [(rid, r.result.evidence.get("drift")) for rid, r in results.items() if r.result.evidence.get("drift")]
+    drifts = [(rid, r.result.evidence.drift) for rid, r in results.items() if r.result.evidence.drift]
     if drifts:  # the latest real run's simulator cross-check (a target with a calibrated profile)
         lines.append(f"- simulator drift (run {drifts[-1][0]}): {drift_line(drifts[-1][1])}")
     lines += ["", "## Frontier (valid stations; whole and native in separate columns, empty = no valid window)", "",

@@ -77,7 +77,7 @@ def test_a_profile_thirty_percent_off_raises_the_drift_flag_on_the_first_real_ru
         (res,) = store.results(g.id)
         result = res.result
         assert result.verdict.kind == "valid", result.verdict
-        d = result.evidence["drift"]
+        d = result.evidence.drift
         m = result.summary
         assert d["measured"] == {"output_tok_s": m.whole.output_tok_s, "tpot_mean_ms": m.tpot_ms.mean}
         assert d["predicted"]["tpot_mean_ms"] < d["measured"]["tpot_mean_ms"]  # a 30 % too fast profile

@@ -45,14 +45,14 @@ def test_digest_queue_and_batch_evidence():
                PrefillBatch(t_start=2, t_end=3, instance="p0", n_reqs=1, n_tokens=4, chunks=[4])]
     d = digest(samples, batches, {"prefill": {"compute": 1.0}}, None, {"max_num_batched_tokens": 8192,
                                                                        "max_num_seqs": 32})
-    assert d["prefill_waiting_mean"] == 2 and d["prefill_waiting_nonzero_share"] == 0.5
-    assert d["decode_waiting_mean"] == 1 and d["decode_waiting_nonzero_share"] == 0.5
-    assert d["decode_running_mean"] == 20 and d["decode_running_max"] == 30 and d["decode_batch_limit"] == 32
-    assert d["kv_usage_max"] == 0.7 and d["samples"] == 4
-    assert d["prefill_batch_reqs_mean"] == pytest.approx(4 / 3)
-    assert d["prefill_batch_tokens_mean"] == pytest.approx(16392 / 3)
-    assert d["prefill_tail_batch_share"] == pytest.approx(1 / 3)
-    assert d["breakdown"] == {"prefill": {"compute": 1.0}} and d["spec_accept_length"] is None
+    assert d.prefill_waiting_mean == 2 and d.prefill_waiting_nonzero_share == 0.5
+    assert d.decode_waiting_mean == 1 and d.decode_waiting_nonzero_share == 0.5
+    assert d.decode_running_mean == 20 and d.decode_running_max == 30 and d.decode_batch_limit == 32
+    assert d.kv_usage_max == 0.7 and d.samples == 4
+    assert d.prefill_batch_reqs_mean == pytest.approx(4 / 3)
+    assert d.prefill_batch_tokens_mean == pytest.approx(16392 / 3)
+    assert d.prefill_tail_batch_share == pytest.approx(1 / 3)
+    assert d.breakdown == {"prefill": {"compute": 1.0}} and d.spec_accept_length is None
 
 
 def test_queues_are_summed_per_role_per_scrape_round():
@@ -64,12 +64,12 @@ def test_queues_are_summed_per_role_per_scrape_round():
         samples += [S(t + 0.001, "prefill", {W: p0}, "p0"), S(t + 0.004, "prefill", {W: p1}, "p1"),
                     S(t + 0.006, "decode", {W: d0, R: 10 + k}, "d0"), S(t + 0.009, "decode", {W: d1, R: 20}, "d1")]
     d = digest(samples, [], {}, None, {"max_num_seqs": 20})
-    assert d["prefill_waiting_mean"] == pytest.approx((3 + 0 + 2 + 2) / 4)  # per round, not per sample (7/8)
-    assert d["prefill_waiting_nonzero_share"] == 0.75  # per sample it would be 4/8
-    assert d["decode_waiting_mean"] == 0.5 and d["decode_waiting_nonzero_share"] == 0.25
-    assert d["decode_running_max"] == 20 == d["decode_batch_limit"]  # per instance, against the per-instance limit
-    assert d["decode_running_total_max"] == 33 and d["decode_running_total_mean"] == pytest.approx(31.5)
-    assert d["prefill_instances"] == 2 and d["decode_instances"] == 2
+    assert d.prefill_waiting_mean == pytest.approx((3 + 0 + 2 + 2) / 4)  # per round, not per sample (7/8)
+    assert d.prefill_waiting_nonzero_share == 0.75  # per sample it would be 4/8
+    assert d.decode_waiting_mean == 0.5 and d.decode_waiting_nonzero_share == 0.25
+    assert d.decode_running_max == 20 == d.decode_batch_limit  # per instance, against the per-instance limit
+    assert d.decode_running_total_max == 33 and d.decode_running_total_mean == pytest.approx(31.5)
+    assert d.prefill_instances == 2 and d.decode_instances == 2
     assert role_series(samples, "prefill", WAITING) == [(0.001, 3.0), (1.001, 0.0), (2.001, 2.0), (3.001, 2.0)]
     # a mixed instance counts for both roles; a round where nobody reported the metric is missing, not 0
     mixed = [S(0, "mixed", {W: 4}, "m0"), S(0.01, "mixed", {W: 1}, "m1"), S(1, "mixed", {}, "m0")]
@@ -78,17 +78,18 @@ def test_queues_are_summed_per_role_per_scrape_round():
 
 def test_digest_missing_evidence_is_none_and_spec_acceptance_from_counters():
     d = digest([], [], None, None, None)
-    assert all(d[k] is None for k in ("prefill_waiting_mean", "decode_running_max", "kv_usage_max",
-                                      "prefill_tail_batch_share", "decode_batch_limit"))
+    assert all(v is None for v in (d.prefill_waiting_mean, d.decode_running_max, d.kv_usage_max,
+                                   d.prefill_tail_batch_share, d.decode_batch_limit))
+    assert d.kv_transfer is None and d.spec_accept_per_position is None and d.breakdown == {}
     mk = lambda t, dr, ac: S(t, "decode", {"vllm:spec_decode_num_drafts_total": dr,  # noqa: E731
                                            "vllm:spec_decode_num_accepted_tokens_total": ac})
-    assert digest([mk(0, 100, 150), mk(1, 300, 450)], [], {}, None, {})["spec_accept_length"] == 2.5
+    assert digest([mk(0, 100, 150), mk(1, 300, 450)], [], {}, None, {}).spec_accept_length == 2.5
     llama = [S(0, "mixed", {"llamacpp:requests_processing": 3, "llamacpp:requests_deferred": 1})]
     d2 = digest(llama, [], {}, None, {})
-    assert d2["decode_running_max"] == 3 and d2["prefill_waiting_mean"] == 1
+    assert d2.decode_running_max == 3 and d2.prefill_waiting_mean == 1
     sg = [S(0, "decode", {"sglang:spec_accept_length": 3.2, "sglang:token_usage": 0.9})]
     d3 = digest(sg, [], {}, None, {})
-    assert d3["spec_accept_length"] == 3.2 and d3["kv_usage_max"] == 0.9
+    assert d3.spec_accept_length == 3.2 and d3.kv_usage_max == 0.9
 
 
 def test_parse_endpoints_names_bad_spec():

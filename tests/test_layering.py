@@ -295,8 +295,6 @@ def _knob_names() -> set[str]:
     return {k.name for k in catalog().knobs}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 37 item 3 not done yet: the planner still keys rules on engine knob "
-                                        "names; knob roles in core/knobs.yaml will flip this")
 def test_no_knob_name_literal_in_the_planner():
     assert knob_literals(ROOT / "agent" / "planner", _knob_names()) == {}
 

@@ -30,7 +30,7 @@ def test_one_llamacpp_experiment_over_ssh(engine, sshd, tmp_path):  # noqa: F811
         s = res.summary
         assert s.n_ok == 24 and s.n_failed == 0 and s.output_len_min == s.output_len_max == 32
         assert res.source_identity.startswith("llamacpp:") and "sha256=unknown" not in res.source_identity
-        assert res.evidence.get("decode_batch_limit") == 2 and res.evidence.get("samples")  # llamacpp:* scraped
+        assert res.evidence.decode_batch_limit == 2 and res.evidence.samples  # llamacpp:* scraped
     finally:
         for pid_file in Path(target.run_root).glob("svc/*/pid"):
             try:

@@ -187,17 +187,17 @@ def test_the_sender_limit_that_binds_decides_between_a_higher_c_and_a_higher_rat
 
     rate_bound = summary(conc=40.0).model_copy(update={"request_rate": 2.1})  # qps 2.0 of r 2.1, 40 of C128
     d = diagnose(rate_bound, PREFILL_BOUND, 20.0, {})
-    assert d.client_limit == "request_rate" and "a higher C adds nothing" in d.client_limit_why
+    assert d.client_limit == "arrival_rate" and "a higher C adds nothing" in d.client_limit_why
     c_bound = summary(conc=127.0)
     d = diagnose(c_bound, PREFILL_BOUND, 20.0, {})
-    assert d.client_limit == "concurrency" and "only queues at the sender" in d.client_limit_why
+    assert d.client_limit == "client_cap" and "only queues at the sender" in d.client_limit_why
     assert diagnose(summary(conc=100.0), PREFILL_BOUND, 20.0, {}).client_limit is None  # neither clearly
     # a finite run drains: 640 requests sent at r=24 over 26.7 s, the last done ~5 s later, so QPS 20.7 is what
     # r alone gives (640 / 31.67 s = 20.21); with 42 % of C in flight the rate still binds
     w = summary(conc=107.0, e2e=5000.0).whole.model_copy(update={"qps": 20.7, "n_requests": 640})
     drained = summary(conc=107.0, e2e=5000.0).model_copy(update={"request_rate": 24.0, "concurrency": 256, "whole": w})
     d = diagnose(drained, PREFILL_BOUND, 20.0, {})
-    assert d.client_limit == "request_rate" and "20.21 r gives over the run's drain" in d.client_limit_why
+    assert d.client_limit == "arrival_rate" and "20.21 r gives over the run's drain" in d.client_limit_why
     starved = drained.model_copy(update={"whole": w.model_copy(update={"qps": 12.0})})  # the sender fell behind r
     assert diagnose(starved, PREFILL_BOUND, 20.0, {}).client_limit is None
 

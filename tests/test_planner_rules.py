@@ -13,6 +13,7 @@ from agent.planner.history import Negative
 from agent.planner.llm import system_prompt
 from agent.planner.deterministic import DeterministicPlanner, candidates, diagnosis_for
 from agent.planner.stops import MIN_VALUE
+from core.knobs import catalog, named
 from tests.rules_support import measure, measured_start
 
 
@@ -42,8 +43,9 @@ def test_every_rule_is_registered_once_and_writes_its_line_of_the_system_prompt(
     assert "$rules" in prompts.load("system").template and "$rules" not in text
     for r in rules.RULES:
         assert r.prompt in text
-    for (knob, direction), move in rules.MOVES.items():  # the move table is the rules' own moves
-        assert rule_for(knob, direction) is move
+    for (role, direction), move in rules.MOVES.items():  # the move table is the rules' own moves, keyed by role
+        knob = named(role, catalog().defaults("sim"))
+        assert knob is not None and rule_for(knob, direction) is move
 
 
 def test_expert_load_leads_to_a_relayout_where_imbalance_dominates_and_not_where_it_is_small(tmp_path):

@@ -160,7 +160,7 @@ def test_a_client_and_batch_pair_is_sized_along_the_line_by_the_closed_loop_batc
     space = h2.goal.space()
     c, s, words = sized_pair(h2, list(space["concurrency"]), list(space["max_num_seqs"]), limit)
     assert (c, s) == (512, 448) and "the largest listed pair there" in words, words
-    line, run = tpot_line(h2, h2.best_knobs, 640), o.evidence["decode_running_mean"]
+    line, run = tpot_line(h2, h2.best_knobs, 640), o.evidence.decode_running_mean
     assert line.at(run * 448 / 256) > limit  # the fill-held batch would have called it over the limit
     ranked = [(c_, v) for c_, v in candidates(h2, diagnosis_for(h2)) if c_.also is not None]
     top, step = ranked[0], next(cv for cv in ranked if cv[0].also.new == 384)
@@ -187,7 +187,7 @@ def test_a_wider_draft_moves_the_batch_limit_to_where_its_scaled_line_meets_the_
     # on the k 2 line itself (no draft change) a batch limit of 256 would break the limit
     line = tpot_line(h2, h2.best_knobs, 640)
     from agent.planner.tpot_fit import batch_at
-    assert line.at(batch_at(o.evidence["decode_running_mean"], 128, 256, 640, 1.0)) > limit
+    assert line.at(batch_at(o.evidence.decode_running_mean, 128, 256, 640, 1.0)) > limit
 
 
 def test_a_latency_recovery_caps_the_batch_where_the_line_keeps_it_under_the_limit(tmp_path):

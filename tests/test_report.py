@@ -283,13 +283,13 @@ def test_each_plot_draws_the_stored_data_and_is_not_blank(demo):
         assert f"run {next(i for i, r in enumerate(st.runs(gid), 1) if r.id == run_id)} " in q[who]["label"]
         raw = raw_queues(demo["cwd"] / st.get_result(run_id).result.run_dir)
         assert (q[who]["t"], q[who]["p_waiting"], q[who]["d_running"]) == raw
-        if "decode_running_total_max" in ev:  # evidence sums a role's instances per scrape, like the plot
-            assert sum(q[who]["p_waiting"]) / len(q[who]["t"]) == pytest.approx(ev["prefill_waiting_mean"])
-            assert max(q[who]["d_running"]) == ev["decode_running_total_max"]
+        if ev.decode_running_total_max is not None:  # evidence sums a role's instances per scrape, like the plot
+            assert sum(q[who]["p_waiting"]) / len(q[who]["t"]) == pytest.approx(ev.prefill_waiting_mean)
+            assert max(q[who]["d_running"]) == ev.decode_running_total_max
         else:  # evidence averaged per instance sample
-            assert sum(q[who]["p_waiting"]) / q[who]["samples"]["prefill"] == pytest.approx(ev["prefill_waiting_mean"])
-        assert b[who]["batches"] == ev["n_prefill_batches"]
-        assert b[who]["tail"] / b[who]["batches"] == pytest.approx(ev["prefill_tail_batch_share"])
+            assert sum(q[who]["p_waiting"]) / q[who]["samples"]["prefill"] == pytest.approx(ev.prefill_waiting_mean)
+        assert b[who]["batches"] == ev.n_prefill_batches
+        assert b[who]["tail"] / b[who]["batches"] == pytest.approx(ev.prefill_tail_batch_share)
     prog = rep.plots["progress"].series
     k = compute_kpis(st, gid)
     assert prog["best"][-1] == pytest.approx(k.best_objective)

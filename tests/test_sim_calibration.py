@@ -57,12 +57,12 @@ def test_cap2_gain_tpot_and_native_per_card_match_the_field(cap_runs):
 def test_cap1_prefill_queue_persistent_while_decode_waits_for_nothing(cap_runs):
     run = cap_runs[1]
     ev = digest(run.samples, run.batches, run.breakdown, run.info, run.knobs)
-    assert ev["prefill_waiting_nonzero_share"] >= 0.8
-    assert ev["prefill_waiting_mean"] >= 5
-    assert ev["decode_waiting_mean"] < 0.5
-    assert ev["decode_running_max"] < ev["decode_batch_limit"]
+    assert ev.prefill_waiting_nonzero_share >= 0.8
+    assert ev.prefill_waiting_mean >= 5
+    assert ev.decode_waiting_mean < 0.5
+    assert ev.decode_running_max < ev.decode_batch_limit
     # one tail batch of 4 tokens per request at cap 1: a third of the batches are tails
-    assert ev["prefill_tail_batch_share"] == pytest.approx(1 / 3, abs=0.01)
+    assert ev.prefill_tail_batch_share == pytest.approx(1 / 3, abs=0.01)
 
 
 def test_128k_c128_wins_whole_throughput_c90_wins_latency(long_runs):
@@ -100,8 +100,8 @@ def test_decode_bound_gpu_profile_rewards_decode_knobs_not_prefill_cap():
     for r in caps:
         assert tput(r) == pytest.approx(tput(base), rel=0.02)
     ev = digest(base.samples, base.batches, base.breakdown, base.info, base.knobs)
-    assert ev["decode_running_max"] == ev["decode_batch_limit"]  # decode at its batch limit ...
-    assert ev["decode_waiting_mean"] > 1  # ... with requests waiting for it
+    assert ev.decode_running_max == ev.decode_batch_limit  # decode at its batch limit ...
+    assert ev.decode_waiting_mean > 1  # ... with requests waiting for it
 
 
 def test_128k_whole_figures_within_ten_percent_of_the_field(long_runs):

@@ -12,6 +12,7 @@ import pytest
 
 from bench.tuners.cases import load_cases
 from core import profiles
+from core.evidence import Evidence
 from core import records as rec
 from core.records import EngineSample
 from core.trial import TrialSpec
@@ -39,7 +40,7 @@ LIBRARY = {
 }
 
 
-def _digest(tmp_path, profile: str, scenario: str, knobs: dict, n: int = 160, seed: int = 0) -> dict:
+def _digest(tmp_path, profile: str, scenario: str, knobs: dict, n: int = 160, seed: int = 0) -> Evidence:
     prof = profiles.load(profile)
     run = engine.simulate(prof, scenario, prof.knobs(dict(prof.start_knobs) | knobs), n=n, seed=seed)
     out = tmp_path / f"{profile}-{seed}-{abs(hash(json.dumps(knobs, sort_keys=True)))}"
@@ -85,14 +86,14 @@ def test_acceptance_per_position_orders_as_each_profile_says(tmp_path):
     wide = _digest(tmp_path, "deepseek-v3-910c-p4d8", "code4k", {"num_speculative_tokens": 4})
     narrow = _digest(tmp_path, "llama31-8b-l40s-p1d1", "chat1k-out512", {"num_speculative_tokens": 4})
     for ev, prof, task in ((wide, "deepseek-v3-910c-p4d8", "code"), (narrow, "llama31-8b-l40s-p1d1", "chat")):
-        per = ev["spec_accept_per_position"]
+        per = ev.spec_accept_per_position
         assert len(per) == 4 and all(a > b for a, b in zip(per, per[1:])), per
         assert per == pytest.approx(_survival(prof, task, 4).tolist(), abs=0.03)
         # spec_accept_length is SGLang's gauge averaged over scrapes (early ones are noisy): close, not equal
-        assert 1 + sum(per) == pytest.approx(ev["spec_accept_length"], rel=0.05)
+        assert 1 + sum(per) == pytest.approx(ev.spec_accept_length, rel=0.05)
     # the last position's conditional acceptance: worth drafting on one profile, not on the other
-    assert wide["spec_accept_per_position"][3] / wide["spec_accept_per_position"][2] > 0.7
-    assert narrow["spec_accept_per_position"][3] / narrow["spec_accept_per_position"][2] < 0.45
+    assert wide.spec_accept_per_position[3] / wide.spec_accept_per_position[2] > 0.7
+    assert narrow.spec_accept_per_position[3] / narrow.spec_accept_per_position[2] < 0.45
 
 
 def test_draft_width_pays_on_one_profile_and_not_the_other(tmp_path):
@@ -116,24 +117,24 @@ def test_expert_load_spread_larger_under_the_default_placement_than_static(tmp_p
     dyn = _digest(tmp_path, "qwen3-235b-h800-p8d8", "chat2k-out1k", {"expert_layout": "none"})
     sta = _digest(tmp_path, "qwen3-235b-h800-p8d8", "chat2k-out1k", {"expert_layout": "static_eplb"})
     for ev in (dyn, sta):
-        per = ev["expert_load"]["decode"]["per_rank"]
+        per = ev.expert_load["decode"]["per_rank"]
         assert len(per) == 8 and sum(per) == pytest.approx(1.0)
-        assert ev["expert_load_spread"] == pytest.approx(max(per) * len(per))
-    assert dyn["expert_load_spread"] == pytest.approx(1.45, rel=1e-6)
-    assert sta["expert_load_spread"] == pytest.approx(1.06, rel=1e-6)
-    share = {n: ev["breakdown"]["decode"]["imbalance_s"] / ev["breakdown"]["decode"]["elapsed_s"]
+        assert ev.expert_load_spread == pytest.approx(max(per) * len(per))
+    assert dyn.expert_load_spread == pytest.approx(1.45, rel=1e-6)
+    assert sta.expert_load_spread == pytest.approx(1.06, rel=1e-6)
+    share = {n: ev.breakdown["decode"]["imbalance_s"] / ev.breakdown["decode"]["elapsed_s"]
              for n, ev in (("dyn", dyn), ("sta", sta))}
     assert share["dyn"] > 1.5 * share["sta"] > 0
-    bd = dyn["breakdown"]["decode"]  # a partition of the role's instance-seconds, every term >= 0 under a large skew
+    bd = dyn.breakdown["decode"]  # a partition of the role's instance-seconds, every term >= 0 under a large skew
     parts = ("compute_s", "communication_s", "scheduling_s", "imbalance_s", "draft_s", "idle_s")
     assert min(bd[p] for p in parts) >= 0 and bd["compute_s"] > 0
     assert sum(bd[p] for p in parts) == pytest.approx(bd["elapsed_s"] * bd["instances"], rel=1e-6)
     # where imbalance does not dominate the spread stays near 1 and a dense model has no expert evidence at all
     small = _digest(tmp_path, "qwen3-30b-a3b-910b-p4d4", "summarize8k", {}, n=64)
-    assert 1.0 < small["expert_load_spread"] < 1.05
+    assert 1.0 < small.expert_load_spread < 1.05
     dense = _digest(tmp_path, "llama31-8b-910b-p1d1", "chat2k-out512-agent", {}, n=32)
-    assert dense["expert_load"] is None and dense["expert_load_spread"] is None
-    assert dense["breakdown"]["decode"]["imbalance_s"] == 0.0
+    assert dense.expert_load is None and dense.expert_load_spread is None
+    assert dense.breakdown["decode"]["imbalance_s"] == 0.0
 
 
 def test_each_expert_layout_has_its_skew_in_the_simulator():
@@ -179,13 +180,12 @@ def test_every_library_profile_runs_a_trial_through_the_executor(tmp_path, profi
     assert r.verdict.kind == "valid", r.verdict
     assert r.summary is not None and r.summary.n_ok == 24
     ev = r.evidence
-    for key in ("spec_accept_per_position", "expert_load", "expert_load_spread"):
-        assert key in ev
-    assert {"imbalance_s", "draft_s"} <= set(ev["breakdown"]["decode"])
+    assert set(Evidence.model_fields) <= set(ev.model_dump())  # every field explicit, None where missing
+    assert {"imbalance_s", "draft_s"} <= set(ev.breakdown["decode"])
     k = prof.knobs({}, start=True)
     spec_on = k["speculative_method"] != "none" and int(k["num_speculative_tokens"]) > 0
-    assert (ev["spec_accept_per_position"] is not None) == spec_on
-    assert (ev["expert_load"] is not None) == (prof.decode_cost.ep > 1)
+    assert (ev.spec_accept_per_position is not None) == spec_on
+    assert (ev.expert_load is not None) == (prof.decode_cost.ep > 1)
 
 
 def test_serial_kv_link_caps_the_request_rate_per_decode_instance():
@@ -251,10 +251,10 @@ def test_the_kv_hand_off_reads_as_a_real_nixl_pair_does(tmp_path):
     bytes and transfer time); the digest sums them over the run; a mixed deployment has no hand-off (None)."""
     prof = profiles.load("llama70b-h100-p2d2")
     ev = _digest(tmp_path, "llama70b-h100-p2d2", "chat2k-out1k", {}, n=64)
-    kv = ev["kv_transfer"]
-    assert kv["remote_share"] == 1.0 and kv["kv_tokens_computed"] == 0 and kv["failed"] == 0
-    assert kv["kv_transfers"] > 0 and kv["kv_bytes"] == pytest.approx(
-        kv["kv_tokens_remote"] * prof.transfer.kv_bytes_per_token)
-    assert kv["transfer_s_mean"] >= prof.transfer.latency_s
+    kv = ev.kv_transfer
+    assert kv.remote_share == 1.0 and kv.kv_tokens_computed == 0 and kv.failed == 0
+    assert kv.kv_transfers > 0 and kv.kv_bytes == pytest.approx(
+        kv.kv_tokens_remote * prof.transfer.kv_bytes_per_token)
+    assert kv.transfer_s_mean >= prof.transfer.latency_s
     mixed = _digest(tmp_path, "vllm-cpu-mixed-sim", "vllm-chat", {}, n=16)
-    assert mixed["kv_transfer"] is None
+    assert mixed.kv_transfer is None

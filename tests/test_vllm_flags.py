@@ -192,14 +192,14 @@ def test_metric_names_the_evidence_reads_are_in_the_real_metrics_and_the_digest_
     assert not exported('vllm:num_requests_waiting_by_reason{reason="no-such-reason"}')  # the matcher is not blind
     assert "vllm:gpu_cache_usage_perc" not in names  # removed upstream (vllm-project/vllm#29330)
     d = evidence.digest(samples, [], {}, None, {"max_num_seqs": 8})
-    assert d["decode_running_max"] is not None and d["decode_running_max"] >= 2  # six requests, batched
-    assert d["kv_usage_max"] is not None and d["kv_usage_max"] > 0
+    assert d.decode_running_max is not None and d.decode_running_max >= 2  # six requests, batched
+    assert d.kv_usage_max is not None and d.kv_usage_max > 0
     # acceptance per draft position from vLLM's own per-position counters: k = 2 entries, shares of drafts, and
     # position 2 is accepted only after position 1 (vLLM counts a prefix of accepted tokens)
-    per_pos = d["spec_accept_per_position"]
+    per_pos = d.spec_accept_per_position
     assert per_pos is not None and len(per_pos) == NGRAM["num_speculative_tokens"], per_pos
     assert 1.0 >= per_pos[0] >= per_pos[1] >= 0.0 and per_pos[0] > 0, per_pos
-    assert d["spec_accept_length"] == pytest.approx(1.0 + sum(per_pos), rel=1e-6)  # two counters, one story
+    assert d.spec_accept_length == pytest.approx(1.0 + sum(per_pos), rel=1e-6)  # two counters, one story
 
 
 class _Probe:

@@ -101,7 +101,7 @@ def test_one_vllm_experiment_over_ssh(engine, sshd, tmp_path):  # noqa: F811
         s = res.summary
         assert s.n_ok == 16 and s.n_failed == 0 and s.output_len_min == s.output_len_max == 32
         assert res.source_identity.startswith("vllm:") and "0.32.0" in res.source_identity
-        assert res.evidence.get("decode_batch_limit") == 4 and res.evidence.get("decode_running_max") is not None
+        assert res.evidence.decode_batch_limit == 4 and res.evidence.decode_running_max is not None
     finally:
         _stop_all(ex, tg)
         store.close()

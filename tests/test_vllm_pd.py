@@ -89,17 +89,17 @@ def _handed_over(res, n_prompts: int) -> dict:
     s = res.summary
     assert s.n_ok == 16 and s.n_failed == 0 and s.output_len_min == s.output_len_max == 32
     ev = res.evidence
-    kv = ev["kv_transfer"]
-    assert kv is not None, sorted(ev)
-    assert kv["kv_tokens_remote"] >= n_prompts * 100, kv  # ~256-token prompts, warm-up included
-    assert kv["kv_tokens_computed"] == 0 and kv["remote_share"] == 1.0, kv
-    assert kv["kv_transfers"] >= n_prompts and kv["kv_bytes"] > 0 and kv["transfer_s_mean"] > 0, kv
-    assert kv["failed"] == 0 and kv["kv_expired"] is not None and kv["kv_late_reads"] is not None, kv
+    kv = ev.kv_transfer
+    assert kv is not None, ev
+    assert kv.kv_tokens_remote >= n_prompts * 100, kv  # ~256-token prompts, warm-up included
+    assert kv.kv_tokens_computed == 0 and kv.remote_share == 1.0, kv
+    assert kv.kv_transfers >= n_prompts and kv.kv_bytes > 0 and kv.transfer_s_mean > 0, kv
+    assert kv.failed == 0 and kv.kv_expired is not None and kv.kv_late_reads is not None, kv
     # evidence from both roles: prefill's queue and batches, decode's batch and its wait for remote KV
-    assert ev["prefill_instances"] == 1 and ev["decode_instances"] == 1
-    assert ev["prefill_waiting_mean"] is not None and ev["decode_running_max"] is not None
-    assert ev["decode_deferred_mean"] is not None and ev["decode_batch_limit"] == 2
-    assert ev["prefill_batch_source"] == "vllm:iteration_tokens_total" and ev["prefill_batch_tokens_mean"] > 0
+    assert ev.prefill_instances == 1 and ev.decode_instances == 1
+    assert ev.prefill_waiting_mean is not None and ev.decode_running_max is not None
+    assert ev.decode_deferred_mean is not None and ev.decode_batch_limit == 2
+    assert ev.prefill_batch_source == "vllm:iteration_tokens_total" and ev.prefill_batch_tokens_mean > 0
     assert res.costs and {c.cards for c in res.costs} == {2}  # cards in use: one per instance, none for the router
     assert res.summary.whole is not None  # the objective's figures (the native window needs a longer run)
     return kv
@@ -134,7 +134,7 @@ def test_a_real_pd_pair_hands_kv_from_prefill_to_decode(engine, tmp_path):
         assert broken.verdict.kind == "orchestration_fault", broken.verdict
         (reason,) = broken.verdict.reasons
         assert reason.code == "kv_handoff_failed" and reason.count >= 1 and "failed transfers" in reason.message
-        assert broken.evidence["kv_transfer"]["kv_failed_transfers"] >= 1
+        assert broken.evidence.kv_transfer.kv_failed_transfers >= 1
     finally:
         _stop_all(ex, bad)
         store.close()

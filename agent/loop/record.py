@@ -13,6 +13,7 @@ from typing import Any
 from agent.planner.candidates import CandidateCard, card_of, card_record  # noqa: F401  (the store side reads cards here too)
 from agent.planner.history import Figures, History, Negative, Outcome, Veto
 from agent.planner.costs import CostModel
+from core.evidence import Evidence
 from core.scenarios import load
 from state.snapshots import Conditions
 from state.store import best_of
@@ -61,7 +62,7 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
         figs = Figures.model_validate(data["figures"]) if data.get("figures") else None
         outcomes.append(Outcome(card=card, verdict=data["verdict"], decision=data["outcome"], figures=figs,
                                 reason=d.text, run_id=d.run_id, summary=tr.summary if tr else None,
-                                evidence=tr.evidence if tr else {}, costs=list(tr.costs) if tr else [],
+                                evidence=tr.evidence if tr else Evidence(), costs=list(tr.costs) if tr else [],
                                 card_hours=tr.card_hours if tr else 0.0))
     if restored is not None:  # one read, whatever the number of decisions
         try:

@@ -24,11 +24,13 @@ from agent.planner.cards import (  # noqa: F401  (re-exported: the card's data m
 )
 from agent.planner.rules import MOVES as RULES  # the move table, built from the rules' own moves
 from agent.planner.rules.base import MoveRule
-from core.knobs import catalog
+from core.knobs import catalog, role_of
 
 
 def rule_for(knob: str, direction: str) -> MoveRule:
-    return RULES.get((knob, direction)) or MoveRule()
+    """The move a knob's change in one direction makes: the table is keyed by the knob's role, not its name."""
+    role = role_of(knob)
+    return (RULES.get((role, direction)) if role else None) or MoveRule()
 
 
 def build_card(goal_id: str, scenario: str, parent: dict[str, Any], knob: str | None, new: Any, *,

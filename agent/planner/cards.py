@@ -18,9 +18,12 @@ from core.knobs import catalog
 from core.ledger import Prediction
 
 Stage = Literal["screen", "confirm", "baseline"]
+DIGEST_LENGTH = 16  # hex digits of a knobs or experiment digest (core.canonical.digest's default): run ids hold it
+CONTENT_HASH_LENGTH = 24  # hex digits of a card's content hash, which an approval is bound to (stored ones)
+CARD_HOURS_DIGITS = 4  # a card's est_card_hours is stored and shown to 1/10000 of a card-hour
 
 
-def digest(obj: Any, length: int = 16) -> str:
+def digest(obj: Any, length: int = DIGEST_LENGTH) -> str:
     """The planner's digest of knobs and cards: the canonical form's hash in its first, spaced layout."""
     return canonical_digest(obj, length, compact=False)
 
@@ -110,7 +113,7 @@ class CandidateCard(BaseModel):
         if self.also is None and self.coupling is None:
             skip |= {"also", "coupling"}  # one-change cards keep the hashes they always had
         body = self.model_dump(exclude=skip)
-        return digest(body, 24)
+        return digest(body, CONTENT_HASH_LENGTH)
 
     def run_id(self) -> str:
         base = f"{self.goal_id}-{self.stage}-{self.experiment_key}"

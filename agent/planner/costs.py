@@ -6,15 +6,20 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DEFAULT_SECONDS = {"restart": 300.0, "weight_load": 600.0, "warmup": 60.0, "relayout": 1800.0, "profile": 300.0}
+DEFAULT_SECONDS = {"restart": 300.0, "weight_load": 600.0, "warmup": 60.0, "relayout": 1800.0,
+                   "profile": 300.0}  # s per step: conservative (a judgement) until the executor reports what it took
 RESTARTING = ("restart", "relayout", "topology", "rebuild")
+DEFAULT_CARDS = 16  # cards charged until a cost entry or the goal says (agent/loop/record.py's fallback too)
+LOAD_S_PER_REQUEST = 0.5  # seconds of load per request before a load was measured (a judgement, conservative)
+
+
 class CostModel(BaseModel):
     """Card-hour estimates learnt from the executor's CostEntry records."""
 
     model_config = ConfigDict(frozen=True)
-    cards: int = 16
+    cards: int = DEFAULT_CARDS
     seconds: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SECONDS))
-    load_s_per_request: float = 0.5
+    load_s_per_request: float = LOAD_S_PER_REQUEST
 
     @classmethod
     def learn(cls, cards: int, runs: Iterable[tuple[int, list[Any]]]) -> "CostModel":
@@ -31,7 +36,7 @@ class CostModel(BaseModel):
                 elif what:
                     sums.setdefault(what, []).append(secs)
         secs = dict(DEFAULT_SECONDS) | {k: sum(v) / len(v) for k, v in sums.items() if v}
-        lpr = max(per_req) if per_req else 0.5  # the slowest observed: never under-estimate
+        lpr = max(per_req) if per_req else LOAD_S_PER_REQUEST  # the slowest observed: never under-estimate
         return cls(cards=seen_cards, seconds=secs, load_s_per_request=lpr)
 
     def estimate(self, cost_class: str, n: int, warmup: int = 0, needs_restart: bool | None = None) -> float:

@@ -9,36 +9,24 @@ None means stop: nothing left is worth its cost, or too many experiments in a ro
 """
 from __future__ import annotations
 
-
-from agent.planner.candidates import (
-    CandidateCard,
-    build_card,
-    direction_of,
-    neighbours,
-    rule_for,
-    station_hash,
-    with_stage,
-)
-from agent.planner.checks import check, estimate, retry_note
-from agent.planner.diagnosis import LOAD_HEADROOM, OPEN_LOW, Diagnosis, diagnose
+from agent.planner.candidates import CandidateCard, build_card, direction_of, rule_for, station_hash, with_stage
+from agent.planner.cards import CARD_HOURS_DIGITS
+from agent.planner.checks import check, estimate
+from agent.planner.diagnosis import OPEN_LOW, Diagnosis, diagnose
 from agent.planner.history import History
-from agent.planner.recovery import (
-    LOAD_UP,
-    batch_cap_available,
-    latency_recovery,
-    window_recovery,
-)
-from agent.planner.pairs import SIZED_STEP_DISCOUNT, coupled, pair_hypothesis
+from agent.planner.pairs import hold, pair_hypothesis
 from agent.planner.plan import Plan
-from agent.planner.rules import RULES
+from agent.planner.proposers import RANK, RECOVER, Asking
 from agent.planner.rules.spec_acceptance import fitted_cost
-from agent.planner.screens import load_unchanged, screen_blind, to_confirm
+from agent.planner.screens import screen_blind, to_confirm
 from agent.planner.stops import MIN_VALUE, explore_or_stop
-from agent.planner.tpot_fit import load_chance
-from agent.planner.value import Value, value_of
-from core.station import (
-    full_knobs,  # the deployed station: catalog defaults filled in (the token budget)
-)
+from agent.planner.value import Value
+from core.station import full_knobs  # the deployed station: catalog defaults filled in (the token budget)
+
+DRAFT_COST_DIGITS = 4  # a fitted draft position's cost (relative to a decode step) is kept to 1/10000
+REF_SCREEN_CONFIRM = 3  # screening a best confirmed at confirm N only: its screen-N reference, the screen, the confirm
+SCREEN_CONFIRM = 2  # screening a best with its screen-N reference at hand: the screen and its confirm
+
 
 def tpot_limit(goal) -> float | None:  # type: ignore[no-untyped-def]
     return goal.constraints.tpot_mean_ms_lt
@@ -99,7 +87,7 @@ def _diagnose(history: History) -> Diagnosis | None:
     d = diagnose(ref.summary, ref.evidence, tpot_limit(history.goal), knobs, ruled_out(history))
     fit = fitted_cost(history, history.best_knobs) if d.spec_positions is not None else None
     if fit is not None:  # the measured widths price a position (verification too), not the draft share alone
-        d = d.model_copy(update={"draft_cost": round(fit[0], 4), "draft_cost_why": fit[1]})
+        d = d.model_copy(update={"draft_cost": round(fit[0], DRAFT_COST_DIGITS), "draft_cost_why": fit[1]})
     return d
 
 
@@ -140,71 +128,19 @@ def _native_missing(history: History) -> bool:
         and ref.summary.native is None
 
 
-BATCH_UP = ("max_num_seqs", "concurrency")  # raises that widen the decode batch
-
-
-def sized_jumps(knob: str, cur, values: list, history: History, diag: Diagnosis | None) -> dict[str, tuple]:  # type: ignore[no-untyped-def]
-    """The jumps the rules' evidence sizes for one knob, by direction: (value, expected effect in words). Each
-    rule sizes its own moves (agent/planner/rules/<hypothesis>.py `sized`); the first rule to size a direction wins."""
-    out: dict[str, tuple] = {}
-    for r in RULES:
-        got = r.sized(knob, cur, values, history, diag) if r.sized is not None else None
-        if got is not None and got[0] not in out:
-            out[got[0]] = (got[1], got[2])
-    return out
-
-
 def candidates(history: History, diag: Diagnosis | None) -> list[tuple[CandidateCard, Value]]:
-    """Every one-change move from the best station over the goal's space, valued (unchecked): the next value
-    each way, and a jump where the evidence sizes one (the one-step move stays, ranked after it)."""
+    """Every rank-phase proposer's moves from the best station, pooled and valued (unchecked), best first: the
+    value per card-hour every move is ranked by. A proposer's holds (an exclusive coupling) cut the value of the
+    one-change moves they name to HELD_ALONE of what it was (the pair runs first; each alone stays open)."""
     goal = history.goal
-    # a missing native window matters only when the objective is read in the native window
-    native_missing = _native_missing(history)
     restart = history.cost.estimate("restart", goal.protocol.screen_n, goal.protocol.warmup, needs_restart=True)
-    out = []
-    for knob, values in goal.space().items():
-        cur = history.best_knobs.get(knob)
-        moves = neighbours(knob, cur, list(values))
-        jumps = sized_jumps(knob, cur, list(values), history, diag)
-        moves = [(d, j[0]) for d, j in jumps.items()] + moves
-        for direction, new in moves:
-            jump = jumps.get(direction)
-            try:
-                over = {}
-                if jump is not None and new == jump[0]:
-                    over["expected_effect"] = jump[1]
-                card = build_card(history.goal_id, goal.scenario, history.best_knobs, knob, new, stage="screen",
-                                  n=goal.protocol.screen_n, direction=direction, **over)
-            except Exception:  # a knob outside the catalog cannot become a card
-                continue
-            if load_unchanged(card, goal.protocol.confirm_n):  # not even the confirm could see it
-                continue
-            cost = estimate(card, history)
-            v = value_of(card, rule_for(knob, direction), diag, cost, history.budget_left_card_hours, native_missing,
-                         restart_card_hours=restart)
-            if knob in LOAD_UP and direction == "up" and diag is not None and diag.tpot_headroom is not None \
-                    and diag.tpot_headroom < LOAD_HEADROOM and batch_cap_available(history):
-                # mean TPOT near its limit is what holds the load back; a gain that crosses the limit can still be
-                # kept by capping the decode batch (latency recovery), so a load move keeps a floor value
-                floor = value_of(card, rule_for(knob, direction).model_copy(update={"hypotheses": ()}), None, cost,
-                                 history.budget_left_card_hours, native_missing, restart_card_hours=restart)
-                if floor.value > v.value:
-                    v = floor.model_copy(update={"why": floor.why + "; a decode batch cap can keep a gain that crosses "
-                                                                    "the TPOT limit"})
-            elif knob in BATCH_UP and direction == "up" and diag is not None and diag.tpot_headroom is not None \
-                    and 0 <= diag.tpot_headroom < LOAD_HEADROOM:
-                # near the limit, with no way back but the move itself: worth its gain only as often as the wider
-                # batch stays under the limit (agent/planner/tpot_fit.py load_chance)
-                got = load_chance(history, card.knobs, goal.constraints.tpot_mean_ms_lt)
-                if got is not None and got[0] < 1.0:
-                    v = v.model_copy(update={"value": round(v.value * got[0], 6),
-                                             "why": v.why + f"; × {got[0]:.2f}, its chance under the TPOT limit: {got[1]}"})
-            if jump is not None and new != jump[0]:
-                v = v.model_copy(update={"value": round(v.value * SIZED_STEP_DISCOUNT, 6),
-                                         "why": v.why + f"; the evidence sizes a jump to {jump[0]} instead"})
-            out.append((card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
-                                                "note": retry_note(card, history)}), v))
-    out = coupled(history, diag, restart, out)  # a pair only where the evidence names the coupling
+    asking = Asking(history, diag, restart=restart, native_missing=_native_missing(history))
+    pooled, held = [], {}
+    for proposer in RANK:
+        got = proposer.propose(asking)
+        pooled += [(p.card, p.value) for p in got.moves if p.value is not None]
+        held.update(got.holds)
+    out = [hold(card, v, held) for card, v in pooled]
     out.sort(key=lambda cv: (-cv[1].value, cv[0].title()))
     return out
 
@@ -247,21 +183,17 @@ class DeterministicPlanner:
             if not check(card, history):  # optional: a saving, never a reason to stop
                 return self._checked(card, history, diag, f"reference of the starting station at N={card.n} while it is warm")
         ext = extension_allowed(history)
-        rec = window_recovery(history)
-        if rec is not None and history.vetoed(rec) is None:  # a rejected recovery: the planner moves on
-            return self._checked(rec, history, diag, "recover the objective's window of a confirmed gain",
-                                 extension_ok=ext)
-        rec = latency_recovery(history)
-        if rec is not None and history.vetoed(rec) is None:
-            return self._checked(rec, history, diag, "keep a load gain inside the TPOT limit by capping the decode batch",
-                                 extension_ok=ext)
+        for proposer in RECOVER:  # a confirmed gain the goal cannot take as it is, kept before anything new
+            for rec in proposer.propose(Asking(history, diag)).moves:
+                if history.vetoed(rec.card) is None:  # a rejected recovery: the planner moves on
+                    return self._checked(rec.card, history, diag, rec.why, extension_ok=ext)
         conf = _pending_confirm(history)
         if conf is not None:
             plan = self._confirm(conf, history, diag)
             if plan is not None:
                 return plan
         # too few experiments left for a reference, a screen and its confirm: every move goes to confirm N at once
-        direct = history.experiments_left < (3 if at_confirm else 2) and (
+        direct = history.experiments_left < (REF_SCREEN_CONFIRM if at_confirm else SCREEN_CONFIRM) and (
             at_confirm or history.reference(history.best_knobs, goal.protocol.confirm_n) is not None)
         ref_card = build_card(history.goal_id, goal.scenario, history.best_knobs, None, None, stage="baseline",
                               n=goal.protocol.screen_n)
@@ -319,14 +251,14 @@ class DeterministicPlanner:
                  extension_ok: bool = False) -> Plan:
         refusals = check(card, history)
         if refusals and extension_ok and all(r.startswith("affordable") for r in refusals):
-            card = card.model_copy(update={"est_card_hours": round(estimate(card, history), 4)})
+            card = card.model_copy(update={"est_card_hours": round(estimate(card, history), CARD_HOURS_DIGITS)})
             return Plan(card=card, diagnosis=diag, ranked=[(card.title(), 1.0, f"{why}; needs a budget extension: "
                                                             + "; ".join(refusals))])
         if refusals:
             spent = "budget spent: " if all(r.startswith("affordable") for r in refusals) else ""
             return Plan(card=None, diagnosis=diag, ranked=[(card.title(), 0.0, "; ".join(refusals))],
                         stop_reason=f"{spent}cannot run the {why}: " + "; ".join(refusals))
-        card = card.model_copy(update={"est_card_hours": round(estimate(card, history), 4)})
+        card = card.model_copy(update={"est_card_hours": round(estimate(card, history), CARD_HOURS_DIGITS)})
         return Plan(card=card, diagnosis=diag, ranked=[(card.title(), 1.0, why)])
 
 

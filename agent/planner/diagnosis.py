@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from agent.planner.cards import CandidateCard
 from agent.planner.history import History
 from agent.planner.rules import NAMES, RULES
-from agent.planner.rules.base import OPEN_LOW, SUPPORTED, Ctx, Hypothesis, decode_at_limit, decode_full, num
+from agent.planner.rules.base import OPEN_LOW, SUPPORTED, Ctx, Hypothesis, decode_at_limit, decode_full
 from agent.planner.rules.client_supply import client_limit
 from agent.planner.rules.decode_capacity import decode_demand
 from agent.planner.rules.expert_imbalance import imbalance_loss
@@ -23,7 +23,9 @@ from agent.planner.rules.latency_bound import headroom as latency_headroom
 from agent.planner.rules.load_headroom import LOAD_HEADROOM
 from agent.planner.rules.prefill_supply import BUDGET_FULL, CAP_FULL, prefill_limit
 from agent.planner.rules.spec_acceptance import draft_cost, positions
+from core.knobs import DRAFT_WIDTH, by_role
 from core.summary import Summary
+from core.evidence import Evidence, number
 
 HYPOTHESES: tuple[str, ...] = NAMES
 SEPARATION = 0.15  # two supported hypotheses closer than this cannot be told apart from queues alone
@@ -44,9 +46,9 @@ class Diagnosis(BaseModel):
     prefill_limit: Literal["token_budget", "request_cap"] | None = None
     prefill_limit_why: str | None = None
     prefill_budget_fill: float | None = None  # mean prefill batch tokens / token budget
-    # which client limit binds: "request_rate" (QPS ≈ r with free concurrency slots: a higher C adds nothing)
-    # or "concurrency" (in flight ≈ C: a higher r only queues at the sender); None when neither clearly
-    client_limit: Literal["request_rate", "concurrency"] | None = None
+    # which client limit binds, as a knob role: "arrival_rate" (QPS ≈ r with free concurrency slots: a higher C adds
+    # nothing) or "client_cap" (in flight ≈ C: a higher r only queues at the sender); None when neither clearly
+    client_limit: Literal["arrival_rate", "client_cap"] | None = None
     client_limit_why: str | None = None
     # requests per decode instance that want to run (running + waiting) when decode sits at its batch limit:
     # the queue sizes how far the limit should move, not only which way
@@ -79,16 +81,12 @@ class Diagnosis(BaseModel):
         return "\n".join(lines)
 
 
-def _num(ev: dict[str, Any], key: str) -> float | None:
-    return num(ev, key)
-
-
-def diagnose(summary: Summary | None, evidence: dict[str, Any], tpot_limit_ms: float | None,
+def diagnose(summary: Summary | None, evidence: Evidence | dict[str, Any] | None, tpot_limit_ms: float | None,
              knobs: dict[str, Any] | None = None, ruled_out: frozenset[str] | set[str] = frozenset()) -> Diagnosis:
     """Rank the named explanations of where throughput is lost, from queue and batch evidence; `ruled_out`
     names hypotheses a move from this station already tested negative: the queue they explain no longer
     argues against the load as the limit (what a negative rules out)."""
-    ev = evidence or {}
+    ev = evidence if isinstance(evidence, Evidence) else Evidence.model_validate(evidence or {})  # a digest record
     knobs = knobs or {}
     ctx = Ctx(summary=summary, ev=ev, tpot_limit_ms=tpot_limit_ms, knobs=knobs,
               ruled_out=frozenset(ruled_out) - {"latency_bound"})
@@ -99,7 +97,7 @@ def diagnose(summary: Summary | None, evidence: dict[str, Any], tpot_limit_ms: f
     throughput = [h for r, h in zip(RULES, hyps) if r.separable]
     ranked = sorted(throughput, key=lambda h: -h.likelihood)
     profile, why = False, None
-    queues_seen = any(_num(ev, k) is not None for k in ("prefill_waiting_mean", "decode_waiting_mean"))
+    queues_seen = ev.prefill_waiting_mean is not None or ev.decode_waiting_mean is not None
     if ranked[0].likelihood < SUPPORTED and ranked[0].likelihood >= OPEN_LOW:
         profile, why = True, f"no explanation is supported by the queues; {ranked[0].name} is only open"
     elif ranked[0].likelihood >= SUPPORTED and ranked[1].likelihood >= ranked[0].likelihood - SEPARATION:
@@ -108,7 +106,7 @@ def diagnose(summary: Summary | None, evidence: dict[str, Any], tpot_limit_ms: f
         profile, why = True, "no queue evidence was collected"
     limit, limit_why, fill = prefill_limit(ev, knobs)
     client, client_why = client_limit(summary)
-    k = int(knobs.get("num_speculative_tokens") or 0)
+    k = int(by_role(knobs, DRAFT_WIDTH) or 0)
     return Diagnosis(hypotheses=hyps, propose_profile=profile, profile_reason=why, tpot_headroom=head,
                      prefill_limit=limit, prefill_limit_why=limit_why, prefill_budget_fill=fill, client_limit=client,
                      client_limit_why=client_why, decode_demand=decode_demand(ev), spec_positions=positions(ev),
@@ -116,9 +114,9 @@ def diagnose(summary: Summary | None, evidence: dict[str, Any], tpot_limit_ms: f
                      transfer_wait=(transfer_wait(ev) or (None,))[0], prefill_busy=_busy(ev, "prefill"))
 
 
-def _busy(ev: dict[str, Any], role: str) -> float | None:
-    d = (ev.get("breakdown") or {}).get(role)
-    return num(d, "busy_share") if isinstance(d, dict) else None
+def _busy(ev: Evidence, role: str) -> float | None:
+    d = ev.breakdown.get(role)
+    return number(d.get("busy_share")) if isinstance(d, dict) else None
 
 
 def wants_profile(diag: Any, card: CandidateCard, history: History) -> bool:

@@ -23,11 +23,13 @@ import numpy as np
 import optuna
 
 from agent.planner.candidates import CandidateCard, build_card
+from agent.planner.cards import CARD_HOURS_DIGITS
 from agent.planner.checks import check, estimate, retry_note
 from agent.planner.history import History
 from agent.planner.pairs import build_pair
 from agent.planner.screens import load_unchanged, screen_blind, to_confirm
-from agent.planner.value import CLASS_FACTOR, Value
+from agent.planner.tpot_fit import CDF_HALF
+from agent.planner.value import BUDGET_SHARE_DAMP, CLASS_FACTOR, DEFAULT_CLASS_FACTOR, VALUE_DIGITS, Value
 from core.canonical import canon
 from core.ledger import Interval
 from core.ledger import Prediction as LedgerPrediction
@@ -37,6 +39,9 @@ BANDWIDTH = 0.25  # kernel width in the encoded space (each ordered knob spans 0
 DEFAULT_EFFECT = 0.1  # the relative effect of one change before two stations one change apart were measured
 INTERVAL_Z = 1.64  # the predicted interval: mean ± 1.64 σ (90 %)
 ASKS = 24  # TPE suggestions drawn per planning step (each projected onto the one-change neighbourhood)
+WEIGHT_FLOOR = 1e-12  # added to every kernel weight: far from every measurement the weights still sum above 0
+SEED_STRIDE = 7919  # a prime (the 1000th): the sampler's seed is the goal's first seed × it + the runs it was told
+PREDICTED_DIGITS = 4  # the ledger's predicted objective is kept to 1/10000 of its unit
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -59,7 +64,7 @@ class Prediction:
         return LedgerPrediction(source="explorer", objective=f"{metric} ({window})",
                                 objective_effect=Interval(value=self.mean / b - 1, lo=lo / b - 1, hi=hi / b - 1),
                                 basis=f"the explorer's model over the goal's valid runs (expected improvement "
-                                      f"{self.ei_pct:.2f} %)", predicted={metric: round(self.mean, 4)})
+                                      f"{self.ei_pct:.2f} %)", predicted={metric: round(self.mean, PREDICTED_DIGITS)})
 
     def text(self, metric: str) -> str:
         rel = (lambda x: f"{x / self.base - 1:+.1%}") if self.base > 0 else (lambda x: f"{x:.1f}")  # noqa: E731
@@ -158,7 +163,7 @@ class Model:
 
     def predict(self, idx: dict[str, int]) -> Prediction:
         d = self.space.distance(self.x, self.space.vector(idx))
-        w = np.exp(-(d ** 2) / (2 * BANDWIDTH ** 2)) + 1e-12
+        w = np.exp(-(d ** 2) / (2 * BANDWIDTH ** 2)) + WEIGHT_FLOOR
         mu = float((w * self.y).sum() / w.sum())
         var = float((w * (self.y - mu) ** 2).sum() / w.sum())
         sigma = math.sqrt(var + (self.spread * min(1.0, float(d.min()) / BANDWIDTH)) ** 2)
@@ -167,7 +172,8 @@ class Model:
             ei = max(0.0, mu - self.base)
         else:
             z = (mu - self.base) / sigma
-            ei = (mu - self.base) * 0.5 * (1 + math.erf(z / math.sqrt(2))) + sigma * math.exp(-z * z / 2) / math.sqrt(2 * math.pi)
+            ei = (mu - self.base) * CDF_HALF * (1 + math.erf(z / math.sqrt(2))) \
+                + sigma * math.exp(-z * z / 2) / math.sqrt(2 * math.pi)
         return Prediction(mean=mu, sigma=sigma, base=self.base, ei=max(0.0, ei), violation=viol)
 
 
@@ -203,7 +209,7 @@ def propose(history: History, why_rules: str,
     if not obs or best_idx is None:
         return [], len(obs)
     model = Model(space, obs)
-    study = _study(space, obs, int(goal.protocol.seeds[0]) * 7919 + len(obs))
+    study = _study(space, obs, int(goal.protocol.seeds[0]) * SEED_STRIDE + len(obs))
     seen: dict[str, Proposal | None] = {}
     restart = history.cost.estimate("restart", goal.protocol.screen_n, goal.protocol.warmup, needs_restart=True)
     infeasible = best_infeasible(history)
@@ -289,10 +295,11 @@ def _card(history: History, space: Space, model: Model, moves: list[tuple[str, i
     gain = pred.ei / pred.base if pred.base > 0 else 0.0
     per_hour = restart / (restart + cost) if restart else 1.0
     share = cost / history.budget_left_card_hours if history.budget_left_card_hours > 0 else 1.0
-    v = gain * CLASS_FACTOR.get(card.cost_class, 0.4) * per_hour * max(0.0, 1.0 - 0.5 * share)
-    value = Value(value=round(v, 6), gain=gain, confidence=1.0, rules_out=0.0, cost_card_hours=cost,
+    v = gain * CLASS_FACTOR.get(card.cost_class, DEFAULT_CLASS_FACTOR) * per_hour \
+        * max(0.0, 1.0 - BUDGET_SHARE_DAMP * share)
+    value = Value(value=round(v, VALUE_DIGITS), gain=gain, confidence=1.0, rules_out=0.0, cost_card_hours=cost,
                   why=f"exploration: expected improvement {pred.ei_pct:.2f} %; {card.cost_class}, ~{cost:.2f} card-h")
-    card = card.model_copy(update={"score": value.value, "est_card_hours": round(cost, 4),
+    card = card.model_copy(update={"score": value.value, "est_card_hours": round(cost, CARD_HOURS_DIGITS),
                                    "note": retry_note(card, history) or card.note,
                                    "prediction": pred.ledger(goal.objective.metric, goal.objective.window)})
     return Proposal(card=card, value=value, prediction=pred)

@@ -12,6 +12,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
 from agent.planner.cards import CandidateCard, station_hash
 from agent.planner.costs import CostModel
 from core.canonical import canon
+from core.evidence import Evidence
 from core.summary import Summary
 
 Decision = Literal[
@@ -64,7 +65,7 @@ class Outcome(BaseModel):
     card_hours: float = 0.0
     run_id: str | None = None
     summary: Summary | None = None
-    evidence: dict[str, Any] = Field(default_factory=dict)
+    evidence: Evidence = Field(default_factory=Evidence)
     costs: list[Any] = Field(default_factory=list)
 
 

@@ -18,6 +18,7 @@ from agent.planner.history import Decision, Figures, History, Outcome
 
 LATENCY_WIN = 0.05  # lower on every latency mean, and at least 5 % lower on one, is a latency win
 CLEAR_LOSS = 0.02  # beyond run-to-run noise (~1-2 %)
+TRADEOFF_MAX_LOSS = 0.25  # a latency win is a trade-off only while the objective loses less than 25 % (a judgement)
 
 
 class Comparison(BaseModel):
@@ -113,7 +114,7 @@ def decide(card: CandidateCard, verdict: str, figures: Figures | None, history: 
         if card.quality_risk:
             return "quality_pending", f"confirmed {pct}; performance-positive, quality pending"
         return "new_best", f"confirmed {pct}: new best station"
-    if cmp.latency_win and cmp.gain > -0.25:
+    if cmp.latency_win and cmp.gain > -TRADEOFF_MAX_LOSS:
         if card.stage == "screen":
             return "promising", f"screen {pct} with lower TTFT, TPOT and E2E: confirm as a trade-off"
         return "tradeoff", f"confirmed {pct} with lower TTFT, TPOT and E2E: a trade-off on the frontier"

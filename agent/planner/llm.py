@@ -15,12 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import prompts
 from agent.planner.candidates import build_card, rule_for
+from agent.planner.cards import CARD_HOURS_DIGITS
 from agent.planner.checks import check, estimate, retry_note
 from agent.planner.history import History
 from agent.planner.rules import prompt_lines
 from agent.planner.deterministic import DeterministicPlanner, Plan, diagnosis_for
 from agent.planner.value import value_of
 from core.knobs import KnobError, catalog
+
+LLM_TIMEOUT_S = 60.0  # seconds an LLM call may take before it fails and the deterministic planner answers (judgement)
 
 
 class LLMHypothesis(BaseModel):
@@ -69,7 +72,7 @@ def render_prompt(history: History) -> list[dict[str, str]]:
         best_knobs=json.dumps({k: _fmt(v) for k, v in history.best_knobs.items()}, sort_keys=True),
         evidence_n=ref.card.n if ref else "-",
         summary=ref.summary.model_dump_json(exclude={"definitions"}) if ref and ref.summary else "none",
-        evidence=json.dumps(ref.evidence, default=str) if ref else "none",
+        evidence=json.dumps(ref.evidence.model_dump(mode="json"), default=str) if ref else "none",
         diagnosis=diag.text() if diag else "none yet",
         space="\n".join(f"{k}: {[_fmt(v) for v in vs]}" for k, vs in goal.space().items()),
         outcomes=outcomes, negatives=negatives, budget_left=f"{history.budget_left_card_hours:.2f}",
@@ -99,7 +102,7 @@ class LLMPlanner:
     name = "llm"
 
     def __init__(self, base_url: str, model: str = "tuneloop-planner", api_key: str = "not-needed",
-                 timeout_s: float = 60.0, max_retries: int = 1):
+                 timeout_s: float = LLM_TIMEOUT_S, max_retries: int = 1):
         from openai import OpenAI  # deferred: openai, only when an LLM endpoint is configured
 
         self.client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries)
@@ -131,7 +134,7 @@ class LLMPlanner:
             return self._fall_back(base, f"proposal {card.title()} refused: " + "; ".join(refusals))
         cost = estimate(card, history)
         v = value_of(card, rule_for(proposal.knob, _direction(proposal.knob, card.change.old, new)), base.diagnosis, cost, history.budget_left_card_hours)
-        card = card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
+        card = card.model_copy(update={"score": v.value, "est_card_hours": round(cost, CARD_HOURS_DIGITS),
                                        "note": retry_note(card, history)})
         return Plan(card=card, diagnosis=base.diagnosis, ranked=[(card.title(), v.value, "proposed by the LLM")],
                     llm_hypotheses=[h.model_dump() for h in proposal.hypotheses])

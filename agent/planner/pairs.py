@@ -20,15 +20,16 @@ import math
 from typing import Any
 
 from agent.planner.candidates import CandidateCard, Change, build_card, neighbours, rule_for
+from agent.planner.cards import CARD_HOURS_DIGITS
 from agent.planner.checks import estimate, retry_note
 from agent.planner.diagnosis import LOAD_HEADROOM, Diagnosis
 from agent.planner.history import History
-from agent.planner.rules.base import MoveRule, decode_at_limit, num
+from agent.planner.rules.base import MoveRule, decode_at_limit
 from agent.planner.rules.load_headroom import room_for
 from agent.planner.rules.spec_acceptance import DEFAULT_DRAFT_COST, predicted_gain
 from agent.planner.tpot_fit import sized_draft_batch, sized_pair
-from agent.planner.value import Value, value_of
-from core.knobs import COST_ORDER, catalog
+from agent.planner.value import VALUE_DIGITS, Value, value_of
+from core.knobs import ARRIVAL_RATE, BATCH_CAP, CLIENT_CAP, COST_ORDER, DRAFT_WIDTH, by_role, catalog, named, role_of
 
 SIZED_STEP_DISCOUNT = 0.8  # the one-step move (or pair) when the evidence sizes a bigger one: less of the gap
 HELD_ALONE = 0.25  # one change of a coupling the evidence says holds it back alone (as client_supply's NOT_BINDING)
@@ -67,7 +68,14 @@ def _dir(knob: str, parent: dict[str, Any], new: Any) -> str:
     return next((dr for dr, _ in neighbours(knob, parent.get(knob, d.default), [new])), "up")
 
 
-def _up(history: History, knob: str) -> Any:
+def _knob(history: History, role: str) -> str | None:
+    """The knob playing `role` at the best station, else in the goal's space (None: neither has one)."""
+    return named(role, history.best_knobs) or named(role, history.goal.space())
+
+
+def _up(history: History, knob: str | None) -> Any:
+    if knob is None:
+        return None
     values = history.goal.space().get(knob)
     if not values:
         return None
@@ -81,7 +89,7 @@ def couplings(history: History, diag: Diagnosis | None) -> list[tuple[str, str, 
     ref = history.latest_valid(history.best_knobs)
     if ref is None or ref.summary is None or diag is None:
         return []
-    s, ev = ref.summary, ref.evidence or {}
+    s, ev = ref.summary, ref.evidence
     win = s.native or s.whole
     out: list[tuple[str, str, str, str]] = []
     full = win is not None and bool(s.concurrency) and win.achieved_concurrency is not None \
@@ -91,41 +99,45 @@ def couplings(history: History, diag: Diagnosis | None) -> list[tuple[str, str, 
     room = head is None or head >= LOAD_HEADROOM  # more in flight and a bigger batch raise TPOT: room for both
     # the station's C (what the pair changes): per decode instance no more than the batch limit, a larger batch
     # cannot be filled by this client
-    c, limit, inst = history.best_knobs.get("concurrency"), num(ev, "decode_batch_limit"), num(ev, "decode_instances")
+    kc, ks, kr = _knob(history, CLIENT_CAP), _knob(history, BATCH_CAP), _knob(history, ARRIVAL_RATE)
+    c, limit, inst = by_role(history.best_knobs, CLIENT_CAP), ev.decode_batch_limit, ev.decode_instances
     # under 10 % headroom the TPOT line fitted from the runs made may still give the step a fair chance
-    fit, line = room_for(history, head, history.best_knobs | {"concurrency": _up(history, "concurrency"),
-                                                              "max_num_seqs": _up(history, "max_num_seqs")})
-    if at_limit and fit and isinstance(c, (int, float)) and limit and c / (inst or 1.0) <= limit:
-        out.append(("concurrency", "max_num_seqs", "client_supply",
-                    f"decode batch at its limit (running {ev.get('decode_running_max'):.0f} of {limit:.0f}) and the "
+    # (a role no knob plays is left out of the target: its readers find no value either way)
+    fit, line = room_for(history, head, history.best_knobs | {k: _up(history, k) for k in (kc, ks) if k is not None})
+    # a coupling whose knob is in neither the station nor the space is left out: it has no step up (coupled skips it)
+    if at_limit and fit and isinstance(c, (int, float)) and limit and c / (inst or 1.0) <= limit \
+            and kc is not None and ks is not None:
+        out.append((kc, ks, "client_supply",
+                    f"decode batch at its limit (running {ev.decode_running_max:.0f} of {limit:.0f}) and the "
                     f"client cannot fill a larger batch (C={c:g} over {inst or 1.0:.0f} decode instance(s) is no more "
-                    f"than the limit): raising max_num_seqs alone starves, raising C alone queues; move both"
+                    f"than the limit): raising {ks} alone starves, raising C alone queues; move both"
                     + (f" ({line})" if line else "")))
     r = s.request_rate
-    if full and room and r and math.isfinite(r) and win.qps >= RATE_BOUND * r:
-        out.append(("concurrency", "request_rate", "client_supply",
+    if full and room and r and math.isfinite(r) and win.qps >= RATE_BOUND * r and kc is not None and kr is not None:
+        out.append((kc, kr, "client_supply",
                     f"the sender's rate and its cap bind together (QPS {win.qps:.2f} of r={r:g}, in flight "
                     f"{win.achieved_concurrency:.1f} of C={s.concurrency}): either raised alone is held by the "
                     f"other; move both"))
-    k = int(history.best_knobs.get("num_speculative_tokens") or 0)
-    k_up = _up(history, "num_speculative_tokens")
-    if diag.spec_positions is not None and k > 0 and k_up is not None and (at_limit or (
+    kd = _knob(history, DRAFT_WIDTH)
+    k = int(by_role(history.best_knobs, DRAFT_WIDTH) or 0)
+    k_up = _up(history, kd)
+    if diag.spec_positions is not None and k > 0 and k_up is not None and ks is not None and (at_limit or (
             head is not None and head < LOAD_HEADROOM)):
         cost = DEFAULT_DRAFT_COST if diag.draft_cost is None else diag.draft_cost
         g = predicted_gain(diag.spec_positions, k, int(k_up), cost)
         held = "at its limit" if at_limit else f"by TPOT ({head:.0%} headroom)"
         if g > 0:
-            out.append(("num_speculative_tokens", "max_num_seqs", "spec_acceptance",
+            out.append((kd, ks, "spec_acceptance",
                         f"the acceptance model values k {k} -> {k_up} at {g:+.1%} and the decode batch is held {held}: "
                         f"a wider draft raises tokens per step, so the decode batch must change with it"))
     return out
 
 
-def coupled(history: History, diag: Diagnosis | None, restart: float,
-            singles: list[tuple[CandidateCard, Value]]) -> list[tuple[CandidateCard, Value]]:
-    """The rule-sourced pair cards from the best station, valued (unchecked): each change one step up; and the
-    one-change cards, where an exclusive coupling says that change alone is held back by the other, valued at
-    HELD_ALONE of what they were (the pair runs first; each alone stays open)."""
+def pair_moves(history: History, diag: Diagnosis | None,
+               restart: float) -> tuple[list[tuple[CandidateCard, Value]], dict[tuple[str, str], str]]:
+    """The rule-sourced pair cards from the best station, valued (unchecked): each change one step up (or the step
+    the TPOT line sizes); and the one-change moves an exclusive coupling holds back alone ((knob, repr(value)) ->
+    why), which the planner values at HELD_ALONE of what they were (the pair runs first; each alone stays open)."""
     out = []
     held: dict[tuple[str, str], str] = {}
     space = history.goal.space()
@@ -136,12 +148,13 @@ def coupled(history: History, diag: Diagnosis | None, restart: float,
         if hyp == "client_supply":
             held.update({(k1, repr(v1)): why, (k2, repr(v2)): why})
         steps: list[tuple[Any, Any, str, str | None]] = [(v1, v2, why, None)]
-        if (k1, k2) == ("concurrency", "max_num_seqs"):  # the line sizes the pair's step once two batches are known
+        roles = (role_of(k1), role_of(k2))
+        if roles == (CLIENT_CAP, BATCH_CAP):  # the line sizes the pair's step once two batches are known
             jump = sized_pair(history, list(space.get(k1) or []), list(space.get(k2) or []),
                               history.goal.constraints.tpot_mean_ms_lt)
             if jump is not None:
                 steps.insert(0, (jump[0], jump[1], f"{why}; {jump[2]}", jump[2]))
-        if (k1, k2) == ("num_speculative_tokens", "max_num_seqs") and diag is not None and diag.spec_positions:
+        if roles == (DRAFT_WIDTH, BATCH_CAP) and diag is not None and diag.spec_positions:
             # tokens per step over step time at the new width: TPOT scales by the inverse of the predicted gain
             cost = DEFAULT_DRAFT_COST if diag.draft_cost is None else diag.draft_cost
             g = predicted_gain(diag.spec_positions, int(history.best_knobs.get(k1) or 0), int(v1), cost)
@@ -161,16 +174,20 @@ def coupled(history: History, diag: Diagnosis | None, restart: float,
                          extra_gain=r2.gain, min_confidence=COUPLED)  # both levers move when the coupling holds
             v = v.model_copy(update={"why": v.why + f"; coupled pair: {words}"})
             if len(steps) > 1 and sized is None:  # the one-step pair when the line sizes a bigger one
-                v = v.model_copy(update={"value": round(v.value * SIZED_STEP_DISCOUNT, 6),
+                v = v.model_copy(update={"value": round(v.value * SIZED_STEP_DISCOUNT, VALUE_DIGITS),
                                          "why": v.why + f"; the TPOT line sizes a jump to {k1}={steps[0][0]}, "
                                                         f"{k2}={steps[0][1]} instead"})
-            out.append((card.model_copy(update={"score": v.value, "est_card_hours": round(cost, 4),
+            out.append((card.model_copy(update={"score": v.value, "est_card_hours": round(cost, CARD_HOURS_DIGITS),
                                                 "note": retry_note(card, history)}), v))
-    for card, v in singles:
-        why = held.get((card.change.knob, repr(card.change.new))) if card.change is not None else None
-        if why is not None:
-            v = v.model_copy(update={"value": round(v.value * HELD_ALONE, 6),
-                                     "why": v.why + f" × {HELD_ALONE} (held alone: {why})"})
-            card = card.model_copy(update={"score": v.value})
-        out.append((card, v))
-    return out
+    return out, held
+
+
+def hold(card: CandidateCard, v: Value, held: dict[tuple[str, str], str]) -> tuple[CandidateCard, Value]:
+    """A one-change move a coupling holds back alone, valued at HELD_ALONE of what it was; any other unchanged."""
+    why = held.get((card.change.knob, repr(card.change.new))) if card.change is not None and card.also is None \
+        else None
+    if why is None:
+        return card, v
+    v = v.model_copy(update={"value": round(v.value * HELD_ALONE, VALUE_DIGITS),
+                             "why": v.why + f" × {HELD_ALONE} (held alone: {why})"})
+    return card.model_copy(update={"score": v.value}), v

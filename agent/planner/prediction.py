@@ -17,14 +17,22 @@ from agent.planner.history import Figures, History, Outcome
 from agent.planner.judgement import CLEAR_LOSS
 from agent.planner.deterministic import diagnosis_for
 from agent.planner.value import value_of
+from core.knobs import (
+    ARRIVAL_RATE, BATCH_CAP, CLIENT_CAP, DECODE_INSTANCES, DRAFT_METHOD, DRAFT_WIDTH, EXPERT_PLACEMENT, INDEX_REUSE,
+    KV_MEMORY_FRACTION, PREFILL_INSTANCES, PREFILL_REQUEST_CAP, PREFILL_TOKEN_BUDGET, role_of,
+)
 from core.ledger import Interval, Observation, Prediction, relative
 from core.summary import Summary
 
-# the binding SLO figure's direction per move: (low, high) as multiples of the objective gain
-LOAD_UP = {"max_num_seqs", "concurrency", "request_rate", "gpu_memory_utilization", "parallel",
-           "max_prefill_reqs", "max_num_batched_tokens", "num_prefill_instances"}
-LATENCY_DOWN = {"speculative_method", "num_speculative_tokens", "index_cache_reuse", "num_decode_instances",
-                "expert_layout"}
+# the binding SLO figure's direction per move (by the knob's role): (low, high) as multiples of the objective gain
+LOAD_UP = {BATCH_CAP, CLIENT_CAP, ARRIVAL_RATE, KV_MEMORY_FRACTION, PREFILL_REQUEST_CAP, PREFILL_TOKEN_BUDGET,
+           PREFILL_INSTANCES}
+LATENCY_DOWN = {DRAFT_METHOD, DRAFT_WIDTH, INDEX_REUSE, DECODE_INSTANCES, EXPERT_PLACEMENT}
+SCREEN_SPREAD = 0.03  # a confirm's interval around what its screen measured: at least ± 3 % (a judgement)
+SCREEN_SPREAD_SHARE = 0.3  # ... or ± 30 % of that measured effect where wider (a judgement)
+UPSIDE = 1.5  # the interval reaches 1.5 × the rule's gain: it may beat the rule's typical figure (judgement)
+TRADEOFF_DOWNSIDE = 5  # a trade-off move's objective and latency effects reach down to −5 × its gain (a judgement)
+LOAD_LATENCY_SHARE = 0.5  # a load raise's point prediction on the binding latency: half its objective's (judgement)
 
 
 def binding_slo(history: History, parent: Outcome | None) -> str | None:
@@ -75,28 +83,29 @@ def value_prediction(card: CandidateCard, history: History) -> Prediction:
     screen = _screen_of(card, history) if card.stage == "confirm" else None
     if screen is not None and screen[0] is not None:
         obj, lat = screen
-        spread = max(0.03, abs(obj) * 0.3)
+        spread = max(SCREEN_SPREAD, abs(obj) * SCREEN_SPREAD_SHARE)
         return Prediction(source="value_model", objective=objective_name(history),
                           objective_effect=Interval(value=obj, lo=obj - spread, hi=obj + spread), slo=slo,
                           slo_effect=None if lat is None or not slo else
-                          Interval(value=lat, lo=lat - max(0.03, abs(lat) * 0.3), hi=lat + max(0.03, abs(lat) * 0.3)),
+                          Interval(value=lat, lo=lat - max(SCREEN_SPREAD, abs(lat) * SCREEN_SPREAD_SHARE),
+                                   hi=lat + max(SCREEN_SPREAD, abs(lat) * SCREEN_SPREAD_SHARE)),
                           basis="what the screen of this change measured (a longer run: the same effect, less ramp)")
     direction = direction_of(card.change)
     rule = rule_for(card.change.knob, direction)
     v = value_of(card, rule, diagnosis_for(history), estimate(card, history), history.budget_left_card_hours)
     g = v.gain
     if rule.tradeoff:
-        obj = Interval(value=-g, lo=-5 * g - CLEAR_LOSS, hi=CLEAR_LOSS)
+        obj = Interval(value=-g, lo=-TRADEOFF_DOWNSIDE * g - CLEAR_LOSS, hi=CLEAR_LOSS)
     else:
         point = g * v.confidence
-        obj = Interval(value=point, lo=min(-CLEAR_LOSS, point), hi=max(1.5 * g, point))
-    knob = card.change.knob
+        obj = Interval(value=point, lo=min(-CLEAR_LOSS, point), hi=max(UPSIDE * g, point))
+    role = role_of(card.change.knob)
     if rule.tradeoff:
-        lat = Interval(value=-g, lo=-5 * g - CLEAR_LOSS, hi=CLEAR_LOSS)
-    elif knob in LATENCY_DOWN and direction == "up":
-        lat = Interval(value=-obj.value, lo=-1.5 * g - CLEAR_LOSS, hi=CLEAR_LOSS)
-    elif knob in LOAD_UP and direction == "up":
-        lat = Interval(value=obj.value * 0.5, lo=-CLEAR_LOSS, hi=1.5 * g + CLEAR_LOSS)
+        lat = Interval(value=-g, lo=-TRADEOFF_DOWNSIDE * g - CLEAR_LOSS, hi=CLEAR_LOSS)
+    elif role in LATENCY_DOWN and direction == "up":
+        lat = Interval(value=-obj.value, lo=-UPSIDE * g - CLEAR_LOSS, hi=CLEAR_LOSS)
+    elif role in LOAD_UP and direction == "up":
+        lat = Interval(value=obj.value * LOAD_LATENCY_SHARE, lo=-CLEAR_LOSS, hi=UPSIDE * g + CLEAR_LOSS)
     else:
         lat = Interval(value=0.0, lo=-g - CLEAR_LOSS, hi=g + CLEAR_LOSS)
     return Prediction(source="value_model", objective=objective_name(history), objective_effect=obj, slo=slo,

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from agent.planner.candidates import CandidateCard, build_card
 from agent.planner.history import History, Outcome
+from agent.planner.rules.client_supply import CAP_FILLED
 from agent.planner.tpot_fit import batch_at, station_line
+from core.knobs import ARRIVAL_RATE, BATCH_CAP, CLIENT_CAP, named, role_of
 
-LOAD_UP = ("concurrency", "request_rate")  # load knobs a latency recovery follows when they go up
+LOAD_UP = (CLIENT_CAP, ARRIVAL_RATE)  # roles of the load knobs a latency recovery follows when they go up
 
 
 def line_cap(history: History, violating: Outcome, caps: list, limit_ms: float | None) -> tuple[int, str] | None:
@@ -45,7 +47,7 @@ def rate_starved(summary) -> bool:  # type: ignore[no-untyped-def]
     """In flight stayed well under C on average: arrivals, not the cap, decided what was in flight."""
     w = summary.whole if summary is not None else None
     return bool(w is not None and summary.concurrency and w.achieved_concurrency is not None
-                and w.achieved_concurrency < 0.9 * summary.concurrency)
+                and w.achieved_concurrency < CAP_FILLED * summary.concurrency)
 
 
 def window_recovery(history: History) -> CandidateCard | None:
@@ -55,7 +57,8 @@ def window_recovery(history: History) -> CandidateCard | None:
     throughput). The whole window's verdict at a screen cannot judge this."""
     goal = history.goal
     space = goal.space()
-    if goal.objective.window != "native" or not ({"concurrency", "request_rate"} & set(space)):
+    rate, client = named(ARRIVAL_RATE, space), named(CLIENT_CAP, space)
+    if goal.objective.window != "native" or (rate is None and client is None):
         return None
     done = history.finished_keys
     for o in reversed(history.outcomes):
@@ -63,20 +66,20 @@ def window_recovery(history: History) -> CandidateCard | None:
             continue
         station = o.card.knobs
         moves: list[tuple[str, object, str, str]] = []
-        r = station.get("request_rate")
-        if "request_rate" in space and r is not None and rate_starved(o.summary):
-            higher = sorted(v for v in space["request_rate"] if v is not None and v > r)
+        r = station.get(rate) if rate is not None else None
+        if rate is not None and r is not None and rate_starved(o.summary):
+            higher = sorted(v for v in space[rate] if v is not None and v > r)
             if higher:
-                moves.append(("request_rate", higher[0], "client_supply",
+                moves.append((rate, higher[0], "client_supply",
                               "arrivals faster than the server drains them keep in-flight at C long enough for a "
                               "valid native window"))
-        if "concurrency" in space:
-            for c in sorted((v for v in space["concurrency"] if v is not None), reverse=True):
-                if c < (station.get("concurrency") or 0):
-                    moves.append(("concurrency", c, "latency_bound", "fewer requests in flight keep in-flight == C "
+        if client is not None:
+            for c in sorted((v for v in space[client] if v is not None), reverse=True):
+                if c < (station.get(client) or 0):
+                    moves.append((client, c, "latency_bound", "fewer requests in flight keep in-flight == C "
                                                                      "long enough for a valid native window"))
         for knob, value, hyp, mechanism in moves:
-            up = knob == "request_rate"
+            up = role_of(knob) == ARRIVAL_RATE
             card = build_card(history.goal_id, goal.scenario, station, knob, value, stage="confirm",
                               n=goal.protocol.confirm_n, direction="up" if up else "down", hypothesis=hyp,
                               mechanism=mechanism,
@@ -105,11 +108,12 @@ def batch_cap_available(history: History) -> bool:
     goal = history.goal
     space = goal.space()
     ref = history.latest_valid(history.best_knobs)
-    ran = (ref.evidence or {}).get("decode_running_max") if ref is not None else None
-    cur = history.best_knobs.get("max_num_seqs")
-    if goal.constraints.tpot_mean_ms_lt is None or "max_num_seqs" not in space or ran is None or cur is None:
+    ran = ref.evidence.decode_running_max if ref is not None else None
+    seqs = named(BATCH_CAP, space)
+    cur = history.best_knobs.get(seqs) if seqs is not None else None
+    if goal.constraints.tpot_mean_ms_lt is None or seqs is None or ran is None or cur is None:
         return False
-    return any(v is not None and ran <= v < cur for v in space["max_num_seqs"])
+    return any(v is not None and ran <= v < cur for v in space[seqs])
 
 
 def latency_recovery(history: History) -> CandidateCard | None:
@@ -120,7 +124,8 @@ def latency_recovery(history: History) -> CandidateCard | None:
     (like a window recovery: the violating station is no reference) and judged against the best station."""
     goal = history.goal
     space = goal.space()
-    if "max_num_seqs" not in space or goal.constraints.tpot_mean_ms_lt is None:
+    seqs = named(BATCH_CAP, space)
+    if seqs is None or goal.constraints.tpot_mean_ms_lt is None:
         return None
     done = history.finished_keys
     for o in reversed(history.outcomes):
@@ -129,7 +134,7 @@ def latency_recovery(history: History) -> CandidateCard | None:
             continue
         if o.decision != "negative" or not tpot_only(o.figures) or o.card.parent_knobs_hash != history.best_knobs_hash:
             return None  # only the latest judged experiment, and only a load move that broke TPOT alone
-        if c.knob not in LOAD_UP or c.old is None or not (c.new is None or c.new > c.old):
+        if role_of(c.knob) not in LOAD_UP or c.old is None or not (c.new is None or c.new > c.old):
             return None
         ref = history.reference(o.card.parent_knobs, o.card.n)
         win = "native" if goal.objective.window == "native" and o.figures.native is not None \
@@ -138,13 +143,12 @@ def latency_recovery(history: History) -> CandidateCard | None:
         base = getattr(ref.figures, win) if ref is not None and ref.figures is not None else None
         if got is None or not base or got < base * (1 + goal.stop.min_gain_pct / 100.0):
             return None  # no gain to keep: nothing worth recovering
-        best_ev = ref.evidence if ref is not None else {}
-        ran = best_ev.get("decode_running_max")
-        cur = o.card.knobs.get("max_num_seqs")
-        viol_max = (o.evidence or {}).get("decode_running_max")
+        ran = ref.evidence.decode_running_max if ref is not None else None
+        cur = o.card.knobs.get(seqs)
+        viol_max = o.evidence.decode_running_max
         if ran is None or cur is None:
             return None
-        fits = sorted(v for v in space["max_num_seqs"] if v is not None and ran <= v < cur
+        fits = sorted(v for v in space[seqs] if v is not None and ran <= v < cur
                       and (viol_max is None or v < viol_max))
         if not fits:
             return None
@@ -152,7 +156,7 @@ def latency_recovery(history: History) -> CandidateCard | None:
         sized = line_cap(history, o, fits, goal.constraints.tpot_mean_ms_lt)
         if sized is not None:
             cap, why = sized
-        card = build_card(history.goal_id, goal.scenario, o.card.knobs, "max_num_seqs", cap, stage="confirm",
+        card = build_card(history.goal_id, goal.scenario, o.card.knobs, seqs, cap, stage="confirm",
                           n=goal.protocol.confirm_n, direction="down", hypothesis="latency_bound",
                           mechanism=(f"cap the decode batch at {cap} ({why}): the extra load queues before decode "
                                      f"instead of stretching every decode step"),

@@ -12,17 +12,18 @@ from __future__ import annotations
 from typing import Any
 
 from agent.planner.candidates import CandidateCard, with_stage
+from agent.planner.cards import CARD_HOURS_DIGITS
 from agent.planner.checks import estimate
 from agent.planner.history import History
 from agent.planner.judgement import CLEAR_LOSS
-from agent.planner.rules.base import num
+from core.knobs import BATCH_CAP, CLIENT_CAP, DECODE_INSTANCES, by_role, role_of
 
-LOAD_KNOBS = ("concurrency", "max_num_seqs")
+LOAD_KNOBS = (CLIENT_CAP, BATCH_CAP)  # the roles of the load knobs a screen's N may hide
 
 
 def _load_at(knobs: dict[str, Any], n: int, instances: float) -> tuple[float, float] | None:
     """(requests in flight, decode batch per instance) a run of n requests can reach at these knobs."""
-    c, seqs = knobs.get("concurrency"), knobs.get("max_num_seqs")
+    c, seqs = by_role(knobs, CLIENT_CAP), by_role(knobs, BATCH_CAP)
     if not isinstance(c, (int, float)) or not isinstance(seqs, (int, float)):
         return None
     flight = float(min(c, n))
@@ -47,13 +48,13 @@ def screen_blind(card: CandidateCard, history: History, gain: float | None = Non
     goal = history.goal
     if card.stage != "screen" or goal.protocol.confirm_n == card.n or not card.changes:
         return None
-    if any(c.knob not in LOAD_KNOBS for c in card.changes):
+    if any(role_of(c.knob) not in LOAD_KNOBS for c in card.changes):
         return None
     if history.reference(card.parent_knobs, goal.protocol.confirm_n) is None:
         return None
     ref = history.latest_valid(card.parent_knobs)
-    inst = num(ref.evidence or {}, "decode_instances") if ref is not None else None
-    inst = inst or float(card.parent_knobs.get("num_decode_instances") or 1)
+    inst = ref.evidence.decode_instances if ref is not None else None
+    inst = inst or float(by_role(card.parent_knobs, DECODE_INSTANCES) or 1)
     before, after = _load_at(card.parent_knobs, card.n, inst), _load_at(card.knobs, card.n, inst)
     if before is None or after is None:
         return None
@@ -77,7 +78,7 @@ def load_unchanged(card: CandidateCard, n: int) -> str | None:
     """Why this card's change deploys its parent's load at N = n as well (None: it changes it): every change is a
     load knob and both reach the same in-flight load and decode batch cap (a batch limit at or above C, counted on
     one instance, never binds). A move that changes nothing at the confirm N cannot change a decision."""
-    if not card.changes or any(c.knob not in LOAD_KNOBS for c in card.changes):
+    if not card.changes or any(role_of(c.knob) not in LOAD_KNOBS for c in card.changes):
         return None
     before, after = _load_at(card.parent_knobs, n, 1.0), _load_at(card.knobs, n, 1.0)
     if before is None or before != after:
@@ -89,5 +90,6 @@ def load_unchanged(card: CandidateCard, n: int) -> str | None:
 def to_confirm(card: CandidateCard, history: History, why: str) -> CandidateCard:
     """The screen card re-staged as its confirm (the same change at confirm N), saying why."""
     conf = with_stage(card, "confirm", history.goal.protocol.confirm_n)
-    return conf.model_copy(update={"score": card.score, "est_card_hours": round(estimate(conf, history), 4),
+    return conf.model_copy(update={"score": card.score,
+                                   "est_card_hours": round(estimate(conf, history), CARD_HOURS_DIGITS),
                                    "note": "; ".join(x for x in (card.note, f"straight to confirm N={conf.n}: {why}") if x)})

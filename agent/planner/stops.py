@@ -11,6 +11,8 @@ from typing import Callable
 
 from agent.planner import explorer
 from agent.planner.candidates import CandidateCard
+from agent.planner.proposers import EXPLORE
+from agent.planner.proposers.base import Asking
 from agent.planner.diagnosis import Diagnosis
 from agent.planner.history import History
 from agent.planner.plan import Plan
@@ -31,7 +33,10 @@ def explore_or_stop(history: History, diag: Diagnosis | None, ranked: list[tuple
         why = f"the rules' best move is worth {passing[0][1].value:.3f} < {MIN_VALUE}"
     else:
         why = "no rule move passes the checks"
-    props, told = explorer.propose(history, why, restage)
+    props, told = [], 0
+    for proposer in EXPLORE:  # the explore-phase proposers (the explorer), pooled in registry order
+        got = proposer.propose(Asking(history, diag, why_rules=why, restage=restage))
+        props, told = props + got.moves, max(told, got.told)
     infeasible = explorer.best_infeasible(history)
     best_ei = max((p.prediction.ei_pct for p in props), default=0.0)
     if props and (infeasible or best_ei >= min_gain):

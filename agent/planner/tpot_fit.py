@@ -18,13 +18,15 @@ from typing import Any
 import numpy as np
 
 from agent.planner.history import History, Outcome
-from agent.planner.rules.base import num
+from core.knobs import ARRIVAL_RATE, BATCH_CAP, CLIENT_CAP, by_role, named, role_of
 
 
-LOAD_KNOBS = ("concurrency", "max_num_seqs", "request_rate")
+LOAD_KNOBS = (CLIENT_CAP, BATCH_CAP, ARRIVAL_RATE)  # the roles of the load knobs: a line's points may differ in these
 SIGMA_FLOOR = 0.01  # the line's uncertainty: its largest residual, at least this share of the limit
 MIN_CHANCE = 0.25  # a step runs when the line gives it at least this chance of staying under the limit
 MIN_SPREAD = 2.0  # the batches must differ by this many sequences for a slope
+CDF_HALF = 0.5  # the normal CDF: Φ(z) = ½ (1 + erf(z / √2)) (structural)
+EVEN_CHANCE = 0.5  # a sized jump goes up to the last value the line keeps an even chance under the limit (judgement)
 
 
 @dataclass(frozen=True)
@@ -47,14 +49,14 @@ def tpot_line(history: History, knobs: dict[str, Any], n: int) -> Line | None:
     and drain, so only runs of one N lie on one line) that share every non-load knob with `knobs`, one point per
     load station (repeats averaged). None: < 2 stations whose batches differ by MIN_SPREAD, or a slope that does
     not rise with the batch."""
-    base = {k: v for k, v in knobs.items() if k not in LOAD_KNOBS}
+    base = {k: v for k, v in knobs.items() if role_of(k) not in LOAD_KNOBS}
     pts: dict[str, list[tuple[float, float]]] = {}
     for o in history.outcomes:
         if o.verdict != "valid" or o.summary is None or o.summary.tpot_ms.mean is None or o.card.n != n:
             continue
-        if {k: v for k, v in o.card.knobs.items() if k not in LOAD_KNOBS} != base:
+        if {k: v for k, v in o.card.knobs.items() if role_of(k) not in LOAD_KNOBS} != base:
             continue
-        x = num(o.evidence or {}, "decode_running_mean")
+        x = o.evidence.decode_running_mean
         if x is None or x <= 0:
             continue
         pts.setdefault(o.card.knobs_hash, []).append((x, float(o.summary.tpot_ms.mean)))
@@ -89,7 +91,7 @@ def batch_at(run: float, cap0: float, cap1: float, n: int | None, inst: float) -
 
 def decode_cap(knobs: dict[str, Any], inst: float) -> float | None:
     """The decode batch per instance the knobs allow: the batch limit, or the client's cap spread over instances."""
-    c, seqs = knobs.get("concurrency"), knobs.get("max_num_seqs")
+    c, seqs = by_role(knobs, CLIENT_CAP), by_role(knobs, BATCH_CAP)
     caps = [float(v) for v in (seqs, c / inst if isinstance(c, (int, float)) else None) if isinstance(v, (int, float))]
     return min(caps) if caps else None
 
@@ -109,9 +111,9 @@ def _on_line(history: History, target: dict[str, Any], limit_ms: float | None) -
     line = tpot_line(history, history.best_knobs, ref.card.n) if ref is not None else None
     if line is None or ref is None or limit_ms is None:
         return None
-    ev = ref.evidence or {}
-    inst = num(ev, "decode_instances") or 1.0
-    run, cap0, cap1 = num(ev, "decode_running_mean"), decode_cap(history.best_knobs, inst), decode_cap(target, inst)
+    ev = ref.evidence
+    inst = ev.decode_instances or 1.0
+    run, cap0, cap1 = ev.decode_running_mean, decode_cap(history.best_knobs, inst), decode_cap(target, inst)
     if run is None or not cap0 or not cap1:
         return None
     batch = batch_at(run, cap0, cap1, ref.card.n, inst)
@@ -137,14 +139,14 @@ def load_chance(history: History, target: dict[str, Any], limit_ms: float | None
     s = ref.summary if ref is not None else None
     if limit_ms is None or s is None or not s.tpot_ms.mean:
         return None
-    ev = ref.evidence or {}  # type: ignore[union-attr]
-    inst = num(ev, "decode_instances") or 1.0
+    ev = ref.evidence  # type: ignore[union-attr]
+    inst = ev.decode_instances or 1.0
     cap0, cap1 = decode_cap(history.best_knobs, inst), decode_cap(target, inst)
     if not cap0 or not cap1 or cap1 <= cap0:
         return None
     g, t = cap1 / cap0, float(s.tpot_ms.mean)
-    waiting, running = num(ev, "decode_waiting_mean"), num(ev, "decode_running_total_mean")
-    if target.get("concurrency") == history.best_knobs.get("concurrency") and waiting is not None and running:
+    waiting, running = ev.decode_waiting_mean, ev.decode_running_total_mean
+    if by_role(target, CLIENT_CAP) == by_role(history.best_knobs, CLIENT_CAP) and waiting is not None and running:
         g = min(g, 1.0 + waiting / running)  # the same load: a wider batch admits only what waits for decode
     if g <= 1.0:
         return None
@@ -167,21 +169,22 @@ def sized_down(knob: str, cur: Any, values: list[Any], history: History, headroo
     to the batch, so the decode batch (its peak, over all decode instances for C, per instance for max_num_seqs)
     must fall at least to limit / TPOT of itself: a cap above that cannot get feasible. Once a TPOT line is known (two batches measured) it sizes the cut instead: the batch where
     the line meets the limit less its spread. None: no jump (feasible, no figures, or the next step is already that far)."""
-    if knob not in ("concurrency", "max_num_seqs") or headroom is None or headroom >= 0 or limit_ms is None \
+    role = role_of(knob)
+    if role not in (CLIENT_CAP, BATCH_CAP) or headroom is None or headroom >= 0 or limit_ms is None \
             or not isinstance(cur, (int, float)):
         return None
     ref = history.latest_valid(history.best_knobs)
     s = ref.summary if ref is not None else None
     if s is None or not s.tpot_ms.mean:
         return None
-    ev = ref.evidence or {}  # type: ignore[union-attr]
-    now = num(ev, "decode_running_max")  # TPOT follows the decode batch; C must cut into all of it
-    if knob == "concurrency" and now is not None:
-        now *= num(ev, "decode_instances") or 1.0
+    ev = ref.evidence  # type: ignore[union-attr]
+    now = ev.decode_running_max  # TPOT follows the decode batch; C must cut into all of it
+    if role == CLIENT_CAP and now is not None:
+        now *= ev.decode_instances or 1.0
     if not now:
         return None
     bound, how = now * limit_ms / s.tpot_ms.mean, "TPOT falls at most in proportion"
-    line, run = tpot_line(history, history.best_knobs, ref.card.n), num(ev, "decode_running_mean")  # type: ignore[union-attr]
+    line, run = tpot_line(history, history.best_knobs, ref.card.n), ev.decode_running_mean  # type: ignore[union-attr]
     if line is not None and run:  # the line through the runs made: the batch at the limit less its spread
         batch = (limit_ms - line.spread(limit_ms) - line.a) / line.b
         bound, how = now * max(batch, 0.0) / run, f"the TPOT line over {line.points} run(s) reaches it at a batch of ~{batch:.0f}"
@@ -191,7 +194,7 @@ def sized_down(knob: str, cur: Any, values: list[Any], history: History, headroo
     target = max((v for v in downs if v <= bound), default=downs[0])
     if target == downs[-1]:
         return None
-    what = "running in decode" if knob == "concurrency" else "running per decode instance"
+    what = "running in decode" if role == CLIENT_CAP else "running per decode instance"
     return target, (f"{now:.0f} {what} at a mean TPOT of {s.tpot_ms.mean:.1f} ms; {how}, so under the "
                     f"{limit_ms:g} ms limit needs at most ~{bound:.0f}; {knob} {target} is the largest listed value there")
 
@@ -206,9 +209,9 @@ def sized_rate(cur: Any, values: list[Any], history: History, limit_ms: float | 
     ref = history.latest_valid(history.best_knobs)
     if ref is None or ref.summary is None or not ref.summary.tpot_ms.mean:
         return None
-    ev = ref.evidence or {}
-    line, run = tpot_line(history, history.best_knobs, ref.card.n), num(ev, "decode_running_mean")
-    inst = num(ev, "decode_instances") or 1.0
+    ev = ref.evidence
+    line, run = tpot_line(history, history.best_knobs, ref.card.n), ev.decode_running_mean
+    inst = ev.decode_instances or 1.0
     cap = decode_cap(history.best_knobs, inst)
     if line is None or not run or not cap:
         return None
@@ -231,7 +234,7 @@ def sized_rate(cur: Any, values: list[Any], history: History, limit_ms: float | 
 
 def chance_under(limit_ms: float, tpot: float, sigma: float) -> float:
     """The chance a TPOT predicted at `tpot` with spread `sigma` stays under the limit (normal error)."""
-    return 0.5 * (1.0 + math.erf((limit_ms - tpot) / (sigma * math.sqrt(2.0))))
+    return CDF_HALF * (1.0 + math.erf((limit_ms - tpot) / (sigma * math.sqrt(2.0))))
 
 
 def largest_under(ups: list[Any], at: Any, limit_ms: float, sigma: float) -> tuple[Any, float, float] | None:
@@ -240,7 +243,7 @@ def largest_under(ups: list[Any], at: Any, limit_ms: float, sigma: float) -> tup
     got: tuple[Any, float, float] | None = None
     for v in ups:
         batch, tpot = at(v)
-        if chance_under(limit_ms, tpot, sigma) < 0.5:
+        if chance_under(limit_ms, tpot, sigma) < EVEN_CHANCE:
             break
         got = (v, batch, tpot)
     return None if got is None or len(ups) < 2 or got[0] == ups[0] else got
@@ -254,9 +257,9 @@ def station_line(history: History, knobs: dict[str, Any],
     line = tpot_line(history, knobs, ref.card.n) if ref is not None else None
     if ref is None or line is None:
         return None
-    ev = ref.evidence or {}
-    inst = num(ev, "decode_instances") or 1.0
-    run, cap0 = num(ev, "decode_running_mean"), decode_cap(knobs, inst)
+    ev = ref.evidence
+    inst = ev.decode_instances or 1.0
+    run, cap0 = ev.decode_running_mean, decode_cap(knobs, inst)
     return (line, ref.card.n, inst, run, cap0) if run and cap0 else None
 
 
@@ -274,7 +277,7 @@ def sized_pair(history: History, values_c: list[Any], values_s: list[Any],
     line (two batches): without it the pair moves one step. None: no line, or the next step of both is already
     that far."""
     best = history.best_knobs
-    c0, s0 = best.get("concurrency"), best.get("max_num_seqs")
+    c0, s0 = by_role(best, CLIENT_CAP), by_role(best, BATCH_CAP)
     station = _best_line(history)
     if limit_ms is None or station is None or not isinstance(c0, (int, float)) or not isinstance(s0, (int, float)):
         return None
@@ -294,7 +297,7 @@ def sized_pair(history: History, values_c: list[Any], values_s: list[Any],
             continue  # C alone is not what moves here
         batch = batch_at(run, cap0, min(s, c / inst), n, inst)
         tpot = line.at(batch)
-        if chance_under(limit_ms, tpot, sigma) < 0.5:
+        if chance_under(limit_ms, tpot, sigma) < EVEN_CHANCE:
             break
         steps.append((c, s, batch, tpot))
     c_up = next((v for v in cs if v > c0), None)
@@ -303,8 +306,8 @@ def sized_pair(history: History, values_c: list[Any], values_s: list[Any],
         return None
     c, s, batch, tpot = steps[-1]
     return c, s, (f"the TPOT line over {line.points} run(s) ({line.a:.1f} + {line.b:.4f} ms per sequence) puts "
-                  f"C={c:g} with max_num_seqs={s:g} at a decode batch of ~{batch:.0f} and ~{tpot:.1f} ms, under the "
-                  f"{limit_ms:g} ms limit: the largest listed pair there")
+                  f"C={c:g} with {named(BATCH_CAP, best)}={s:g} at a decode batch of ~{batch:.0f} and ~{tpot:.1f} ms, "
+                  f"under the {limit_ms:g} ms limit: the largest listed pair there")
 
 
 def sized_draft_batch(history: History, values_s: list[Any], factor: float, why: str,
@@ -316,7 +319,7 @@ def sized_draft_batch(history: History, values_s: list[Any], factor: float, why:
     batch (the best station's, carried by batch_at) has an even chance under the TPOT limit on it. The client's C
     still caps the batch the pair itself runs; the wider limit is what a later hot raise of C fills. Needs the line
     (two batches at the current width). None: no line, or the next step is already that far."""
-    s0 = history.best_knobs.get("max_num_seqs")
+    s0 = by_role(history.best_knobs, BATCH_CAP)
     station = _best_line(history)
     if limit_ms is None or not factor > 0 or station is None or not isinstance(s0, (int, float)):
         return None
@@ -333,5 +336,6 @@ def sized_draft_batch(history: History, values_s: list[Any], factor: float, why:
         return None
     s, batch, tpot = got
     return s, (f"the TPOT line over {line.points} run(s) at this draft width ({line.a:.1f} + {line.b:.4f} ms per "
-               f"sequence) × {factor:.2f} ({why}) puts max_num_seqs={s:g} at a decode batch of ~{batch:.0f} and "
-               f"~{tpot:.1f} ms, under the {limit_ms:g} ms limit: the largest listed limit there, for C to fill")
+               f"sequence) × {factor:.2f} ({why}) puts {named(BATCH_CAP, history.best_knobs)}={s:g} at a decode "
+               f"batch of ~{batch:.0f} and ~{tpot:.1f} ms, under the {limit_ms:g} ms limit: the largest listed limit "
+               f"there, for C to fill")

@@ -7,9 +7,7 @@ comparable; a relayout is worth nothing without imbalance evidence.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
-
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from agent.planner.cards import CandidateCard, direction_of
 from agent.planner.costs import CostModel  # noqa: F401  (re-exported)
@@ -17,7 +15,16 @@ from agent.planner.diagnosis import OPEN_LOW, Diagnosis
 from agent.planner.rules import RULES
 from agent.planner.rules.base import MoveRule
 
-CLASS_FACTOR = {"hot": 1.0, "restart": 0.85, "relayout": 0.6, "topology": 0.5, "rebuild": 0.4}
+CLASS_FACTOR = {"hot": 1.0, "restart": 0.85, "relayout": 0.6, "topology": 0.5,
+                "rebuild": 0.4}  # a judgement: hot C/r changes before restarts when gains are comparable (protocol §4)
+DEFAULT_CLASS_FACTOR = 0.4  # a cost class CLASS_FACTOR does not list counts as its dearest, a rebuild (judgement)
+NO_HYPOTHESIS_CONFIDENCE = 0.3  # a move naming no hypothesis (a judgement; at OPEN_LOW, so its negative rules out)
+NATIVE_MISSING_CONFIDENCE = 0.5  # a trade-off move while the native window is missing: at least this sure (judgement)
+RULES_OUT_SHARE = 0.1  # what a negative that closes a hypothesis is worth: a tenth of its confidence (a judgement)
+BUDGET_SHARE_DAMP = 0.5  # value falls with the share of the budget left a card spends: half at all of it (judgement)
+VALUE_DIGITS = 6  # a card's value (its score) is kept to 1e-6
+
+
 class Value(BaseModel):
     model_config = ConfigDict(frozen=True)
     value: float
@@ -31,7 +38,7 @@ class Value(BaseModel):
 def confidence(rule: MoveRule, diag: Diagnosis | None) -> tuple[float, str | None]:
     """The strongest linked hypothesis' likelihood (0.3 when the move names none)."""
     if not rule.hypotheses or diag is None:
-        return 0.3, None
+        return NO_HYPOTHESIS_CONFIDENCE, None
     best = max(rule.hypotheses, key=diag.likelihood)
     return diag.likelihood(best), best
 
@@ -58,16 +65,17 @@ def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_c
         gain = 0.0  # relayout only when the evidence shows time lost to imbalance
     if rule.tradeoff and native_missing:
         # no valid steady state at this C: a lower C may give one, and lower latency (a frontier point)
-        conf = max(conf, 0.5)
+        conf = max(conf, NATIVE_MISSING_CONFIDENCE)
     # A negative on a supported hypothesis separates explanations; on a weak one it tells little. A trade-off
     # move's negative closes no hypothesis (agent.planner.deterministic.closes_hypothesis): it may lose on the objective by
     # design, so only its gain counts, unless it may give the missing native window.
     closes = not rule.tradeoff or native_missing
-    rules_out = 0.1 * conf if conf >= OPEN_LOW and not answered and closes else 0.0
+    rules_out = RULES_OUT_SHARE * conf if conf >= OPEN_LOW and not answered and closes else 0.0
     share = cost_card_hours / budget_left if budget_left > 0 else 1.0
     per_hour = restart_card_hours / (restart_card_hours + cost_card_hours) if restart_card_hours else 1.0
-    v = (gain * conf + rules_out) * CLASS_FACTOR.get(card.cost_class, 0.4) * per_hour * max(0.0, 1.0 - 0.5 * share)
+    v = (gain * conf + rules_out) * CLASS_FACTOR.get(card.cost_class, DEFAULT_CLASS_FACTOR) * per_hour \
+        * max(0.0, 1.0 - BUDGET_SHARE_DAMP * share)
     why = (f"gain {gain:.2f} × confidence {conf0 if limit_note else conf:.2f}" + (f" ({hyp})" if hyp else "") + limit_note +
            f" + rules out {rules_out:.2f}; {card.cost_class}, ~{cost_card_hours:.2f} card-h of {budget_left:.2f} left")
-    return Value(value=round(v, 6), gain=gain, confidence=conf, rules_out=rules_out,
+    return Value(value=round(v, VALUE_DIGITS), gain=gain, confidence=conf, rules_out=rules_out,
                  cost_card_hours=cost_card_hours, why=why)

@@ -57,7 +57,7 @@ def document(rep: Report) -> list[Block]:
     out: list[Block] = [Heading(1, f"tuneloop report — goal {g.id} ({g.spec.name}): {g.status}")]
     first = answer.section(rep)
     out += first[:2]  # the answer's own table first: what the first screen shows
-    out += drift_paras([(e.run.id, (e.result.evidence if e.result else {}).get("drift")) for e in c.experiments])
+    out += drift_paras([(e.run.id, e.result.evidence.drift if e.result else None) for e in c.experiments])
     out += first[2:] + people.section(c.people, c.auto_approvals) + _best(c) + _pending(c) \
         + _plots(rep) + _log(c) + _tradeoffs(c) + hypotheses_section(c.hypotheses) + predicted_negatives(c.notes) \
         + _goal(c) + _definitions(c) + _kpis(c)
@@ -158,7 +158,7 @@ def _experiment(c: Content, e: Experiment) -> list[Block]:
            + ([("diagnosis (lead)", f"{lead.get('name')} ({lead.get('likelihood', 0):.2f}): "
                 + "; ".join(lead.get("evidence_for") or []))] if lead.get("name") else [])
            + [("evidence", e.evidence)] * bool(e.evidence)
-           + [("simulator drift", drift_line(d)) for d in [(e.result.evidence if e.result else {}).get("drift")] if d],
+           + [("simulator drift", drift_line(d)) for d in [e.result.evidence.drift if e.result else None] if d],
            f"kv card run-{e.run.id}"),
         Para(f"Verdict: {e.verdict}", f"verdict run-{e.run.id}"),
     ]

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.planner.candidates import change_words
+from core.evidence import Evidence
 from core.summary import Summary
 from core.trial import TrialResult
 from state.snapshots import Decision, Run
@@ -46,38 +47,42 @@ class Experiment:
     @property
     def evidence(self) -> str | None:
         """The engine evidence of the run in words, per role (what the planner read), or None without any."""
-        return evidence_words((self.result.evidence if self.result else None) or {})
+        return evidence_words(self.result.evidence) if self.result else None
 
 
 def _num(v: Any, digits: int = 1) -> str | None:
     return None if v is None else f"{v:.{digits}f}"
 
 
-def evidence_words(ev: dict[str, Any]) -> str | None:
+def _count(v: float | None) -> str:
+    return "?" if not v else f"{v:g}"
+
+
+def evidence_words(ev: Evidence) -> str | None:
     """Prefill: its queue and batches; decode: its batch against the limit, its capacity queue and its wait for
     remote KV; the KV hand-off: how many prompt tokens arrived as KV, in how many transfers, how fast, failures."""
     parts = []
-    prefill = [f"{k} {v}" for k, v in (("waiting mean", _num(ev.get("prefill_waiting_mean"))),
-                                       ("batch tokens mean", _num(ev.get("prefill_batch_tokens_mean"), 0)))
+    prefill = [f"{k} {v}" for k, v in (("waiting mean", _num(ev.prefill_waiting_mean)),
+                                       ("batch tokens mean", _num(ev.prefill_batch_tokens_mean, 0)))
                if v is not None]
     if prefill:
-        parts.append(f"prefill ({ev.get('prefill_instances') or '?'} instance(s)): " + ", ".join(prefill))
-    decode = [f"{k} {v}" for k, v in (("running max", _num(ev.get("decode_running_max"), 0)),
-                                      ("batch limit", ev.get("decode_batch_limit")),
-                                      ("waiting mean", _num(ev.get("decode_waiting_mean"))),
-                                      ("waiting for remote KV mean", _num(ev.get("decode_deferred_mean"))))
+        parts.append(f"prefill ({_count(ev.prefill_instances)} instance(s)): " + ", ".join(prefill))
+    limit = ev.decode_batch_limit
+    decode = [f"{k} {v}" for k, v in (("running max", _num(ev.decode_running_max, 0)),
+                                      ("batch limit", None if limit is None else f"{limit:g}"),
+                                      ("waiting mean", _num(ev.decode_waiting_mean)),
+                                      ("waiting for remote KV mean", _num(ev.decode_deferred_mean)))
               if v is not None]
     if decode:
-        parts.append(f"decode ({ev.get('decode_instances') or '?'} instance(s)): " + ", ".join(decode))
-    kv = ev.get("kv_transfer")
-    if kv:
-        share = kv.get("remote_share")
-        words = [f"{kv['kv_tokens_remote']:.0f} prompt tokens arrived as KV" if kv.get("kv_tokens_remote") is not None
-                 else None,
+        parts.append(f"decode ({_count(ev.decode_instances)} instance(s)): " + ", ".join(decode))
+    kv = ev.kv_transfer
+    if kv is not None:
+        share = kv.remote_share
+        words = [f"{kv.kv_tokens_remote:.0f} prompt tokens arrived as KV" if kv.kv_tokens_remote is not None else None,
                  f"{share:.0%} of decode's prompt tokens" if share is not None else None,
-                 f"{kv['kv_bytes'] / 2**20:.1f} MiB in {kv['kv_transfers']:.0f} transfers"
-                 if kv.get("kv_bytes") is not None and kv.get("kv_transfers") is not None else None,
-                 f"{kv['transfer_s_mean'] * 1000:.1f} ms each" if kv.get("transfer_s_mean") is not None else None,
-                 f"{kv['failed']:.0f} failed" if kv.get("failed") is not None else None]
+                 f"{kv.kv_bytes / 2**20:.1f} MiB in {kv.kv_transfers:.0f} transfers"
+                 if kv.kv_bytes is not None and kv.kv_transfers is not None else None,
+                 f"{kv.transfer_s_mean * 1000:.1f} ms each" if kv.transfer_s_mean is not None else None,
+                 f"{kv.failed:.0f} failed" if kv.failed is not None else None]
         parts.append("KV hand-off: " + ", ".join(w for w in words if w))
     return "; ".join(parts) or None

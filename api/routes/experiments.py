@@ -26,7 +26,7 @@ def experiment_out(svc: Any, r: Any) -> ExperimentOut:
                          verdict=res.verdict if res else None,
                          verdict_reasons=[x.message for x in res.result.verdict.reasons] if res else [],
                          figures=actions.figures(svc, r.id), summary=summary, run_dir=_run_dir(svc, r.id),
-                         drift=res.result.evidence.get("drift") if res else None)
+                         drift=res.result.evidence.drift if res else None)
 
 
 def _run_dir(svc: Any, run_id: str) -> str | None:

@@ -99,7 +99,7 @@ def knob_flags(knobs: dict[str, Any], engine_key: str, role: str) -> list[tuple[
         flag = knob.engines.get(engine_key)
         if flag is None or value is None:
             continue
-        if knob.role is not None and not knob.both_roles and role not in (knob.role, "mixed"):
+        if knob.side is not None and not knob.both_sides and role not in (knob.side, "mixed"):
             continue
         out.append((flag, value))
     return out

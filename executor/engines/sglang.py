@@ -10,8 +10,6 @@ one `--enable-eplb` (periodic rebalancing) with the recorder in `stat` mode, whi
 """
 from __future__ import annotations
 
-from typing import Any
-
 from core.station import Station
 from executor.engines.base import (PY_VERSION, Adapter, Host, Rendered, ServiceSpec, device_env, fmt, instances,
                                    knob_flags, parallel_sizes, static_layout_path, svc_dir, with_router)

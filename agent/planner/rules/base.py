@@ -4,15 +4,23 @@ A rule never reads an engine's name: only the digest keys (executor.evidence.dig
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.summary import Summary
+from core.evidence import Evidence
 
-SUPPORTED, OPEN_LOW = 0.6, 0.3  # likelihood bands: supported >= 0.6 > open >= 0.3 > weak
+# likelihood bands, coarse on purpose (the planner only ranks explanations): supported >= 0.6 > open >= 0.3 > weak
+SUPPORTED, OPEN_LOW = 0.6, 0.3  # a judgement; from OPEN_LOW up a negative counts as ruling something out (value.py)
+WEAK = 0.1  # evidence missing or against: weak (under OPEN_LOW), yet not 0, as a later run may still show it
+DEFAULT_GAIN = 0.05  # a move no rule owns (candidates.rule_for falls back to MoveRule()): a small prior gain
+AT_LIMIT = 0.95  # decode running within 5 % of its batch limit counts as at it: a sampled gauge may miss the peak
+KV_FULL = 0.95  # KV usage within 5 % of full: near enough that KV space, not only the batch limit, admits sequences
+KV_PEAK_FULL = 0.98  # no new sequence is admitted once the KV blocks run out (~100 %): a 98 % sampled peak is full
+WAITING_NEAR_ZERO = 0.5  # a mean decode queue under half a request: it is empty most of the time ("near zero")
+QUEUE_PERSISTENT = 0.5  # the prefill queue non-empty in at least half of the samples: persistent, not a passing burst
 
 
 class Hypothesis(BaseModel):
@@ -34,7 +42,7 @@ class MoveRule(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     hypotheses: tuple[str, ...] = ()
-    gain: float = 0.05  # likely relative gain on the objective if the hypothesis holds
+    gain: float = DEFAULT_GAIN  # likely relative gain on the objective if the hypothesis holds
     mechanism: str = "changes the knob's resource allocation"
     decision: str = "whether this knob limits the objective here"
     expected: str = "a small change in output tok/s per card"
@@ -48,7 +56,7 @@ class Ctx:
     hypotheses a negative from this station already tested, and the latency headroom (once latency is scored)."""
 
     summary: Summary | None
-    ev: dict[str, Any]
+    ev: Evidence
     tpot_limit_ms: float | None
     knobs: dict[str, Any]
     ruled_out: frozenset[str] = frozenset()
@@ -84,42 +92,32 @@ class Rule:
     separable: bool = True
 
 
-def num(ev: dict[str, Any], key: str) -> float | None:
-    v = ev.get(key)
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
-
-
 def clamp(x: float) -> float:
     return max(0.0, min(1.0, x))
 
 
-def decode_at_limit(ev: dict[str, Any]) -> bool:
+def decode_at_limit(ev: Evidence) -> bool:
     """Decode running peaked at (>= 95 % of) its per-instance batch limit."""
-    run_max, limit = num(ev, "decode_running_max"), num(ev, "decode_batch_limit")
-    return run_max is not None and limit is not None and limit > 0 and run_max >= 0.95 * limit
+    run_max, limit = ev.decode_running_max, ev.decode_batch_limit
+    return run_max is not None and limit is not None and limit > 0 and run_max >= AT_LIMIT * limit
 
 
-def decode_full(ev: dict[str, Any]) -> str | None:
+def decode_full(ev: Evidence) -> str | None:
     """Why decode cannot take more requests (batch limit reached, KV cache full), or None."""
-    run_max, limit, kv = num(ev, "decode_running_max"), num(ev, "decode_batch_limit"), num(ev, "kv_usage_max")
-    if decode_at_limit(ev) and num(ev, "decode_busy_slots_mean") is None:
+    run_max, limit, kv = ev.decode_running_max, ev.decode_batch_limit, ev.kv_usage_max
+    if decode_at_limit(ev) and ev.decode_busy_slots_mean is None:
         return f"running {run_max:.0f} of a {limit:.0f} batch limit"
-    waiting = num(ev, "decode_waiting_mean")
-    if kv is not None and kv >= 0.98 and (waiting is None or waiting > 0.5):  # a peak nobody waits behind is not full
+    waiting = ev.decode_waiting_mean
+    # a peak nobody waits behind is not full
+    if kv is not None and kv >= KV_PEAK_FULL and (waiting is None or waiting > WAITING_NEAR_ZERO):
         return f"KV cache usage {kv:.0%}"
     return None
 
 
-def role_terms(ev: dict[str, Any], term: str) -> dict[str, float]:
+def role_terms(ev: Evidence, term: str) -> dict[str, float]:
     """Share of each role's accounted device time spent in one breakdown term (e.g. imbalance_s, draft_s)."""
     out: dict[str, float] = {}
-    for role, d in (ev.get("breakdown") or {}).items():
+    for role, d in ev.breakdown.items():
         if not isinstance(d, dict) or not isinstance(d.get(term), (int, float)):
             continue
         total = sum(float(v) for k, v in d.items() if k.endswith("_s") and k not in ("elapsed_s", "idle_s")

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.planner.rules.base import OPEN_LOW, Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp, num, role_terms
+from agent.planner.rules.base import OPEN_LOW, WEAK, Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp, role_terms
+from core.knobs import EXPERT_PLACEMENT, role_of
+from core.evidence import Evidence
 
 MOE_SHARE = 0.5  # share of a step spent in expert layers, when only the load spread is known
 RECOVERABLE = 0.8  # share of the skew loss a fitted static layout wins back (its own fit is imperfect)
 SIGNIFICANT = 0.05  # recoverable share of device time that makes imbalance a candidate explanation
+# without a load record, the breakdown's imbalance time also holds the per-step routing noise no layout removes
+UNRECORDED_SKEW = 0.5  # so half of it is counted as layout skew (a judgement)
+LIK_BASE = 0.45  # likelihood 0.45 + 2 × loss: open (0.55) at a SIGNIFICANT 5 % loss, supported from 7.5 %
+LIK_PER_LOSS = 2  # likelihood per unit of recoverable loss: a 27.5 % loss reaches 1.0
+GAIN_RELAYOUT = 0.15  # the move table's prior gain (a judgement): value() replaces it by the recoverable loss
 
 
 def legacy_share(breakdown: dict[str, Any] | None) -> float | None:
@@ -27,13 +34,13 @@ def legacy_share(breakdown: dict[str, Any] | None) -> float | None:
     return max(shares) if shares else None
 
 
-def imbalance_loss(ev: dict[str, Any]) -> tuple[float | None, str | None]:
+def imbalance_loss(ev: Evidence) -> tuple[float | None, str | None]:
     """Share of device time a balanced layout would win back, and the evidence it is read from. The load spread
     (max over mean routed tokens per EP rank, summed over the run) is the layout's persistent skew: the most
     loaded rank sets every step, so expert-layer time shrinks by 1 - 1/spread when the skew is flattened; the
     expert-layer share of decode time is compute + imbalance in the breakdown. Without a load record, the
     breakdown's imbalance time (which also holds the per-step routing noise no layout removes) counts half."""
-    spread = num(ev, "expert_load_spread")
+    spread = ev.expert_load_spread
     terms = {t: role_terms(ev, t).get("decode") for t in ("compute_s", "imbalance_s")}
     if spread is not None and spread >= 1.0:
         known = terms["compute_s"] is not None and terms["imbalance_s"] is not None
@@ -44,9 +51,9 @@ def imbalance_loss(ev: dict[str, Any]) -> tuple[float | None, str | None]:
                       f": ~{loss:.0%} of it is lost to the skew")
     if terms["imbalance_s"] is not None:
         share = terms["imbalance_s"]
-        return share * 0.5, (f"breakdown: {share:.0%} of decode device time spent waiting on the most loaded EP "
-                             f"rank (no load record: half counted as layout skew)")
-    legacy = legacy_share(ev.get("breakdown"))
+        return share * UNRECORDED_SKEW, (f"breakdown: {share:.0%} of decode device time spent waiting on the most "
+                                         f"loaded EP rank (no load record: half counted as layout skew)")
+    legacy = legacy_share(ev.breakdown)
     if legacy is not None:
         return legacy, f"breakdown: {legacy:.0%} of device time lost to expert imbalance"
     return None, None
@@ -55,16 +62,18 @@ def imbalance_loss(ev: dict[str, Any]) -> tuple[float | None, str | None]:
 def score(ctx: Ctx) -> Hypothesis:
     loss, line = imbalance_loss(ctx.ev)
     if loss is None:
-        return Hypothesis(name="expert_imbalance", likelihood=0.1,
+        return Hypothesis(name="expert_imbalance", likelihood=WEAK,
                           evidence_against=["no expert load or imbalance time observed"])
     if loss >= SIGNIFICANT:
-        return Hypothesis(name="expert_imbalance", likelihood=clamp(0.45 + 2 * loss), evidence_for=[line])
-    return Hypothesis(name="expert_imbalance", likelihood=0.1, evidence_against=[line + ": too little to pay a relayout"])
+        return Hypothesis(name="expert_imbalance", likelihood=clamp(LIK_BASE + LIK_PER_LOSS * loss),
+                          evidence_for=[line])
+    return Hypothesis(name="expert_imbalance", likelihood=WEAK,
+                      evidence_against=[line + ": too little to pay a relayout"])
 
 
 def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjusted | None:
     """A relayout gains what the imbalance loses (the recoverable share), and nothing without the evidence."""
-    if change.knob != "expert_layout" or not up:
+    if role_of(change.knob) != EXPERT_PLACEMENT or not up:
         return None
     if diag.imbalance_loss is None:
         return Adjusted(conf, 0.0, " (no imbalance evidence: a relayout is worth nothing)", answered=True)
@@ -80,8 +89,8 @@ RULE = Rule(
             "worth its cost only when the load spread (max over mean) or the breakdown's imbalance time is large."),
     score=score, value=value,
     moves={
-        ("expert_layout", "up"): MoveRule(
-            hypotheses=("expert_imbalance",), gain=0.15,
+        (EXPERT_PLACEMENT, "up"): MoveRule(
+            hypotheses=("expert_imbalance",), gain=GAIN_RELAYOUT,
             mechanism="a static EPLB layout evens expert load across ranks",
             decision="whether expert imbalance costs device time", expected="higher decode throughput if imbalance is large",
             rules_out="expert placement as the limit"),

@@ -13,15 +13,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.planner.rules.base import SUPPORTED, Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp, num, role_terms
+from agent.planner.rules.base import SUPPORTED, WEAK, Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp, role_terms
+from core.evidence import Evidence
+from core.knobs import (
+    ARRIVAL_RATE, CLIENT_CAP, DECODE_INSTANCES, PREFILL_INSTANCES, PREFILL_REQUEST_CAP, PREFILL_TOKEN_BUDGET,
+    role_of,
+)
 
 BOUND = 0.3  # communication share of a role's device time that makes the transfer the limit
 WAIT_BOUND = 0.5  # share of the decode side's requests waiting for their KV that makes the transfer the limit
 DAMP = 0.5  # a prefill-supply move while the transfer binds keeps this share of its confidence
 LOAD_DAMP = 0.25  # more in flight while the transfer binds only lengthens the queue at the link
-PREFILL_KNOBS = ("max_prefill_reqs", "max_num_batched_tokens", "chunked_prefill_size", "num_prefill_instances")
-LOAD_KNOBS = ("concurrency", "request_rate")
+# the roles of the prefill-supply knobs (request cap, token budget, instances) and of the offered load (C, r)
+PREFILL_KNOBS = frozenset({PREFILL_REQUEST_CAP, PREFILL_TOKEN_BUDGET, PREFILL_INSTANCES})
+LOAD_KNOBS = frozenset({CLIENT_CAP, ARRIVAL_RATE})
 PREFILL_FULL = 1.0  # the prefill side busy all the time: past that it, not the links, binds
+BOUND_BASE = 0.3  # a transfer-bound reading's likelihood before its share adds (= OPEN_LOW): SUPPORTED at either bound
+WAIT_WEIGHT = 0.6  # likelihood per unit of hand-over share: SUPPORTED at WAIT_BOUND, 0.9 with all of them on the link
+GAIN_PREFILL_DOWN = 0.05  # the move's prior gain (a judgement): the same rate from fewer cards; value() sizes it
 
 
 def _spare(diag: Any) -> float | None:
@@ -30,16 +39,16 @@ def _spare(diag: Any) -> float | None:
     return PREFILL_FULL / busy if busy else None
 
 
-def transfer_wait(ev: dict[str, Any]) -> tuple[float, str] | None:
+def transfer_wait(ev: Evidence) -> tuple[float, str] | None:
     """Share of the decode side's requests (running, waiting, waiting for KV) whose KV is still on the link,
     in words; None without a hand-over queue figure."""
-    deferred = num(ev, "decode_deferred_mean")
+    deferred = ev.decode_deferred_mean
     if deferred is None:
         return None
-    running = num(ev, "decode_running_total_mean")
+    running = ev.decode_running_total_mean
     if running is None:
-        running = (num(ev, "decode_running_mean") or 0.0) * (num(ev, "decode_instances") or 1.0)
-    total = deferred + running + (num(ev, "decode_waiting_mean") or 0.0)
+        running = (ev.decode_running_mean or 0.0) * (ev.decode_instances or 1.0)
+    total = deferred + running + (ev.decode_waiting_mean or 0.0)
     if total <= 0:
         return None
     share = deferred / total
@@ -48,14 +57,14 @@ def transfer_wait(ev: dict[str, Any]) -> tuple[float, str] | None:
 
 
 def score(ctx: Ctx) -> Hypothesis:
-    pfor, pagainst, lik = [], [], 0.1
+    pfor, pagainst, lik = [], [], WEAK
     terms = role_terms(ctx.ev, "communication_s")
     if terms:
         role, share = max(terms.items(), key=lambda kv: kv[1])
         line = f"breakdown: {share:.0%} of {role} device time is communication"
         if share >= BOUND:
             pfor.append(line)
-            lik = max(lik, clamp(0.3 + share))
+            lik = max(lik, clamp(BOUND_BASE + share))
         else:
             pagainst.append(line)
     wait = transfer_wait(ctx.ev)
@@ -63,7 +72,7 @@ def score(ctx: Ctx) -> Hypothesis:
         share, line = wait
         if share >= WAIT_BOUND:
             pfor.append(line)
-            lik = max(lik, clamp(0.3 + 0.6 * share))
+            lik = max(lik, clamp(BOUND_BASE + WAIT_WEIGHT * share))
         else:
             pagainst.append(line)
     if not pfor and not pagainst:
@@ -75,15 +84,15 @@ def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjuste
     lik = diag.likelihood("kv_transfer")
     if lik < SUPPORTED:
         return None
-    knob = change.knob
-    if up and knob in PREFILL_KNOBS:
+    role = role_of(change.knob)
+    if up and role in PREFILL_KNOBS:
         return Adjusted(conf * DAMP, gain, f" × {DAMP} (the KV transfer binds: more prefill queues at the link)")
-    if up and knob in LOAD_KNOBS and diag.transfer_wait is not None and diag.transfer_wait >= WAIT_BOUND:
+    if up and role in LOAD_KNOBS and diag.transfer_wait is not None and diag.transfer_wait >= WAIT_BOUND:
         return Adjusted(conf * LOAD_DAMP, gain, f" × {LOAD_DAMP} ({diag.transfer_wait:.0%} of the decode side's "
                                                  f"requests wait for their KV: more in flight queues at the link)",
                         answered=True)
     old, new = change.old, change.new
-    if knob == "num_decode_instances" and up and isinstance(old, (int, float)) and old > 0 \
+    if role == DECODE_INSTANCES and up and isinstance(old, (int, float)) and old > 0 \
             and isinstance(new, (int, float)):
         more, spare = (new - old) / old, _spare(diag)  # each decode instance receives at its link's rate
         capped = more if spare is None else min(more, spare - 1.0)  # until the prefill side binds
@@ -91,9 +100,9 @@ def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjuste
             return None
         return Adjusted(max(conf, lik), max(gain, capped), f" (the KV transfer binds, {lik:.2f}: {new:g} decode "
                                                            f"instances receive {capped:+.0%} more KV"
-                                                           + (f", as far as prefill keeps up" if capped < more else "")
+                                                           + (", as far as prefill keeps up" if capped < more else "")
                                                            + ")")
-    if knob == "num_prefill_instances" and not up and isinstance(old, (int, float)) and old > 1 \
+    if role == PREFILL_INSTANCES and not up and isinstance(old, (int, float)) and old > 1 \
             and isinstance(new, (int, float)) and diag.prefill_busy is not None:
         freed = (old - new) / old  # the prefill side's cards, while it waits on the link
         idle = 1.0 - diag.prefill_busy
@@ -108,7 +117,7 @@ def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[s
     """While the transfer binds: the decode side grown to what the prefill side can feed. The rate scales with
     the decode links, so prefill's busy share scales with it; the jump is the largest listed decode instance
     count whose prefill stays within PREFILL_FULL busy, when that is beyond the next step."""
-    if knob != "num_decode_instances" or diag is None or not isinstance(cur, (int, float)) or cur <= 0 \
+    if role_of(knob) != DECODE_INSTANCES or diag is None or not isinstance(cur, (int, float)) or cur <= 0 \
             or diag.likelihood("kv_transfer") < SUPPORTED or diag.transfer_wait is None \
             or diag.transfer_wait < WAIT_BOUND:
         return None
@@ -131,8 +140,8 @@ RULE = Rule(
             "queue at the link; shift the P/D split to the links (more decode instances, fewer idle prefill)."),
     score=score, value=value, sized=sized,
     moves={
-        ("num_prefill_instances", "down"): MoveRule(
-            hypotheses=("kv_transfer",), gain=0.05,
+        (PREFILL_INSTANCES, "down"): MoveRule(
+            hypotheses=("kv_transfer",), gain=GAIN_PREFILL_DOWN,
             mechanism="fewer prefill instances while their KV waits at the link: the same rate from fewer cards",
             decision="whether the prefill side is larger than the KV links can drain",
             expected="about the same throughput from fewer cards (higher per card) if prefill idles on the link",

@@ -3,23 +3,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.planner.rules.base import Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp
+from agent.planner.rules.base import WEAK, Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp
 from agent.planner.tpot_fit import sized_down
+from core.knobs import ARRIVAL_RATE, BATCH_CAP, CLIENT_CAP, DRAFT_METHOD, role_of
 
 FEASIBLE_GAIN = 0.3  # a move that may bring an infeasible best inside the TPOT limit: feasibility is the gain
-FEASIBLE_CONFIDENCE = 0.7
-TPOT_DOWN = {("concurrency", False), ("request_rate", False), ("max_num_seqs", False), ("speculative_method", True)}
+FEASIBLE_CONFIDENCE = 0.7  # a judgement: a move toward feasibility from an infeasible best is trusted over SUPPORTED
+BOUND_HEADROOM = 0.1  # under 10 % TPOT headroom the limit binds (load_headroom's LOAD_HEADROOM: room to load above it)
+BOUND_LIK = 0.7  # at the line latency is supported (a judgement), and more so the closer TPOT is to (or over) its limit
+OVER_SLOPE = 2  # likelihood per unit of headroom below the line: 0.9 at the limit, 1.0 from 5 % over it
+ROOM_SCALE = 0.3  # with headroom, 0.3 − 0.3 × headroom (0.3 × TPOT / limit): weak, fading to 0 as TPOT falls
+GAIN_TRADEOFF = 0.03  # a trade-off move's prior gain: small, as it may lose on the objective by design (a judgement)
+GAIN_DRAFT_ON = 0.2  # the move's prior gain (a judgement): several tokens per decode step where drafts are accepted
+# (knob role, up) of the moves that lower TPOT
+TPOT_DOWN = {(CLIENT_CAP, False), (ARRIVAL_RATE, False), (BATCH_CAP, False), (DRAFT_METHOD, True)}
 
 
 def score(ctx: Ctx) -> Hypothesis:
     s, limit = ctx.summary, ctx.tpot_limit_ms
     if s is None or limit is None or s.tpot_ms.mean is None:
-        return Hypothesis(name="latency_bound", likelihood=0.1, evidence_against=["no TPOT figure or no limit"])
+        return Hypothesis(name="latency_bound", likelihood=WEAK, evidence_against=["no TPOT figure or no limit"])
     head = headroom(ctx)
     line = f"mean TPOT {s.tpot_ms.mean:.1f} ms leaves {head:.0%} headroom to {limit:g} ms"
-    if head < 0.1:
-        return Hypothesis(name="latency_bound", likelihood=clamp(0.7 + (0.1 - head) * 2), evidence_for=[line])
-    return Hypothesis(name="latency_bound", likelihood=clamp(0.3 - head * 0.3), evidence_against=[line])
+    if head < BOUND_HEADROOM:
+        return Hypothesis(name="latency_bound", likelihood=clamp(BOUND_LIK + (BOUND_HEADROOM - head) * OVER_SLOPE),
+                          evidence_for=[line])
+    return Hypothesis(name="latency_bound", likelihood=clamp(ROOM_SCALE - head * ROOM_SCALE), evidence_against=[line])
 
 
 def headroom(ctx: Ctx) -> float | None:
@@ -33,7 +42,7 @@ def headroom(ctx: Ctx) -> float | None:
 def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjusted | None:
     """Get feasible first: while the best breaks the TPOT limit, a move that lowers TPOT is worth what a
     feasible station is worth, whatever it costs in throughput."""
-    if diag.tpot_headroom is None or diag.tpot_headroom >= 0 or (change.knob, up) not in TPOT_DOWN:
+    if diag.tpot_headroom is None or diag.tpot_headroom >= 0 or (role_of(change.knob), up) not in TPOT_DOWN:
         return None
     return Adjusted(max(conf, FEASIBLE_CONFIDENCE), max(gain, FEASIBLE_GAIN),
                     f" (mean TPOT {-diag.tpot_headroom:.0%} over its limit: feasibility first)")
@@ -54,24 +63,24 @@ RULE = Rule(
             "batch cap); trade-offs are results, kept on the frontier."),
     score=score, value=value, separable=False, sized=sized,
     moves={
-        ("concurrency", "down"): MoveRule(
-            hypotheses=("latency_bound",), gain=0.03, tradeoff=True,
+        (CLIENT_CAP, "down"): MoveRule(
+            hypotheses=("latency_bound",), gain=GAIN_TRADEOFF, tradeoff=True,
             mechanism="fewer requests in flight shorten queues: lower TTFT, TPOT and E2E, a longer steady state",
             decision="the throughput/latency trade-off point",
             expected="lower whole-run throughput, lower latency, maybe a valid native window",
             rules_out="a free latency win at this concurrency"),
-        ("request_rate", "down"): MoveRule(
-            hypotheses=("latency_bound",), gain=0.03, tradeoff=True,
+        (ARRIVAL_RATE, "down"): MoveRule(
+            hypotheses=("latency_bound",), gain=GAIN_TRADEOFF, tradeoff=True,
             mechanism="fewer arrivals per second shorten the queues: lower TTFT and E2E, fewer requests in flight",
             decision="the throughput/latency trade-off point", expected="lower throughput, lower latency",
             rules_out="a free latency win at this arrival rate"),
-        ("max_num_seqs", "down"): MoveRule(
-            hypotheses=("latency_bound",), gain=0.03, tradeoff=True,
+        (BATCH_CAP, "down"): MoveRule(
+            hypotheses=("latency_bound",), gain=GAIN_TRADEOFF, tradeoff=True,
             mechanism="a smaller decode batch shortens every decode step: lower TPOT, less throughput per step",
             decision="the throughput/latency trade-off point", expected="lower TPOT, lower throughput",
             rules_out="the decode batch size as the TPOT lever"),
-        ("speculative_method", "up"): MoveRule(
-            hypotheses=("latency_bound", "decode_capacity"), gain=0.2,
+        (DRAFT_METHOD, "up"): MoveRule(
+            hypotheses=("latency_bound", "decode_capacity"), gain=GAIN_DRAFT_ON,
             mechanism="MTP draft heads produce several tokens per decode step",
             decision="whether speculative decoding pays on this task",
             expected="lower TPOT, higher decode throughput on copy tasks", rules_out="speculative decoding on this task"),

@@ -5,21 +5,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.planner.rules.base import Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp, num, role_terms
+from agent.planner.rules.base import WEAK, Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp, role_terms
+from core.knobs import DRAFT_WIDTH, by_role, role_of
+from core.evidence import Evidence
 
 DEFAULT_DRAFT_COST = 0.05  # one draft position's cost relative to a target-model decode step, when not measured
 MODEL_CONFIDENCE = 0.6  # measured acceptance per position: the model of a width change is that sure
 BATCH_MATCH = 0.15  # two runs price a position only when their decode batches are within this share of each other
+DEPTH_DECAY = 0.8  # no ratio to extrapolate (one position measured): each further one accepted 0.8 as often (judgement)
+WASTED_LIK = 0.6  # a last position that earns less than its cost: SUPPORTED's floor, plus the margin it loses by
+DRAFT_PAYS = 0.15  # drafts in use and earning their cost: weak (a judgement), no case for a narrower draft
+LOW_ACCEPTANCE = 0.5  # under half of the extra tokens a draft offers accepted: drafts mostly wasted
+LOW_LIK = 0.5  # low acceptance without per-position figures: open (a judgement), plus the margin under LOW_ACCEPTANCE
+MIN_WIDTHS = 3  # a jump needs three listed widths at least: the current one, the next one and one past it
+GAIN_WIDER = 0.1  # the move's prior gain (a judgement): more tokens per step where acceptance stays high
+GAIN_NARROWER = 0.1  # the move's prior gain (a judgement): fewer rejected drafts where acceptance is low
 
 
-def positions(ev: dict[str, Any]) -> list[float] | None:
-    p = ev.get("spec_accept_per_position")
+def positions(ev: Evidence) -> list[float] | None:
+    p = ev.spec_accept_per_position
     if not isinstance(p, list) or not p or not all(isinstance(x, (int, float)) for x in p):
         return None
     return [max(0.0, min(1.0, float(x))) for x in p]
 
 
-def draft_cost(ev: dict[str, Any], k: int) -> float | None:
+def draft_cost(ev: Evidence, k: int) -> float | None:
     """One draft position's time relative to the rest of a decode step, from the breakdown's draft_s."""
     share = role_terms(ev, "draft_s").get("decode")
     if share is None or k <= 0 or share >= 1.0:
@@ -37,17 +47,17 @@ def fitted_cost(history: Any, knobs: dict[str, Any]) -> tuple[float, str] | None
     rho = step(k1) / step(k2). The pair whose batch is nearest the station's (decode_running_mean of its latest
     run) is used; None without such a pair or when the fit is not a positive cost."""
     ref = history.latest_valid(knobs)
-    b0 = num(ref.evidence or {}, "decode_running_mean") if ref is not None else None
+    b0 = ref.evidence.decode_running_mean if ref is not None else None
     groups: dict[str, dict[int, list[tuple[float, float]]]] = {}
     for o in history.outcomes:
         if o.verdict != "valid" or o.summary is None or not o.summary.tpot_ms.mean:
             continue
-        ev = o.evidence or {}
-        k, al, b = int(o.card.knobs.get("num_speculative_tokens") or 0), num(ev, "spec_accept_length"), \
-            num(ev, "decode_running_mean")
+        ev = o.evidence
+        k, al, b = int(by_role(o.card.knobs, DRAFT_WIDTH) or 0), ev.spec_accept_length, \
+            ev.decode_running_mean
         if k <= 0 or not al or not b:
             continue
-        rest = repr(sorted((n, repr(v)) for n, v in o.card.knobs.items() if n != "num_speculative_tokens"))
+        rest = repr(sorted((n, repr(v)) for n, v in o.card.knobs.items() if role_of(n) != DRAFT_WIDTH))
         groups.setdefault(rest, {}).setdefault(k, []).append((float(o.summary.tpot_ms.mean) * al, b))
     best: tuple[float, float, str] | None = None  # (distance to the station's batch, c, words)
     for widths in groups.values():
@@ -77,7 +87,7 @@ def predicted_gain(p: list[float], k_old: int, k_new: int, cost: float) -> float
     acc = list(p)
     while len(acc) < max(k_old, k_new):
         last = acc[-1]
-        ratio = min(1.0, last / acc[-2]) if len(acc) >= 2 and acc[-2] > 0 else 0.8
+        ratio = min(1.0, last / acc[-2]) if len(acc) >= 2 and acc[-2] > 0 else DEPTH_DECAY
         acc.append(last * ratio)
 
     def rate(k: int) -> float:
@@ -87,8 +97,8 @@ def predicted_gain(p: list[float], k_old: int, k_new: int, cost: float) -> float
 
 
 def score(ctx: Ctx) -> Hypothesis:
-    al = num(ctx.ev, "spec_accept_length")
-    k = int(ctx.knobs.get("num_speculative_tokens") or 0)
+    al = ctx.ev.spec_accept_length
+    k = int(by_role(ctx.knobs, DRAFT_WIDTH) or 0)
     p = positions(ctx.ev)
     if p is not None and k > 0:
         cost = draft_cost(ctx.ev, k)
@@ -97,23 +107,23 @@ def score(ctx: Ctx) -> Hypothesis:
         line = (f"acceptance per position {[round(x, 2) for x in p[:k]]}: position {k} accepted in {last:.0%} of "
                 f"drafts at a draft cost of {c:.2f} step per position" + (" (assumed)" if cost is None else ""))
         if last < c:  # the last position earns less than it costs: the draft is too wide
-            return Hypothesis(name="spec_acceptance", likelihood=clamp(0.6 + (c - last)), evidence_for=[line])
-        return Hypothesis(name="spec_acceptance", likelihood=0.15, evidence_against=[line])
+            return Hypothesis(name="spec_acceptance", likelihood=clamp(WASTED_LIK + (c - last)), evidence_for=[line])
+        return Hypothesis(name="spec_acceptance", likelihood=DRAFT_PAYS, evidence_against=[line])
     if al is None or k <= 0:
-        return Hypothesis(name="spec_acceptance", likelihood=0.1,
+        return Hypothesis(name="spec_acceptance", likelihood=WEAK,
                           evidence_against=["no speculative decoding in use: acceptance length not observed"])
     # AL = 1 + accepted/drafts; the ceiling is k + 1. Under ~half the extra tokens accepted is "low".
     frac = (al - 1.0) / k
-    if frac < 0.5:
-        return Hypothesis(name="spec_acceptance", likelihood=clamp(0.5 + (0.5 - frac)),
+    if frac < LOW_ACCEPTANCE:
+        return Hypothesis(name="spec_acceptance", likelihood=clamp(LOW_LIK + (LOW_ACCEPTANCE - frac)),
                           evidence_for=[f"acceptance length {al:.2f} of a possible {k + 1}: drafts mostly wasted"])
-    return Hypothesis(name="spec_acceptance", likelihood=0.15,
+    return Hypothesis(name="spec_acceptance", likelihood=DRAFT_PAYS,
                       evidence_against=[f"acceptance length {al:.2f} of a possible {k + 1}"])
 
 
 def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjusted | None:
     """A draft-width change valued by the acceptance model: the predicted gain, or nothing when it loses."""
-    if change.knob != "num_speculative_tokens" or diag.spec_positions is None:
+    if role_of(change.knob) != DRAFT_WIDTH or diag.spec_positions is None:
         return None
     try:
         k_old, k_new = int(change.old or 0), int(change.new or 0)
@@ -136,7 +146,7 @@ def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[s
     model values every width at once, so a move need not walk there one position at a time. Only widths whose
     positions were measured (and the next one) are rated: acceptance past them is an extrapolation, so a wider
     draft is still walked to one position at a time."""
-    if knob != "num_speculative_tokens" or diag is None or diag.spec_positions is None:
+    if role_of(knob) != DRAFT_WIDTH or diag is None or diag.spec_positions is None:
         return None
     try:
         k0 = int(cur or 0)
@@ -144,7 +154,7 @@ def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[s
         return None
     ks = sorted(int(v) for v in values if isinstance(v, int) and not isinstance(v, bool)
                 and 0 < v <= len(diag.spec_positions) + 1)
-    if k0 <= 0 or len(ks) < 3:
+    if k0 <= 0 or len(ks) < MIN_WIDTHS:
         return None
     cost = DEFAULT_DRAFT_COST if diag.draft_cost is None else diag.draft_cost
     gains = {k: predicted_gain(diag.spec_positions, k0, k, cost) for k in ks if k != k0}
@@ -166,13 +176,13 @@ RULE = Rule(
             "less often than it costs calls for a narrower draft."),
     score=score, value=value, sized=sized,
     moves={
-        ("num_speculative_tokens", "up"): MoveRule(
-            hypotheses=("latency_bound", "decode_capacity"), gain=0.1,
+        (DRAFT_WIDTH, "up"): MoveRule(
+            hypotheses=("latency_bound", "decode_capacity"), gain=GAIN_WIDER,
             mechanism="a wider draft accepts more tokens per step when acceptance is high",
             decision="the draft width", expected="higher decode throughput if acceptance stays high",
             rules_out="a wider draft at this acceptance"),
-        ("num_speculative_tokens", "down"): MoveRule(
-            hypotheses=("spec_acceptance",), gain=0.1,
+        (DRAFT_WIDTH, "down"): MoveRule(
+            hypotheses=("spec_acceptance",), gain=GAIN_NARROWER,
             mechanism="a narrower draft wastes fewer device cycles on rejected tokens",
             decision="the draft width", expected="gain only if acceptance length is low",
             rules_out="draft waste as the limit"),

@@ -1,0 +1,27 @@
+"""The proposers, registered in ONE list: the deterministic planner asks them by phase (see base.py) and ranks
+what they return by the same value per card-hour and the same checks. A new proposer is one module in this
+package and one line below."""
+from __future__ import annotations
+
+from agent.planner.proposers.base import Asking, Phase, Proposals, Proposed, Proposer
+from agent.planner.proposers.coupled import CoupledPairs
+from agent.planner.proposers.exploration import Explorer
+from agent.planner.proposers.recoveries import LatencyRecovery, WindowRecovery
+from agent.planner.proposers.rule_moves import RuleMoves
+
+PROPOSERS: tuple[Proposer, ...] = (
+    WindowRecovery(),  # recover: the native window a confirmed load gain lost
+    LatencyRecovery(),  # recover: a load gain that broke only the TPOT limit, kept by a decode batch cap
+    CoupledPairs(),  # rank: two levers the evidence says hold each other back, moved together
+    RuleMoves(),  # rank: the evidence rules' one-change moves (agent/planner/rules/)
+    Explorer(),  # explore: a model of this deployment's runs, when the rules run out
+)
+
+
+def of_phase(phase: Phase) -> tuple[Proposer, ...]:
+    return tuple(p for p in PROPOSERS if p.phase == phase)
+
+
+RECOVER, RANK, EXPLORE = of_phase("recover"), of_phase("rank"), of_phase("explore")
+__all__ = ["Asking", "EXPLORE", "PROPOSERS", "Phase", "Proposals", "Proposed", "Proposer", "RANK", "RECOVER",
+           "of_phase"]

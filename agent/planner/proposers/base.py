@@ -1,0 +1,63 @@
+"""One interface for everything that proposes a card (as optuna's samplers share one): the planner asks every
+registered proposer (agent/planner/proposers/__init__.py) and treats what comes back the same way.
+
+A proposer declares when it is asked (`phase`):
+* `recover`: a card that keeps a gain already confirmed (a lost native window, a load gain that broke only the
+  TPOT limit). Asked first, in registry order; the first card a person has not rejected runs, through the same
+  checks as every card (a budget the card cannot pay is asked of a person, not spent).
+* `rank`: valued moves from the best station (`Value`: the gain the evidence expects, its confidence and its cost
+  in card-hours). Every rank proposer's moves are pooled, ranked by the same value per card-hour and passed
+  through the same checks; a proposer may also hold back other proposers' one-change moves its evidence says
+  are held back alone (`holds`), valued at a share of what they were.
+* `explore`: asked only when no ranked move passes worth its cost (or too many in a row changed nothing); its
+  moves carry the model's prediction, and the stop rules read them (agent/planner/stops.py).
+A new proposer is one module here and one line in the registry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Protocol
+
+from agent.planner.candidates import CandidateCard
+from agent.planner.diagnosis import Diagnosis
+from agent.planner.history import History
+from agent.planner.value import Value
+
+Phase = Literal["recover", "rank", "explore"]
+
+
+@dataclass(frozen=True)
+class Asking:
+    """What every proposer is asked with."""
+
+    history: History
+    diag: Diagnosis | None
+    restart: float = 0.0  # card-hours of a restart at the screen N (the value model's cost scale)
+    native_missing: bool = False  # the objective is read in the native window and the best run has none
+    # explore phase: why the rules' moves were not enough, and how a screen card is re-staged where a screen
+    # cannot serve (straight to the confirm N)
+    why_rules: str = ""
+    restage: Callable[[CandidateCard], CandidateCard] | None = None
+
+
+@dataclass(frozen=True)
+class Proposed:
+    card: CandidateCard
+    value: Value | None = None  # None for a recovery (it runs first, unranked)
+    prediction: Any = None  # the explorer's model prediction
+    why: str = ""  # a recovery's reason, in the plan's words
+
+
+@dataclass
+class Proposals:
+    moves: list[Proposed] = field(default_factory=list)
+    # (knob, repr(value)) of a one-change move -> why this proposer's evidence holds it back alone
+    holds: dict[tuple[str, str], str] = field(default_factory=dict)
+    told: int = 0  # valid runs a model was told (the explorer's basis, named in a stop reason)
+
+
+class Proposer(Protocol):
+    name: str
+    phase: Phase
+
+    def propose(self, asking: Asking) -> Proposals: ...

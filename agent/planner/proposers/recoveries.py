@@ -1,0 +1,27 @@
+"""Recoveries (agent/planner/recovery.py): a confirmed gain the goal cannot take as it is, kept before anything new
+is tried: the native window a load gain lost, and a load gain that broke only the TPOT limit, kept by capping the
+decode batch."""
+from __future__ import annotations
+
+from agent.planner.proposers.base import Asking, Proposals, Proposed
+from agent.planner.recovery import latency_recovery, window_recovery
+
+
+class WindowRecovery:
+    name = "window_recovery"
+    phase = "recover"
+
+    def propose(self, asking: Asking) -> Proposals:
+        card = window_recovery(asking.history)
+        return Proposals(moves=[Proposed(card, why="recover the objective's window of a confirmed gain")]
+                         if card is not None else [])
+
+
+class LatencyRecovery:
+    name = "latency_recovery"
+    phase = "recover"
+
+    def propose(self, asking: Asking) -> Proposals:
+        card = latency_recovery(asking.history)
+        return Proposals(moves=[Proposed(card, why="keep a load gain inside the TPOT limit by capping the decode "
+                                                   "batch")] if card is not None else [])
