@@ -14,6 +14,10 @@ STRUCTURAL = {0, 1, -1, 2, 100, 1000, 3600, 2 ** 20, 1e-6, 1e-9}
 CALLS = {"MoveRule", "Rule"}
 
 
+def _number(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+
+
 def unexplained(path: Path) -> list[str]:
     src = path.read_text()
     tree, lines = ast.parse(src), src.splitlines()
@@ -30,7 +34,7 @@ def unexplained(path: Path) -> list[str]:
 
     out = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Constant) or isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+        if not _number(node):
             continue
         p = parent.get(node)
         neg = isinstance(p, ast.UnaryOp) and isinstance(p.op, ast.USub)
@@ -48,8 +52,7 @@ def unexplained(path: Path) -> list[str]:
             continue
         targets = st.targets if isinstance(st, ast.Assign) else [st.target]
         names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-        numeric = any(isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool)
-                      for n in ast.walk(st.value))
+        numeric = any(_number(n) for n in ast.walk(st.value))
         if numeric and names and all(re.fullmatch(r"[A-Z][A-Z0-9_]*", n) for n in names) \
                 and "#" not in lines[st.end_lineno - 1].split("=", 1)[-1]:
             out.append(f"{path.name}:{st.lineno}: {', '.join(names)} has no reason")

@@ -125,12 +125,13 @@ def test_exports(tmp_path):
 
 
 def test_a_failed_kv_hand_off_is_an_orchestration_fault_never_a_result():
+    from core.evidence import Evidence
     from executor.verdict import handoff_fault
 
-    assert handoff_fault(None) is None and handoff_fault({"kv_transfer": None}) is None
-    assert handoff_fault({"kv_transfer": {"failed": 0.0}}) is None
-    v = handoff_fault({"kv_transfer": {"failed": 3.0, "kv_failed_transfers": 2.0, "kv_late_reads": 1.0,
-                                       "kv_expired": 1.0}})
+    assert handoff_fault(None) is None and handoff_fault(Evidence.model_validate({"kv_transfer": None})) is None
+    assert handoff_fault(Evidence.model_validate({"kv_transfer": {"failed": 0.0}})) is None
+    v = handoff_fault(Evidence.model_validate({"kv_transfer": {"failed": 3.0, "kv_failed_transfers": 2.0,
+                                                               "kv_late_reads": 1.0, "kv_expired": 1.0}}))
     assert v.kind == "orchestration_fault" and [r.code for r in v.reasons] == ["kv_handoff_failed"]
     assert v.reasons[0].count == 3 and "failed transfers 2, late reads 1, expired 1" in v.reasons[0].message
 
@@ -139,6 +140,7 @@ def test_a_read_after_the_lease_expired_fails_the_hand_off_an_expiry_alone_does_
     """Prefill counts leases that expired and reads that completed after; decode counts failed transfers: the
     digest sums both roles' figures, differenced over the run per instance. An expiry alone is decode pulling late
     (vLLM counts it apart from transport health); a read after it may have read reused blocks."""
+    from core.evidence import Evidence
     from core.records import EngineSample
     from executor.evidence_kv import kv_transfer
     from executor.verdict import handoff_fault
@@ -154,9 +156,10 @@ def test_a_read_after_the_lease_expired_fails_the_hand_off_an_expiry_alone_does_
     kv = kv_transfer([at(0, "prefill", {expired: 2.0, late: 0.0}), at(1, "prefill", {expired: 9.0, late: 0.0}),
                       *decode])
     assert kv["kv_tokens_remote"] == 300.0 and kv["kv_expired"] == 7.0 and kv["failed"] == 0.0
-    assert handoff_fault({"kv_transfer": kv}) is None  # decode pulled late, but before the blocks were released
+    # decode pulled late, but before the blocks were released
+    assert handoff_fault(Evidence.model_validate({"kv_transfer": kv})) is None
     kv = kv_transfer([at(0, "prefill", {expired: 2.0, late: 1.0}), at(1, "prefill", {expired: 3.0, late: 2.0}),
                       *decode])
     assert kv["kv_late_reads"] == 1.0 and kv["failed"] == 1.0
-    assert handoff_fault({"kv_transfer": kv}).reasons[0].message.startswith(
+    assert handoff_fault(Evidence.model_validate({"kv_transfer": kv})).reasons[0].message.startswith(
         "the KV hand-off from prefill to decode failed (late reads 1, expired 1)")

@@ -71,7 +71,7 @@ def test_loop_tunes_the_real_vllm_end_to_end(engine, tmp_path):
             assert s.n_failed == 0 and s.output_len_min == s.output_len_max == 32
             assert result.source_identity.startswith("vllm:") and "0.32.0" in result.source_identity
             ev = result.evidence  # read from the real server's vllm:* names
-            assert ev.get("samples") and ev.get("decode_running_max") is not None and ev.get("kv_usage_max") is not None
+            assert ev.samples and ev.decode_running_max is not None and ev.kv_usage_max is not None
             for ph in map(as_record, store.phases(r.id)):
                 if ph.phase == "warmup" and ph.event == "outcome" and "cache_flush" in (ph.detail or {}):
                     flushed += 1

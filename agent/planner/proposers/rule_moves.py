@@ -3,6 +3,8 @@ move table (agent/planner/rules/: the hypothesis a move tests, its gain if that 
 the next value each way, and a jump where a rule's evidence sizes one (the one-step move stays, ranked after it)."""
 from __future__ import annotations
 
+from typing import Any
+
 from agent.planner.candidates import build_card, neighbours, rule_for
 from agent.planner.cards import CARD_HOURS_DIGITS
 from agent.planner.checks import estimate, retry_note
@@ -20,7 +22,7 @@ from core.knobs import BATCH_CAP, CLIENT_CAP, role_of
 BATCH_UP = (BATCH_CAP, CLIENT_CAP)  # roles whose raise widens the decode batch
 
 
-def sized_jumps(knob: str, cur, values: list, history: History, diag: Diagnosis | None) -> dict[str, tuple]:  # type: ignore[no-untyped-def]
+def sized_jumps(knob: str, cur: Any, values: list, history: History, diag: Diagnosis | None) -> dict[str, tuple]:
     """The jumps the rules' evidence sizes for one knob, by direction: (value, expected effect in words). Each
     rule sizes its own moves (agent/planner/rules/<hypothesis>.py `sized`); the first rule to size a direction wins."""
     out: dict[str, tuple] = {}
