@@ -13,6 +13,8 @@ from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# a target's default `drift_threshold`; the pre-screen's interval around a simulated effect is the same gap
+DRIFT_THRESHOLD = 0.15  # the relative gap between a calibrated simulator's prediction and a run that flags drift
 Source = Literal["value_model", "explorer", "simulator"]
 SOURCES: tuple[str, ...] = ("value_model", "explorer", "simulator")
 

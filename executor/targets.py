@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.datafiles import read_yaml
+from core.ledger import DRIFT_THRESHOLD
 
 Role = Literal["prefill", "decode", "router", "load", "mixed"]
 Engine = Literal["sim", "vllm", "vllm-ascend", "sglang", "mindie", "llamacpp"]
@@ -93,7 +94,7 @@ class Target(BaseModel):
     env: dict[str, str] = {}
     profiler_seconds: float = Field(5.0, gt=0)
     calibrated_profile: str | None = None  # a simulator profile fitted to this target (`tuneloop sim calibrate`)
-    drift_threshold: float = Field(0.15, gt=0)  # relative gap between its prediction and a measured run that flags
+    drift_threshold: float = Field(DRIFT_THRESHOLD, gt=0)  # relative gap between its prediction and a measured run that flags
 
     @field_validator("name")
     @classmethod

@@ -28,7 +28,7 @@ from agent.planner.checks import check, estimate, retry_note
 from agent.planner.history import History
 from agent.planner.pairs import build_pair
 from agent.planner.screens import load_unchanged, screen_blind, to_confirm
-from agent.planner.tpot_fit import CDF_HALF
+from agent.planner.tpot_fit import normal_cdf
 from agent.planner.value import BUDGET_SHARE_DAMP, CLASS_FACTOR, DEFAULT_CLASS_FACTOR, VALUE_DIGITS, Value
 from core.canonical import canon
 from core.ledger import Interval
@@ -172,8 +172,7 @@ class Model:
             ei = max(0.0, mu - self.base)
         else:
             z = (mu - self.base) / sigma
-            ei = (mu - self.base) * CDF_HALF * (1 + math.erf(z / math.sqrt(2))) \
-                + sigma * math.exp(-z * z / 2) / math.sqrt(2 * math.pi)
+            ei = (mu - self.base) * normal_cdf(z) + sigma * math.exp(-z * z / 2) / math.sqrt(2 * math.pi)
         return Prediction(mean=mu, sigma=sigma, base=self.base, ei=max(0.0, ei), violation=viol)
 
 

@@ -22,7 +22,7 @@ from agent.planner.candidates import CandidateCard, card_record
 from agent.planner.checks import estimate
 from agent.planner.history import History
 from agent.planner.judgement import CLEAR_LOSS, LATENCY_WIN
-from core.ledger import Interval, Prediction, relative
+from core.ledger import DRIFT_THRESHOLD, Interval, Prediction, relative
 
 
 def screened(card: CandidateCard, history: History) -> bool:
@@ -31,7 +31,6 @@ def screened(card: CandidateCard, history: History) -> bool:
 
 MAX_SKIPS = 32  # screens set aside in one planning step before the planner's own answer is taken
 RANK = 4  # passing moves compared by their simulated value per card-hour in one planning step
-SIM_DRIFT = 0.15  # the interval: ± the gap the drift check tolerates (executor/targets.py drift_threshold's default)
 ORDINALS = {2: "second", 3: "third", 4: "fourth"}  # the words for a move's place up to RANK (4); past it "5th"
 RANKED = "ranked first of"
 HELD = "held back while the pre-screen ranks the moves by simulated value per card-hour"
@@ -134,13 +133,13 @@ class Prescreened:
         if gain is None:
             return None, None
         limit = goal.constraints.tpot_mean_ms_lt
-        spread = max(CLEAR_LOSS, abs(gain) * SIM_DRIFT)  # the drift the check tolerates, as the interval
+        spread = max(CLEAR_LOSS, abs(gain) * DRIFT_THRESHOLD)  # the drift the check tolerates, as the interval
         pred = Prediction(source="simulator", objective=f"{goal.objective.metric} (whole)",
                           objective_effect=Interval(value=gain, lo=gain - spread, hi=gain + spread),
                           slo="tpot_mean_ms_lt" if limit is not None else None,
                           slo_effect=None if tpot is None or limit is None else
-                          Interval(value=tpot, lo=tpot - max(CLEAR_LOSS, abs(tpot) * SIM_DRIFT),
-                                   hi=tpot + max(CLEAR_LOSS, abs(tpot) * SIM_DRIFT)),
+                          Interval(value=tpot, lo=tpot - max(CLEAR_LOSS, abs(tpot) * DRIFT_THRESHOLD),
+                                   hi=tpot + max(CLEAR_LOSS, abs(tpot) * DRIFT_THRESHOLD)),
                           basis=f"the calibrated simulator ({new.get('profile')}): this station vs its parent at N={card.n}",
                           predicted={"output_tok_s": new.get("output_tok_s") or 0.0,
                                      "tpot_mean_ms": new.get("tpot_mean_ms") or 0.0})

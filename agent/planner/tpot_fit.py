@@ -232,9 +232,14 @@ def sized_rate(cur: Any, values: list[Any], history: History, limit_ms: float | 
                f"batch of ~{batch:.0f} at ~{tpot:.1f} ms, under the {limit_ms:g} ms limit: the largest listed rate there")
 
 
+def normal_cdf(x: float, scale: float = 1.0) -> float:
+    """P(X <= x) for X normal with mean 0 and standard deviation `scale`."""
+    return CDF_HALF * (1.0 + math.erf(x / (scale * math.sqrt(2.0))))
+
+
 def chance_under(limit_ms: float, tpot: float, sigma: float) -> float:
     """The chance a TPOT predicted at `tpot` with spread `sigma` stays under the limit (normal error)."""
-    return CDF_HALF * (1.0 + math.erf((limit_ms - tpot) / (sigma * math.sqrt(2.0))))
+    return normal_cdf(limit_ms - tpot, sigma)
 
 
 def largest_under(ups: list[Any], at: Any, limit_ms: float, sigma: float) -> tuple[Any, float, float] | None:
