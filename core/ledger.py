@@ -2,8 +2,9 @@
 
 A `Prediction` is a relative effect (0.10 = +10 %) on the goal's objective and on its binding SLO figure (the
 latency limit with the least headroom at the parent), each a point with an interval, and its source: the value
-model (agent/planner/value.py), an explorer's surrogate model, or a calibrated simulator. An `Observation` is the same
-two effects measured against the parent's reference at the same N. Errors are absolute differences of relative
+model (agent/planner/value.py), an explorer's surrogate model, a calibrated simulator, or the goal's twin (a simulator
+calibrated to the goal's own runs). An `Observation` is the same two effects measured against the parent's reference
+at the same N. Errors are absolute differences of relative
 effects (0.05 = 5 percentage points); the KPI is their median.
 """
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # a target's default `drift_threshold`; the pre-screen's interval around a simulated effect is the same gap
 DRIFT_THRESHOLD = 0.15  # the relative gap between a calibrated simulator's prediction and a run that flags drift
-Source = Literal["value_model", "explorer", "simulator"]
-SOURCES: tuple[str, ...] = ("value_model", "explorer", "simulator")
+Source = Literal["value_model", "explorer", "simulator", "twin"]
+SOURCES: tuple[str, ...] = ("value_model", "explorer", "simulator", "twin")
 
 
 class Interval(BaseModel):

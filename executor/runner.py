@@ -32,6 +32,7 @@ from executor.transports import make_transport
 from executor.transports.base import StaleLaunch
 from executor.trialrun import TrialRun
 from executor.transports.sim import predict_station
+from executor.twin import Twins, prior_of
 
 __all__ = ["Executor", "LostLease", "dump_result", "is_unknown", "load_result"]
 
@@ -54,6 +55,7 @@ class Executor:
         self.root = Path(self.settings.runs_root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.transports = transports
+        self.twins = Twins(self.root)  # goals' twins fitted to their runs under this root (executor/twin.py)
 
     # -- public API ------------------------------------------------------------------------------
     def run_trial(self, spec: TrialSpec) -> TrialResult:
@@ -98,6 +100,14 @@ class Executor:
         if t is None or not t.calibrated_profile:
             return None
         return predict_station(t.calibrated_profile, scenario, knobs, n, warmup=warmup, seed=seed)
+
+    def twin_fitter(self, target: str, sim_profile: str | None) -> Callable[[tuple[str, ...]], Any] | None:
+        """The goal's twin fitter on this target (run ids -> executor.twin.Twin, or why not); None: no prior to
+        start from (a real target without a calibrated profile)."""
+        prior = prior_of(self.targets.get(target), sim_profile)
+        if prior is None:
+            return None
+        return lambda runs: self.twins.fit(prior, tuple(runs))
 
     def evaluate_quality(self, target: str, knobs: dict[str, Any], seed: int = 0) -> Any:
         """The accuracy evaluation behind the quality gate, where the target offers one (else None)."""

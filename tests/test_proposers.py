@@ -17,7 +17,7 @@ def test_every_proposer_is_registered_once_with_its_phase():
     assert len(names) == len(set(names))
     assert {p.phase for p in PROPOSERS} == {"recover", "rank", "explore"}
     assert [p.name for p in RECOVER] == ["window_recovery", "latency_recovery"]
-    assert [p.name for p in RANK] == ["coupled_pairs", "rules"] and [p.name for p in EXPLORE] == ["explorer"]
+    assert [p.name for p in RANK] == ["twin", "coupled_pairs", "rules"] and [p.name for p in EXPLORE] == ["explorer"]
 
 
 class OneMove:

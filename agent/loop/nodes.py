@@ -46,6 +46,7 @@ class Loop:
     on_event: Callable[[str, dict[str, Any]], None] = lambda phase, info: None
     state_file: Any = None  # callable(store, goal_id, **info) that rewrites STATE.md
     notes: list[str] = field(default_factory=list)
+    twin: Callable[[tuple[str, ...]], Any] | None = None  # the goal's twin fitter (agent/planner/twin.py), if any
 
     # -- helpers -------------------------------------------------------------------------------------
     _history: History | None = field(default=None, repr=False)
@@ -55,7 +56,7 @@ class Loop:
         iteration nothing it holds changes before `judge` reads it (a run's outcome becomes history only through
         the decision judge records, and the next iteration starts from `observe` again)."""
         if self._history is None:
-            self._history = build_history(self.store, self.goal_id, self.notes)
+            self._history = build_history(self.store, self.goal_id, self.notes).with_twin(self.twin)
         return self._history
 
     def event(self, phase: str, **info: Any) -> None:

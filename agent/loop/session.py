@@ -5,6 +5,7 @@ what was approved, so nothing is repeated and no approval is asked twice.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -64,6 +65,19 @@ def bind_sim_profile(executor: Any, spec: Any) -> None:
         targets[spec.target] = target.model_copy(update={"profile": spec.sim_profile})
 
 
+TWIN_ENV = "TUNELOOP_TWIN"  # on | off: whether the planner searches the goal's twin when a session does not say
+
+
+def twin_enabled(twin: bool | None) -> bool:
+    """The session's choice, else TUNELOOP_TWIN (on|off; default off); any other value is an error naming it."""
+    if twin is not None:
+        return twin
+    raw = os.environ.get(TWIN_ENV, "off").strip().lower()
+    if raw not in ("on", "off"):
+        raise ValueError(f"{TWIN_ENV}={raw!r}: must be on or off")
+    return raw == "on"
+
+
 def make_planner(llm_base_url: str | None, llm_model: str = "tuneloop-planner", api_key: str | None = None) -> Any:
     if not llm_base_url:
         return DeterministicPlanner()
@@ -93,12 +107,13 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
                 executor: Any = None, faults: Callable | None = None, resume: Any = None,
                 on_event: Callable[[str, dict[str, Any]], None] | None = None, who: str = "tuneloop run",
                 goal_id: str | None = None, targets: dict[str, Any] | None = None,
-                new_goal: bool = False) -> SessionResult:
+                new_goal: bool = False, twin: bool | None = None) -> SessionResult:
     """Run the loop for `spec` until it stops or waits for a person; `resume` answers a pending approval.
 
     The same spec continues its latest goal; a goal that already finished is not run again (the result
     says so and where its results are) unless an instruction given since asks for more; `new_goal`
-    starts a fresh goal with the same spec.
+    starts a fresh goal with the same spec. `twin`: the planner searches the goal's twin (a simulator calibrated
+    to the goal's runs, agent/planner/twin.py); None reads TUNELOOP_TWIN (on|off, default off).
     """
     from langgraph.types import Command  # deferred: langgraph, loaded when a session runs
 
@@ -127,9 +142,11 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
         planner = planner or DeterministicPlanner()
         if calibrated(executor, goal.spec.target):  # a calibrated profile: screens are simulated before they run
             planner = Prescreened(planner, executor, store)
+        fitter = executor.twin_fitter(goal.spec.target, goal.spec.sim_profile) \
+            if twin_enabled(twin) and hasattr(executor, "twin_fitter") else None
         loop = Loop(store=store, executor=executor, goal_id=goal.id, planner=planner,
                     auto_approve=auto_approve, who=who, faults=faults,
-                    on_event=on_event or (lambda phase, info: None), state_file=state_file)
+                    on_event=on_event or (lambda phase, info: None), state_file=state_file, twin=fitter)
         with checkpointer(store.url if hasattr(store, "url") else store_url) as saver:
             graph = build_graph(loop, saver)
             cfg = run_config(goal.id)

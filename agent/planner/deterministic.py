@@ -17,6 +17,7 @@ from agent.planner.history import History
 from agent.planner.pairs import hold, pair_hypothesis
 from agent.planner.plan import Plan
 from agent.planner.proposers import RANK, RECOVER, Asking
+from agent.planner.proposers.twin_search import RULES_LED
 from agent.planner.rules.spec_acceptance import fitted_cost
 from agent.planner.screens import screen_blind, to_confirm
 from agent.planner.stops import MIN_VALUE, explore_or_stop
@@ -135,14 +136,32 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
     goal = history.goal
     restart = history.cost.estimate("restart", goal.protocol.screen_n, goal.protocol.warmup, needs_restart=True)
     asking = Asking(history, diag, restart=restart, native_missing=_native_missing(history))
-    pooled, held = [], {}
+    pooled, held, led = [], {}, []
+    lead, judge, yields = "", None, []
     for proposer in RANK:
         got = proposer.propose(asking)
-        pooled += [(p.card, p.value) for p in got.moves if p.value is not None]
+        if got.lead and not lead:
+            lead, judge = got.lead, got.judge
+            led += [(p.card, p.value) for p in got.moves if p.value is not None]
+        else:
+            pooled += [(p.card, p.value) for p in got.moves if p.value is not None]
         held.update(got.holds)
+        if got.yields:
+            yields.append(got.yields)
     out = [hold(card, v, held) for card, v in pooled]
+    if judge is not None:  # the leading model values every other move too (a move it cannot predict keeps its own)
+        out = [judge(card) or (card, v) for card, v in out]
+    out = [(_noted(card, lead), v) for card, v in led] + [(_noted(card, lead or "; ".join(
+        f"{RULES_LED}: {y}" for y in yields)), v) for card, v in out]
     out.sort(key=lambda cv: (-cv[1].value, cv[0].title()))
     return out
+
+
+def _noted(card: CandidateCard, why: str) -> CandidateCard:
+    """The card, saying which proposer led its ranking and why."""
+    if not why or why in (card.note or ""):
+        return card
+    return card.model_copy(update={"note": "; ".join(x for x in (card.note, why) if x)})
 
 
 class DeterministicPlanner:

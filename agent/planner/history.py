@@ -135,12 +135,26 @@ class History(BaseModel):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
     _diagnosis: Any = PrivateAttr(default=None)
     _diagnosed: bool = PrivateAttr(default=False)
+    # the goal's twin fitter (agent/planner/twin.py: run ids -> a fit, or why not), handed over by the loop; a copy
+    # keeps it (it is the same deployment's)
+    _twin: Any = PrivateAttr(default=None)
 
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> "History":
         """A copy is another history: its diagnosis is computed afresh (pydantic would copy the cached one)."""
         out = super().model_copy(update=update, deep=deep)
         out._diagnosis, out._diagnosed = None, False
+        out._twin = self._twin
         return out
+
+    @property
+    def twin(self) -> Any:
+        """The goal's twin fitter (None: no twin for this goal)."""
+        return self._twin
+
+    def with_twin(self, fitter: Any) -> "History":
+        """This history, with the goal's twin fitter set (the loop's, once per iteration)."""
+        self._twin = fitter
+        return self
     goal_id: str
     goal: Any  # state.goal.GoalSpec (frozen)
     data_version: str

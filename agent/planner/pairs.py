@@ -51,7 +51,8 @@ def build_pair(history: History, first: tuple[str, Any], second: tuple[str, Any]
     (k1, v1), (k2, v2) = first, second
     d1, d2 = catalog().get(k1), catalog().get(k2)
     fields: dict[str, Any] = dict(
-        mechanism=f"{rule_for(k1, _dir(k1, parent, v1)).mechanism}; {rule_for(k2, _dir(k2, parent, v2)).mechanism}",
+        mechanism=(f"{rule_for(k1, move_direction(k1, parent, v1)).mechanism}; "
+                   f"{rule_for(k2, move_direction(k2, parent, v2)).mechanism}"),
         decision=f"whether {k1} and {k2} moved together lift the objective where neither alone can",
         expected_effect=f"higher {goal.objective.metric} from both levers at once",
         negative_rules_out=f"the coupling of {k1} and {k2} from this station (each change alone stays open)")
@@ -63,7 +64,7 @@ def build_pair(history: History, first: tuple[str, Any], second: tuple[str, Any]
                       quality_risk=d1.quality_risk or d2.quality_risk, **fields)
 
 
-def _dir(knob: str, parent: dict[str, Any], new: Any) -> str:
+def move_direction(knob: str, parent: dict[str, Any], new: Any) -> str:
     d = catalog().get(knob)
     return next((dr for dr, _ in neighbours(knob, parent.get(knob, d.default), [new])), "up")
 

@@ -90,6 +90,9 @@ def load_unchanged(card: CandidateCard, n: int) -> str | None:
 def to_confirm(card: CandidateCard, history: History, why: str) -> CandidateCard:
     """The screen card re-staged as its confirm (the same change at confirm N), saying why."""
     conf = with_stage(card, "confirm", history.goal.protocol.confirm_n)
-    return conf.model_copy(update={"score": card.score,
+    # a model's prediction of the station holds at either stage (the twin's is at the confirm N); the value model's
+    # is made afresh for the confirm (it reads the screen)
+    own = card.prediction if card.prediction is not None and card.prediction.source != "value_model" else None
+    return conf.model_copy(update={"score": card.score, "prediction": own,
                                    "est_card_hours": round(estimate(conf, history), CARD_HOURS_DIGITS),
                                    "note": "; ".join(x for x in (card.note, f"straight to confirm N={conf.n}: {why}") if x)})

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from core import profiles, scenarios
+from core.profiles import Profile
 from core import records as rec
 from core.summary import Summary
 from core.trial import CostEntry
@@ -35,6 +36,7 @@ from executor.transports.base import (
     StaleLaunch,
 )
 from simulator import engine, quality, stations
+from simulator.calibrate import calibrate
 from simulator.faults import Faults
 
 
@@ -44,6 +46,20 @@ def predict_station(profile: str, scenario: str, knobs: dict[str, Any], n: int, 
     output tok/s, mean TPOT and TTFT (simulator.stations.predict)."""
     return stations.predict(profiles.load(profile), scenario, knobs, n, warmup=warmup, seed=seed, arrival=arrival,
                             burstiness=burstiness)
+
+
+def predict_with(profile: Profile, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0,
+                 seed: int = 0) -> dict[str, Any]:
+    """The same prediction with a profile in memory (the goal's twin, executor/twin.py)."""
+    return stations.predict(profile, scenario, knobs, n, warmup=warmup, seed=seed)
+
+
+def calibrate_runs(run_dirs: list[Path], prior: str,
+                   name: str) -> tuple[Profile, list[tuple[str, float, float | None, str]]]:
+    """A profile calibrated to these run directories from the prior (simulator.calibrate), and its coefficient
+    table; CalibrationError (or a solver's error) when the runs cannot be fitted."""
+    cal = calibrate(run_dirs, profiles.load(prior), name=name)
+    return cal.profile, cal.table()
 
 
 SIM_PROGRESS = "sim_progress.json"  # beside a simulated load's out/: requests done and the virtual clock so far

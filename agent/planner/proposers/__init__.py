@@ -8,10 +8,12 @@ from agent.planner.proposers.coupled import CoupledPairs
 from agent.planner.proposers.exploration import Explorer
 from agent.planner.proposers.recoveries import LatencyRecovery, WindowRecovery
 from agent.planner.proposers.rule_moves import RuleMoves
+from agent.planner.proposers.twin_search import TwinSearch
 
 PROPOSERS: tuple[Proposer, ...] = (
     WindowRecovery(),  # recover: the native window a confirmed load gain lost
     LatencyRecovery(),  # recover: a load gain that broke only the TPOT limit, kept by a decode batch cap
+    TwinSearch(),  # rank: the goal's twin (a simulator calibrated to its runs) searched; leads while it predicts well
     CoupledPairs(),  # rank: two levers the evidence says hold each other back, moved together
     RuleMoves(),  # rank: the evidence rules' one-change moves (agent/planner/rules/)
     Explorer(),  # explore: a model of this deployment's runs, when the rules run out

@@ -9,6 +9,8 @@ A proposer declares when it is asked (`phase`):
   in card-hours). Every rank proposer's moves are pooled, ranked by the same value per card-hour and passed
   through the same checks; a proposer may also hold back other proposers' one-change moves its evidence says
   are held back alone (`holds`), valued at a share of what they were.
+  A proposer that leads (`lead`, the twin) values every pooled move with its `judge` instead, and its own
+  moves rank first; one that yields says why on the cards (`yields`).
 * `explore`: asked only when no ranked move passes worth its cost (or too many in a row changed nothing); its
   moves carry the model's prediction, and the stop rules read them (agent/planner/stops.py).
 A new proposer is one module here and one line in the registry.
@@ -54,6 +56,12 @@ class Proposals:
     # (knob, repr(value)) of a one-change move -> why this proposer's evidence holds it back alone
     holds: dict[tuple[str, str], str] = field(default_factory=dict)
     told: int = 0  # valid runs a model was told (the explorer's basis, named in a stop reason)
+    # a proposer that leads (the twin, while it predicts this goal's runs inside its interval): why, on every card
+    # it values; `judge` values any pooled move by its model ((card with its prediction, value), or None: it
+    # cannot say, the move keeps its own value) and its moves rank before the others'
+    lead: str = ""
+    judge: Callable[[CandidateCard], tuple[CandidateCard, Value] | None] | None = None
+    yields: str = ""  # why a proposer that could lead does not (said on the cards of those that lead instead)
 
 
 class Proposer(Protocol):

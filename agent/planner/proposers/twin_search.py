@@ -1,0 +1,163 @@
+"""The twin proposes (agent/planner/twin.py): the goal's space searched on a simulator calibrated to this goal's own
+runs, the path to the twin's optimum turned into the next experiment card.
+
+While the twin leads (it predicts this goal's runs inside its interval), it values every ranked move, its own and
+the other proposers' alike, by its predicted gain over the best station: the gain, times the chance that the gain
+reaches the goal's least gain (its interval read as a normal error), per card-hour as every move is. Its own moves
+are the best station's one-change neighbours it predicts a gain for, and, when the ascent to its optimum needs two
+changes together to gain what neither gives alone, that pair (the card names both, and the gain each alone was
+predicted). Every card it touches carries its prediction (the hypothesis ledger's source "twin") and says that the
+twin led and on what fidelity. When it does not lead, it proposes nothing and says why on the cards the rules lead.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from agent.planner import twin as tw
+from agent.planner.candidates import CandidateCard, build_card, station_hash
+from agent.planner.cards import CARD_HOURS_DIGITS
+from agent.planner.checks import estimate
+from agent.planner.history import History
+from agent.planner.pairs import build_pair, move_direction
+from agent.planner.proposers.base import Asking, Proposals, Proposed
+from agent.planner.tpot_fit import normal_cdf
+from agent.planner.value import BUDGET_SHARE_DAMP, CLASS_FACTOR, DEFAULT_CLASS_FACTOR, VALUE_DIGITS, Value
+from core.ledger import Interval, Prediction
+
+LED = "led by the twin"
+RULES_LED = "led by the evidence rules"
+PREDICTED_DIGITS = 4  # a predicted figure is kept to 1/10000 of its unit
+
+
+class TwinSearch:
+    name = "twin"
+    phase = "rank"
+
+    def propose(self, asking: Asking) -> Proposals:
+        h = asking.history
+        if h.twin is None:
+            return Proposals()
+        fid = tw.fidelity(h, h.twin)
+        if fid.twin is None or not fid.leads:
+            return Proposals(yields=fid.why if tw.runs_of(h) else "")
+        found = tw.search(h, fid.twin)
+        if found is None:
+            return Proposals(yields="the twin cannot predict the best station's objective")
+        judge = Judge(h, fid, found, asking.restart)
+        moves = []
+        for k, v, st in found.singles:
+            card = _one(h, k, v)
+            if card is None:
+                continue
+            got = judge.value(card, st)
+            if got is not None:
+                moves.append(Proposed(got[0], got[1], got[0].prediction))
+        pair = _pair(h, found, judge)
+        if pair is not None:
+            moves.append(pair)
+        opt = tw.gain(found.optimum, found.base) or 0.0
+        path = " + ".join(f"{k}={v!r}" for k, v in found.path) or "the best station itself"
+        lead = (f"{LED}: {fid.words()}; its optimum ({path}) predicted {opt:+.1%} over the best station, "
+                f"{found.simulated} stations simulated" + (f"; not modelled, so not searched: "
+                                                           f"{', '.join(found.unmodelled)}" if found.unmodelled else ""))
+        return Proposals(moves=moves, lead=lead, judge=judge.value)
+
+
+class Judge:
+    """Values a card by the twin's prediction of its station against the twin's prediction of the best station."""
+
+    def __init__(self, history: History, fid: tw.Fidelity, found: tw.Search, restart: float):
+        self.h, self.fid, self.found, self.restart = history, fid, found, restart
+        self.known = {station_hash(st.knobs): st for _, _, st in found.singles} | \
+            {station_hash(found.base.knobs): found.base}
+
+    def station(self, knobs: dict[str, Any]) -> tw.Station:
+        key = station_hash(knobs)
+        if key not in self.known:
+            g = self.h.goal
+            got = self.fid.twin.predict(g.scenario, knobs, g.protocol.confirm_n, g.protocol.warmup,  # type: ignore[union-attr]
+                                        g.protocol.seeds[0])
+            tpot, limit = got.get("tpot_mean_ms"), g.constraints.tpot_mean_ms_lt
+            self.known[key] = tw.Station(dict(knobs), got.get(tw.metric_of(g)), tpot,
+                                         limit is None or (tpot is not None and tpot < limit))
+        return self.known[key]
+
+    def value(self, card: CandidateCard, st: tw.Station | None = None) -> tuple[CandidateCard, Value] | None:
+        """(the card with the twin's prediction, its value); None when the twin cannot predict its station."""
+        goal, base = self.h.goal, self.found.base
+        st = st or self.station(card.knobs)
+        g = tw.gain(st, base)
+        if g is None:
+            return None
+        sigma = self.fid.interval / tw.INTERVAL_Z
+        least = goal.stop.min_gain_pct / 100.0
+        conf = normal_cdf(g - least, sigma) if st.feasible else 0.0
+        cost = estimate(card, self.h)
+        per_hour = self.restart / (self.restart + cost) if self.restart else 1.0
+        share = cost / self.h.budget_left_card_hours if self.h.budget_left_card_hours > 0 else 1.0
+        v = max(0.0, g) * conf * CLASS_FACTOR.get(card.cost_class, DEFAULT_CLASS_FACTOR) * per_hour \
+            * max(0.0, 1.0 - BUDGET_SHARE_DAMP * share)
+        limit = goal.constraints.tpot_mean_ms_lt
+        tpot_words = "" if st.tpot is None else f", TPOT {st.tpot:.1f} ms" + (
+            f" (limit {limit:g} ms{'' if st.feasible else ': breaks it'})" if limit is not None else "")
+        why = (f"the twin predicts {g:+.1%} {tw.metric_of(goal)}{tpot_words}; chance of at least the least gain "
+               f"{conf:.0%}; {card.cost_class}, ~{cost:.2f} card-h")
+        value = Value(value=round(v, VALUE_DIGITS), gain=g, confidence=conf, rules_out=0.0, cost_card_hours=cost,
+                      why=why)
+        lo, hi = g - self.fid.interval, g + self.fid.interval
+        pred = Prediction(source="twin", objective=f"{goal.objective.metric} (whole)",
+                          objective_effect=Interval(value=g, lo=lo, hi=hi),
+                          slo="tpot_mean_ms_lt" if limit is not None else None,
+                          slo_effect=_tpot_effect(st, base, self.fid.interval),
+                          basis=(f"the goal's twin (a simulator profile calibrated to its {len(self.fid.twin.runs)} "  # type: ignore[union-attr]
+                                 f"valid run(s)): this station vs the best at N={goal.protocol.confirm_n}"),
+                          predicted={k: round(x, PREDICTED_DIGITS) for k, x in
+                                     ((tw.metric_of(goal), st.objective), ("tpot_mean_ms", st.tpot)) if x is not None})
+        card = card.model_copy(update={"prediction": pred, "score": value.value,
+                                       "est_card_hours": round(cost, CARD_HOURS_DIGITS)})
+        return card, value
+
+
+def _tpot_effect(st: tw.Station, base: tw.Station, interval: float) -> Interval | None:
+    if st.tpot is None or not base.tpot:
+        return None
+    e = st.tpot / base.tpot - 1.0
+    return Interval(value=e, lo=e - interval, hi=e + interval)
+
+
+def _one(h: History, knob: str, value: Any) -> CandidateCard | None:
+    goal = h.goal
+    try:
+        return build_card(h.goal_id, goal.scenario, h.best_knobs, knob, value, stage="screen",
+                          n=goal.protocol.screen_n, direction=move_direction(knob, h.best_knobs, value),
+                          mechanism=f"the twin (a simulator calibrated to this goal's runs) predicts a gain from "
+                                    f"{knob}={value!r}",
+                          decision=f"whether {knob}={value!r} gains what the twin predicts",
+                          negative_rules_out=f"{knob}={value!r} from this station; the twin is refit with the result")
+    except Exception:  # a knob outside the catalog cannot become a card
+        return None
+
+
+def _pair(h: History, found: tw.Search, judge: Judge) -> Proposed | None:
+    """The first two changes of the ascent moved together, where together they gain at least the least gain more
+    than either alone (the twin's coupling)."""
+    if len(found.path) < 2:
+        return None
+    (k1, v1), (k2, v2) = found.path[:2]
+    alone = {k: tw.gain(st, found.base) or 0.0 for k, v, st in found.singles if (k, v) in found.path[:2]}
+    both = judge.station(h.best_knobs | {k1: v1, k2: v2})
+    g = tw.gain(both, found.base)
+    least = h.goal.stop.min_gain_pct / 100.0
+    if g is None or g - max(alone.values(), default=0.0) < least:
+        return None
+    try:
+        card = build_pair(h, (k1, v1), (k2, v2), coupling=(
+            f"the twin predicts {g:+.1%} from {k1}={v1!r} with {k2}={v2!r} together, "
+            + ", ".join(f"{k} alone {x:+.1%}" for k, x in alone.items())),
+            mechanism=f"the twin's path to its optimum moves {k1} and {k2} together",
+            decision=f"whether {k1} and {k2} together gain what the twin predicts",
+            negative_rules_out=f"the twin's coupling of {k1} and {k2} from this station; the twin is refit with it")
+    except Exception:
+        return None
+    got = judge.value(card, both)
+    return None if got is None else Proposed(got[0], got[1], got[0].prediction)

@@ -1,0 +1,108 @@
+"""The goal's deployment twin: a simulator profile calibrated to the goal's own valid runs, fitted from a prior.
+
+The prior is a profile of the same structure (roles, instance counts, cards, engine kind): the target's
+`calibrated_profile` where it has one, else the profile a simulated goal names (`sim_profile`, as a user starts
+from a similar deployment's profile); the fit and the predictions go through the executor's door into the
+simulator (executor/transports/sim.py). Never a simulated target's hidden truth (`Target.truth_profile`): the
+twin learns the deployment only from its runs. The fit is `simulator.calibrate.calibrate` over the runs' own
+records (step costs with their standard errors, prompt tokenisation): what the runs say wins over the prior, and a
+coefficient the runs cannot separate keeps the prior's value and says so.
+
+Fits are kept per set of runs (the planner asks for the twin fitted on every prefix of the goal's runs to
+measure its out-of-sample error, agent/planner/twin.py); a station's prediction is kept per fit.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core import profiles
+from core.profiles import Profile
+from executor.transports.sim import calibrate_runs, predict_with
+
+FITS_KEPT = 64  # fits kept per executor (each a profile and a few hundred floats): a long goal refits every run
+
+
+@dataclass
+class Twin:
+    """One fit: the calibrated profile, the runs it came from, and its coefficient table."""
+
+    profile: Profile
+    prior: str
+    runs: tuple[str, ...]
+    table: list[tuple[str, float, float | None, str]]
+    _cache: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def predict(self, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0,
+                seed: int = 0) -> dict[str, Any]:
+        """The twin's figures of one station (simulator.stations.predict): output tok/s (and per card), mean TPOT
+        and TTFT in ms."""
+        key = f"{scenario}|{sorted((k, repr(v)) for k, v in knobs.items())}|{n}|{warmup}|{seed}"
+        with self._lock:
+            got = self._cache.get(key)
+        if got is None:
+            got = predict_with(self.profile, scenario, knobs, n, warmup=warmup, seed=seed)
+            with self._lock:
+                self._cache[key] = got
+        return got
+
+    def coefficients(self) -> dict[str, tuple[float, float | None, str]]:
+        """name -> (value, standard error, how it was fitted or why it was kept)."""
+        return {name: (v, se, note) for name, v, se, note in self.table}
+
+
+class Twins:
+    """The fits of one executor, by (prior, runs); thread-safe (the service plans goals in threads)."""
+
+    def __init__(self, runs_root: Path):
+        self.root = Path(runs_root)
+        self._fits: dict[tuple[str, tuple[str, ...]], Twin | str] = {}
+        self._lock = threading.Lock()
+
+    def fit(self, prior: str, run_ids: tuple[str, ...]) -> Twin | str:
+        """The twin fitted on these runs from this prior; a str says why it could not be fitted."""
+        key = (prior, tuple(run_ids))
+        with self._lock:
+            got = self._fits.get(key)
+        if got is not None:
+            return got
+        got = self._fit(prior, run_ids)
+        with self._lock:
+            if len(self._fits) >= FITS_KEPT:
+                self._fits.pop(next(iter(self._fits)))
+            self._fits[key] = got
+        return got
+
+    def _fit(self, prior: str, run_ids: tuple[str, ...]) -> Twin | str:
+        if not run_ids:
+            return "no valid run to fit"
+        try:
+            base = profiles.load(prior)
+        except Exception as e:  # a prior that cannot be read: no twin, said once per fit
+            return f"prior profile {prior!r} cannot be read: {e}"
+        dirs = [self.root / r for r in run_ids]
+        missing = [r for r, d in zip(run_ids, dirs) if not d.is_dir()]
+        if missing:
+            return f"run directories not under {self.root}: {', '.join(missing)}"
+        try:
+            prof, table = calibrate_runs(dirs, prior, name=f"{base.name.removesuffix('-calibrated')}-twin")
+        except Exception as e:  # runs the fit cannot use, or a solver failure: no twin this step, the rules lead
+            return f"the fit failed: {type(e).__name__}: {e}"
+        return Twin(profile=prof, prior=prior, runs=tuple(run_ids), table=table)
+
+
+def prior_of(target: Any, sim_profile: str | None) -> str | None:
+    """The twin's prior for a goal on this target: its calibrated profile, else the simulated goal's profile (a
+    simulated target's own `profile` when the goal names none). None: nothing to start from (a real target
+    without a calibrated profile)."""
+    if target is None:
+        return None
+    cal = getattr(target, "calibrated_profile", None)
+    if cal:
+        return str(cal)
+    if getattr(target, "kind", None) == "sim":
+        return sim_profile or getattr(target, "profile", None)
+    return None
