@@ -154,3 +154,29 @@ def test_a_twin_whose_error_stays_high_hands_the_lead_to_the_rules_and_the_cards
     real = Twins(runs_root)
     fid = tw.fidelity(h, lambda runs: real.fit(PRIOR, tuple(runs)))
     assert fid.leads and all(abs(s.error) < 0.05 for s in fid.scored), fid.words()
+
+
+def test_tuneloop_run_twin_flag_turns_it_on_for_the_session(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    spec = tmp_path / "goal.json"
+    data = goal(2).model_dump(mode="json", exclude_none=True)
+    spec.write_text(json.dumps(data))
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    env = os.environ | {"TUNELOOP_RUNS_ROOT": str(tmp_path / "runs"), "TUNELOOP_TWIN": "off"}
+    exe = Path(sys.executable).with_name("tuneloop")
+    for flag in ("--no-twin", "--twin"):
+        proc = subprocess.run([str(exe), "run", str(spec), "--db", url, "--auto-approve", "--new", flag],
+                              capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    st = Store(url)
+    try:
+        goals = sorted(st.goals(), key=lambda g: g.created_at)
+        notes = [[c.card.get("note") or "" for c in st.candidates(g.id) if c.card.get("change")] for g in goals]
+    finally:
+        st.close()
+    assert len(notes) == 2 and notes[0] and notes[1]
+    assert not any(LED in n for n in notes[0]) and all(LED in n for n in notes[1])

@@ -226,6 +226,10 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
         require_valid: bool = typer.Option(False, "--require-valid",
                                            help="exit 3 when the goal ends without one valid run (a broken engine, "
                                                 "an unreachable target): what `make demo-real` checks"),
+        twin: Optional[bool] = typer.Option(None, "--twin/--no-twin",
+                                            help="search the goal's twin (a simulator calibrated to the goal's own "
+                                                 "runs from its prior profile) and let it lead while it predicts the "
+                                                 "runs (default: $TUNELOOP_TWIN, on|off, else off)"),
         ) -> None:
     """Run the tuning loop for GOAL to a stop (or until a person must approve a step)."""
     from core.datafiles import DataFileError, use_data_dirs
@@ -257,7 +261,8 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
     display = Display(url, console)
     planner = make_planner(llm_base_url, llm_model, os.environ.get("TUNELOOP_LLM_API_KEY"))
     kw = dict(auto_approve=auto_approve, planner=planner, faults=faults, on_event=display, targets=tg,
-              new_goal=new is True)  # called from Python (tuneloop demo) the option object stands for False
+              new_goal=new is True,  # called from Python (tuneloop demo) the option object stands for False
+              twin=twin if isinstance(twin, bool) else None)
     try:
         if console.is_terminal:  # the table is re-rendered 4 times a second, so progress moves between events
             with Live(get_renderable=display.table, console=console, refresh_per_second=4) as live:
