@@ -26,13 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.tuners import baselines, scoring  # noqa: E402
-from core import profiles  # noqa: E402
-from simulator import perturb  # noqa: E402
 from bench.tuners.cases import Case, CaseError, Settings, load_cases  # noqa: E402
 from bench.tuners.evaluate import Evaluator  # noqa: E402
 from bench.tuners.loop import run_loop  # noqa: E402
 from bench.tuners.meter import Meter  # noqa: E402
 from bench.tuners.report import plot, write_table  # noqa: E402
+from core import profiles  # noqa: E402
+from simulator import perturb  # noqa: E402
 
 _WORKER: Evaluator | None = None
 
