@@ -7,6 +7,8 @@ with constraints. Writes results.json, results.md (the table) and best_so_far.pn
 
     python bench/tuner_efficiency.py            # full run (minutes; cached after the first)
     python bench/tuner_efficiency.py --quick    # CI-sized: small spaces, one seed
+    python bench/tuner_efficiency.py --perturb-truth 1   # every case's truth perturbed (simulator.perturb, seed 1);
+                                                         # the loop's goal keeps the library profile as its prior
 """
 from __future__ import annotations
 
@@ -29,13 +31,15 @@ from bench.tuners.evaluate import Evaluator  # noqa: E402
 from bench.tuners.loop import run_loop  # noqa: E402
 from bench.tuners.meter import Meter  # noqa: E402
 from bench.tuners.report import plot, write_table  # noqa: E402
+from core import profiles  # noqa: E402
+from simulator import perturb  # noqa: E402
 
 _WORKER: Evaluator | None = None
 
 
-def _worker_init(goal: Any, cache: Path) -> None:
+def _worker_init(goal: Any, cache: Path, truth: str | None = None) -> None:
     global _WORKER
-    _WORKER = Evaluator(goal, cache)
+    _WORKER = Evaluator(goal, cache, truth)
 
 
 def _worker_measure(args: tuple[dict[str, Any], int, int]) -> None:
@@ -43,28 +47,31 @@ def _worker_measure(args: tuple[dict[str, Any], int, int]) -> None:
     _WORKER(*args)  # measured into the shared on-disk cache
 
 
-def prefetch(goal: Any, cache: Path | None, stations: list[dict[str, Any]], seed: int, n: int, jobs: int) -> int:
+def prefetch(goal: Any, cache: Path | None, stations: list[dict[str, Any]], seed: int, n: int, jobs: int,
+             truth: str | None = None) -> int:
     """Measure the uncached stations in `jobs` processes (each writes its own cache file); returns how many."""
     if cache is None or jobs <= 1:
         return 0
-    ev = Evaluator(goal, cache)
+    ev = Evaluator(goal, cache, truth)
     todo = [s for s in stations if not ev.path(s, seed, n).exists()]  # type: ignore[union-attr]
     if len(todo) < 2 * jobs:
         return 0
-    with ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init, initargs=(goal, cache)) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init, initargs=(goal, cache, truth)) as pool:
         for _ in pool.map(_worker_measure, [(s, seed, n) for s in todo], chunksize=8):
             pass
     return len(todo)
 
 
-def oracle(case: Case, quick: bool, settings: Settings, cache: Path | None, jobs: int = 1) -> dict[str, Any]:
-    """Every point of the space measured at the confirm N and the oracle seed; the best feasible wins."""
+def oracle(case: Case, quick: bool, settings: Settings, cache: Path | None, jobs: int = 1,
+           truth: str | None = None) -> dict[str, Any]:
+    """Every point of the space measured at the confirm N and the oracle seed (on `truth` where given); the best
+    feasible wins. No feasible point: value and point are None (the case is reported, not run)."""
     goal = case.goal_spec(quick, settings.oracle_seed)
-    ev = Evaluator(goal, cache)
+    ev = Evaluator(goal, cache, truth)
     start = goal.start_station()
     n = goal.protocol.confirm_n
     ev.simulated += prefetch(goal, cache, [start | p for p in baselines.points(case.space_for(quick))],
-                             settings.oracle_seed, n, jobs)
+                             settings.oracle_seed, n, jobs, truth)
     table: dict[str, float | None] = {}
     best: tuple[float, dict[str, Any]] | None = None
     for p in baselines.points(case.space_for(quick)):
@@ -73,7 +80,8 @@ def oracle(case: Case, quick: bool, settings: Settings, cache: Path | None, jobs
         if e.feasible and (best is None or e.objective > best[0]):  # type: ignore[operator]
             best = (e.objective, p)  # type: ignore[assignment]
     if best is None:
-        raise SystemExit(f"case {case.name}: no point of the space meets the constraints; nothing to find")
+        return {"value": None, "point": None, "size": len(table), "near": 0, "feasible": 0, "truth": None,
+                "simulated": ev.simulated}
 
     def truth(point: dict[str, Any]) -> float | None:
         got = ev(start | point, settings.oracle_seed, n)
@@ -85,44 +93,69 @@ def oracle(case: Case, quick: bool, settings: Settings, cache: Path | None, jobs
             "feasible": sum(v is not None for v in table.values()), "truth": truth, "simulated": ev.simulated}
 
 
+def case_head(case: Case, quick: bool, seeds: list[int], truth: dict[str, Any] | None) -> dict[str, Any]:
+    goal = case.goal_spec(quick, seeds[0])
+    return {"name": case.name, "set": case.set, "description": case.description, "profile": goal.sim_profile,
+            "truth": truth, "scenario": goal.scenario,
+            "objective": f"max {goal.objective.metric} ({goal.objective.window} window)",
+            "constraints": goal.constraints.model_dump(exclude_none=True), "space": case.space_for(quick)}
+
+
 def run_case(case: Case, quick: bool, settings: Settings, cache: Path | None, log,  # type: ignore[no-untyped-def]
-             jobs: int = 1) -> dict[str, Any]:
+             jobs: int = 1, truth: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One case: the oracle, the loop over its seeds and the baselines over theirs. `truth` ({path, name, factors}):
+    the deployment every method measures and the oracle enumerates, while the loop's goal names the base profile."""
     t0 = time.perf_counter_ns()
-    orc = oracle(case, quick, settings, cache, jobs)
+    tpath = truth["path"] if truth else None
+    orc = oracle(case, quick, settings, cache, jobs, tpath)
     space = case.space_for(quick)
     seeds = settings.quick_seeds if quick else settings.seeds
+    bseeds = settings.quick_baseline_seeds if quick else settings.baseline_seeds
+    head = case_head(case, quick, list(seeds), truth)
+    if orc["value"] is None:  # reported as a row, not fatal: nothing to find, no method is run
+        log(f"  {case.name}: no point of the space meets the constraints; reported, not run")
+        return head | {"space_size": orc["size"], "feasible_points": 0, "near_optimal_points": 0,
+                       "no_feasible_point": True, "seeds": list(seeds), "baseline_seeds": list(bseeds),
+                       "notes": ["no point of the space meets the constraints: no optimum, nothing to find"],
+                       "wall_s": round((time.perf_counter_ns() - t0) / 1e9, 1)}
     trials_cap = settings.quick_baseline_trials if quick else settings.baseline_trials
     methods: dict[str, dict[str, Any]] = {m: {"runs": []} for m in scoring.METHODS}
     notes: list[str] = []
     checks = []
-    for seed in seeds:
+
+    def scored(name: str, seed: int, trials: list[Any], extra: dict[str, Any]) -> None:
+        trials = scoring.with_truth(trials, orc["truth"])
+        score = scoring.score_run(trials, orc["value"], settings.target_gap)
+        methods[name]["runs"].append({"seed": seed, **extra, "score": score,
+                                      "trials": [t.model_dump(mode="json") for t in trials]})
+
+    for seed in seeds:  # the loop: its own seeds
         goal = case.goal_spec(quick, seed)
-        ev = Evaluator(goal, cache)
+        prof = Evaluator(goal, None, tpath).profile
+        loop = run_loop(goal, prof, space, truth=tpath)
+        checks.append(loop["charging_check"])
+        scored("tuneloop", seed, loop["trials"], {"stop_reason": loop["stop_reason"], "status": loop["status"]})
+        log(f"  {case.name} seed {seed}: loop {loop['status']} ({loop['stop_reason']}), "
+            f"{len(loop['trials'])} experiments")
+    for seed in bseeds:  # the baselines: theirs (measurement noise and sampler seed)
+        goal = case.goal_spec(quick, seed)
+        ev = Evaluator(goal, cache, tpath)
         prof = ev.profile
         start = goal.start_station()
 
         def meter() -> Meter:
             return Meter(lambda k, n: ev(k, seed, n), ev.full, start, prof.costs, goal.protocol.confirm_n)
 
-        loop = run_loop(goal, prof, space)
-        checks.append(loop["charging_check"])
-        runs = {"tuneloop": (loop["trials"], {"stop_reason": loop["stop_reason"], "status": loop["status"]})}
         m = meter()
-        baselines.grid(m, space)
-        runs["grid"] = (m.trials, {})
+        baselines.grid(m, space, order_seed=seed if settings.grid_order == "seeded" else None)
+        scored("grid", seed, m.trials, {})
         m = meter()
         baselines.random_search(m, space, seed, trials_cap)
-        runs["random"] = (m.trials, {})
+        scored("random", seed, m.trials, {})
         m = meter()
         dups = baselines.tpe(m, space, seed, trials_cap, goal)
-        runs["tpe"] = (m.trials, {"duplicate_suggestions_answered_from_memory": dups})
-        for name, (trials, extra) in runs.items():
-            trials = scoring.with_truth(trials, orc["truth"])
-            score = scoring.score_run(trials, orc["value"], settings.target_gap)
-            methods[name]["runs"].append({"seed": seed, **extra, "score": score,
-                                          "trials": [t.model_dump(mode="json") for t in trials]})
-        log(f"  {case.name} seed {seed}: loop {loop['status']} ({loop['stop_reason']}), "
-            f"{len(loop['trials'])} experiments")
+        scored("tpe", seed, m.trials, {"duplicate_suggestions_answered_from_memory": dups})
+    log(f"  {case.name}: baselines over seeds {list(bseeds)}")
     for m in scoring.METHODS:
         methods[m]["summary"] = scoring.summarize_method(methods[m]["runs"])
     if not all(c["agree"] for c in checks):
@@ -132,15 +165,12 @@ def run_case(case: Case, quick: bool, settings: Settings, cache: Path | None, lo
     if not target["holds"]:
         notes.append(explain_miss(methods, target))
     goal = case.goal_spec(quick, seeds[0])
-    return {"name": case.name, "set": case.set, "description": case.description, "profile": goal.sim_profile,
-            "scenario": goal.scenario, "objective": f"max {goal.objective.metric} ({goal.objective.window} window)",
-            "constraints": goal.constraints.model_dump(exclude_none=True), "space": space,
-            "space_size": orc["size"], "feasible_points": orc["feasible"], "near_optimal_points": orc["near"],
-            "seeds": list(seeds),
-            "optimum": {"value": orc["value"], "point": orc["point"], "seed": settings.oracle_seed,
-                        "n": goal.protocol.confirm_n},
-            "methods": methods, "target": target, "charging_check": checks, "notes": notes,
-            "wall_s": round((time.perf_counter_ns() - t0) / 1e9, 1)}
+    return head | {"space_size": orc["size"], "feasible_points": orc["feasible"], "near_optimal_points": orc["near"],
+                   "seeds": list(seeds), "baseline_seeds": list(bseeds),
+                   "optimum": {"value": orc["value"], "point": orc["point"], "seed": settings.oracle_seed,
+                               "n": goal.protocol.confirm_n},
+                   "methods": methods, "target": target, "charging_check": checks, "notes": notes,
+                   "wall_s": round((time.perf_counter_ns() - t0) / 1e9, 1)}
 
 
 def explain_miss(methods: dict[str, Any], target: dict[str, Any]) -> str:
@@ -173,6 +203,14 @@ def explain_miss(methods: dict[str, Any], target: dict[str, Any]) -> str:
     return "tuneloop reached, but spent too much device time relative to " + "; ".join(parts)
 
 
+def perturbed_truth(case: Case, quick: bool, seed: int, out: Path) -> dict[str, Any]:
+    """The case profile's perturbed truth (simulator.perturb), written as YAML under `out`/truths/."""
+    base = profiles.load(case.goal_spec(quick, 0).sim_profile)
+    t = perturb.perturb(base, seed)
+    path = perturb.write(t, (out / "truths" / f"{t.name}.yaml").resolve())
+    return {"path": path, "name": t.name, "base": base.name, "seed": seed, "factors": perturb.factors_of(t)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default=str(ROOT / "bench" / "scenarios.yaml"), help="case file (YAML)")
@@ -183,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / ".cache" / "tuner_efficiency"), help="output folder")
     ap.add_argument("--cache", default=str(ROOT / "bench" / ".cache" / "evals"),
                     help="measurement cache folder ('' to disable)")
+    ap.add_argument("--perturb-truth", type=int, metavar="SEED", default=None,
+                    help="run every case on its profile's truth perturbed by simulator.perturb(profile, SEED) (written "
+                         "under --out/truths/): the oracle, the baselines and the simulated target measure it, while "
+                         "the loop's goal keeps the unperturbed profile as its prior")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                     help="processes measuring the oracle's uncached points (default: the CPU count; needs --cache)")
     args = ap.parse_args(argv)
@@ -204,11 +246,15 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    results: dict[str, Any] = {"quick": args.quick, "settings": cf.settings.model_dump(), "cases": []}
+    results: dict[str, Any] = {"quick": args.quick, "settings": cf.settings.model_dump(),
+                               "perturb_truth": args.perturb_truth, "cases": []}
     text = ""
     for case in cases:
         log(f"case {case.name}")
-        results["cases"].append(run_case(case, args.quick, cf.settings, cache, log, args.jobs))
+        truth = None if args.perturb_truth is None else perturbed_truth(case, args.quick, args.perturb_truth, out)
+        if truth is not None:
+            log(f"  truth {truth['name']} ({truth['path']}): factors {truth['factors']}")
+        results["cases"].append(run_case(case, args.quick, cf.settings, cache, log, args.jobs, truth))
         # written after every case, so a long full run leaves its finished cases behind
         (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
         text = write_table(results, out / "results.md")

@@ -78,6 +78,10 @@ class Target(BaseModel):
     ssh: SshOptions | None = None
     model: str | None = None  # model path or name for real engines
     profile: str = "dsv4-flash-910c-p8d8"  # simulator profile (sim engine)
+    # sim target only: the profile the simulator runs instead of `profile` (a name or YAML path), a truth the goal does
+    # not name: the goal's `sim_profile` (the planner's prior) rebinds `profile` and leaves this alone (bench
+    # --perturb-truth; agent.loop.session.bind_sim_profile). None: the simulator runs `profile`.
+    truth_profile: str | None = None
     time_scale: float = Field(50.0, gt=0)  # sim serve: simulated seconds per real second
     tuneloop: tuple[str, ...] | None = None  # how to call tuneloop on the target (default: local python)
     image_digest: str | None = None  # the engine's container image digest: the source identity when given
@@ -103,7 +107,7 @@ class Target(BaseModel):
             raise ValueError(f"name: {v!r} may only hold letters, digits and _ . : -")
         return v
 
-    @field_validator("run_root", "model", "image_digest", "python", "calibrated_profile")
+    @field_validator("run_root", "model", "image_digest", "python", "calibrated_profile", "truth_profile")
     @classmethod
     def _paths(cls, v: str | None, info: Any) -> str | None:
         return None if v is None else check_safe(info.field_name, v)
@@ -112,6 +116,8 @@ class Target(BaseModel):
     def _roles(self) -> "Target":
         if self.kind == "ssh" and self.ssh is None:
             raise ValueError("ssh: an ssh target needs ssh options with a known_hosts file")
+        if self.truth_profile is not None and self.kind != "sim":
+            raise ValueError("truth_profile: only a sim target simulates a truth of its own")
         if self.kind != "sim":
             if not self.hosts:
                 raise ValueError("hosts: a local or ssh target needs at least one host")
@@ -149,6 +155,11 @@ class Target(BaseModel):
 
     def hosts_for(self, role: str) -> list[Host]:
         return [h for h in self.hosts if role in h.roles]
+
+    @property
+    def simulated_profile(self) -> str:
+        """The profile the simulator runs: the hidden truth where one is set, else `profile`."""
+        return self.truth_profile or self.profile
 
     @property
     def cards(self) -> int:

@@ -56,7 +56,9 @@ def finished_reason(goal: Any, state_path: str) -> str:
 
 def bind_sim_profile(executor: Any, spec: Any) -> None:
     """A goal on a simulator target is simulated on the goal's own `sim_profile` (its cards, costs and
-    engine), whichever executor runs it: the built-in `sim` target alone would always be the dsv4 one."""
+    engine), whichever executor runs it: the built-in `sim` target alone would always be the dsv4 one. A target's
+    `truth_profile` (a truth the goal does not name, e.g. bench --perturb-truth) is left alone: the simulator runs
+    it, while the goal's profile stays the planner's prior."""
     targets = getattr(executor, "targets", None)
     target = targets.get(spec.target) if isinstance(targets, dict) else None
     if target is None or getattr(target, "kind", None) != "sim" or not spec.sim_profile:

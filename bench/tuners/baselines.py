@@ -31,13 +31,17 @@ def _num(v: Any) -> float:
     return math.inf if v is None else float(v)
 
 
-def grid(meter: Meter, space: dict[str, list[Any]], trials: int | None = None) -> None:
-    """auto_tune: restart per server combination, then walk the load down until the limits hold."""
+def grid(meter: Meter, space: dict[str, list[Any]], trials: int | None = None, order_seed: int | None = None) -> None:
+    """auto_tune: restart per server combination, then walk the load down until the limits hold. `order_seed`
+    shuffles the server combinations (None: the order the space lists them, as auto_tune does)."""
     server = {k: v for k, v in space.items() if k not in LOAD_KNOBS}
     load = {k: v for k, v in space.items() if k in LOAD_KNOBS}
     load_pts = points(load) if load else [{}]
     load_pts.sort(key=lambda p: (-_num(p.get("concurrency", 0)), -_num(p.get("request_rate", 0))))
-    for srv in points(server) if server else [{}]:
+    servers = points(server) if server else [{}]
+    if order_seed is not None:
+        random.Random(order_seed).shuffle(servers)
+    for srv in servers:
         for lp in load_pts:
             if trials is not None and len(meter.trials) >= trials:
                 return

@@ -28,6 +28,13 @@ class Settings(BaseModel):
     target_gap: float = Field(0.02, gt=0, lt=1)
     baseline_trials: int = Field(60, ge=1)  # most runs random search and TPE may make
     quick_baseline_trials: int = Field(12, ge=1)
+    # seeds of the baselines (measurement noise, and the sampler's seed for random / TPE; grid's server order too
+    # where grid_order is seeded), apart from the loop's `seeds`: a baseline's median is over these
+    baseline_seeds: list[int] = Field(default_factory=lambda: list(range(10)), min_length=1)
+    quick_baseline_seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    # grid's server combinations: in the order the space lists them (vLLM auto_tune), or shuffled by the seed (so
+    # where the optimum sits in a listed order cannot make grid lucky or unlucky)
+    grid_order: Literal["listed", "seeded"] = "listed"
 
 
 class Case(BaseModel):

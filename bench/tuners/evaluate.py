@@ -57,11 +57,12 @@ def station_key(knobs: dict[str, Any]) -> str:
 
 
 class Evaluator:
-    """Measures stations of one (profile, scenario, goal) with a shared on-disk cache."""
+    """Measures stations of one (profile, scenario, goal) with a shared on-disk cache. `truth` (a profile name or YAML
+    path) is the deployment measured where it is not the goal's `sim_profile` (bench --perturb-truth)."""
 
-    def __init__(self, goal: Any, cache_dir: Path | None):
+    def __init__(self, goal: Any, cache_dir: Path | None, truth: str | None = None):
         self.goal = goal
-        self.profile = profiles.load(goal.sim_profile)
+        self.profile = profiles.load(truth or goal.sim_profile)
         self.scenario = scenarios.load(goal.scenario)
         self.cache_dir = Path(cache_dir) if cache_dir else None
         ident = {"v": CACHE_VERSION, "profile": self.profile.model_dump(mode="json"),

@@ -16,19 +16,26 @@ from core.station import full_knobs
 BEST_KINDS = ("baseline", "new_best", "quality_passed")
 
 
-def run_loop(goal: Any, profile: Profile, space: dict[str, list[Any]], workdir: Path | None = None) -> dict[str, Any]:
-    """Run the loop to its own stop; returns {trials, stop_reason, status, charging_check}."""
+def run_loop(goal: Any, profile: Profile, space: dict[str, list[Any]], workdir: Path | None = None,
+             truth: str | None = None) -> dict[str, Any]:
+    """Run the loop to its own stop; returns {trials, stop_reason, status, charging_check}. With `truth` (a profile
+    YAML path or name) the sim target simulates that truth while the goal keeps its own `sim_profile` (the prior)."""
     from agent.loop.session import run_session
     from executor.phases import ExecSettings
     from executor.runner import Executor
+    from executor.targets import Target
     from state.store import Store
 
     with tempfile.TemporaryDirectory(prefix="tuner-bench-", dir=workdir) as tmp:
         url = f"sqlite:///{Path(tmp) / 'tuneloop.db'}"
         store = Store(url)
         try:
-            # run_session simulates the goal on its own sim_profile (agent.loop.session.bind_sim_profile)
-            ex = Executor(store, settings=ExecSettings.from_env(runs_root=Path(tmp) / "runs"))
+            # run_session simulates the goal on its own sim_profile (agent.loop.session.bind_sim_profile), or on the
+            # target's truth_profile where the bench set one (the goal never names it)
+            targets = None if truth is None else {
+                goal.target: Target(name=goal.target, kind="sim", engine="sim", profile=goal.sim_profile,
+                                    truth_profile=truth)}
+            ex = Executor(store, targets, settings=ExecSettings.from_env(runs_root=Path(tmp) / "runs"))
             res = run_session(goal, url, auto_approve=True, executor=ex, who="tuner-efficiency bench")
             trials, check = read_trials(store, res.goal_id, goal, profile, space)
         finally:

@@ -1,10 +1,12 @@
 """The benchmark's outputs: a Markdown table per case and a best-so-far vs device-hours plot."""
 from __future__ import annotations
 
+import math
+import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.tuners.scoring import LABELS, METHODS
+from bench.tuners.scoring import LABELS, METHODS, median_or_none
 
 COLUMNS = ("method", "reached", "device-h to 2 %", "experiments to 2 %", "final gap", "invalid runs",
            "repeated negatives", "device-h spent", "experiments")
@@ -25,14 +27,31 @@ def row(method: str, s: dict[str, Any]) -> list[str]:
             f"{s['median_experiments']:g}"]
 
 
+def truth_line(case: dict[str, Any]) -> str | None:
+    t = case.get("truth")
+    if not t:
+        return None
+    fs = ", ".join(f"{k} x{v:.3f}" for k, v in t["factors"].items())
+    return (f"Truth: `{t['name']}` (`{t['base']}` perturbed, seed {t['seed']}; the loop's goal names `{t['base']}`): "
+            f"{fs}.")
+
+
 def case_table(case: dict[str, Any]) -> str:
+    if case.get("no_feasible_point"):
+        return "\n".join(x for x in [
+            f"### {case['name']}", "", f"{case['description']}".strip(), truth_line(case),
+            f"profile `{case['profile']}`, scenario `{case['scenario']}`, constraints {case['constraints']}; space "
+            f"{case['space_size']} points.", "",
+            "**No point of the space meets the constraints**: no optimum, nothing to find; no method was run.", ""]
+            if x is not None) + "\n"
     opt = case["optimum"]
     lines = [f"### {case['name']}", "",
-             f"{case['description']}".strip(),
+             f"{case['description']}".strip(), truth_line(case),
              f"profile `{case['profile']}`, scenario `{case['scenario']}`, objective {case['objective']}, "
              f"constraints {case['constraints']}; space {case['space_size']} points ({case['feasible_points']} feasible, "
              f"{case.get('near_optimal_points', '?')} within 2 % of the optimum); "
-             f"optimum {opt['value']:.2f} at {opt['point']}; seeds {case['seeds']}.", "",
+             f"optimum {opt['value']:.2f} at {opt['point']}; seeds {case['seeds']} (loop), "
+             f"{case.get('baseline_seeds', case['seeds'])} (baselines).", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for m in METHODS:
         lines.append("| " + " | ".join(row(m, case["methods"][m]["summary"])) + " |")
@@ -53,9 +72,60 @@ def write_table(results: dict[str, Any], path: Path) -> str:
             "(its incumbent); 'to 2 %' = first experiment after which that figure is within 2 % of the exhaustive "
             "optimum. Repeated negatives = re-runs of an identical station and N that had already been a negative.",
             f"Mode: {'quick' if results['quick'] else 'full'}.", ""]
+    if results.get("perturb_truth") is not None:
+        head += [f"Truth: every case's profile perturbed by `simulator.perturb` with seed {results['perturb_truth']} "
+                 "(step costs, MTP acceptance, expert imbalance); the oracle, the baselines and the simulated target "
+                 "measure the truth, the loop's goal names the unperturbed profile (its prior).", ""]
     text = "\n".join(head) + "\n" + "\n".join(case_table(c) for c in results["cases"])
+    text += "\n" + "\n".join(summary_lines(results["cases"])) + "\n"
     path.write_text(text)
     return text
+
+
+def geomean(values: list[float]) -> float | None:
+    vals = [v for v in values if v is not None and v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in vals)) if vals else None
+
+
+def set_summary(label: str, cases: list[dict[str, Any]]) -> str:
+    """One set's line: geometric means of the card-hour ratios, the worst case against TPE, experiments to 2 %."""
+    run = [c for c in cases if not c.get("no_feasible_point")]
+    skipped = len(cases) - len(run)
+    parts = [f"**{label}** ({len(cases)} case{'s' * (len(cases) != 1)}"
+             + (f", {skipped} with no feasible point left out" if skipped else "") + ")"]
+    for k, name in (("tpe", "TPE"), ("grid", "grid")):
+        ratios = [c["target"][k]["ratio"] for c in run]
+        have = [r for r in ratios if r is not None]
+        g = geomean(have)
+        miss = len(ratios) - len(have)
+        parts.append(f"geometric mean card-h ratio tuneloop / {name} "
+                     + (f"{g:.3f}" if g is not None else "n/a") + f" over {len(have)} case(s)"
+                     + (f" ({miss} where tuneloop did not reach left out)" if miss else ""))
+    if run:
+        unreached = [c["name"] for c in run if c["target"]["tpe"]["ratio"] is None]
+        if unreached:
+            parts.append(f"worst vs TPE: `{unreached[0]}` (tuneloop did not reach)")
+        else:
+            w = max(run, key=lambda c: c["target"]["tpe"]["ratio"])
+            parts.append(f"worst vs TPE: `{w['name']}` {w['target']['tpe']['ratio']:.3f}")
+        after = [None if r["score"]["experiments_to_target"] is None else r["score"]["experiments_to_target"] - 1
+                 for c in run for r in c["methods"]["tuneloop"]["runs"]]
+        med = median_or_none(after)
+        parts.append("median experiments to 2 % after the baseline "
+                     + ("not reached" if med is None else f"{med:g}") + f" ({len(after)} loop runs)")
+    return "; ".join(parts) + "."
+
+
+def summary_lines(cases: list[dict[str, Any]]) -> list[str]:
+    """The table's last lines: per set (tune, heldout, no set) and over all cases."""
+    groups = [(f"set {s}" if s else "no set", [c for c in cases if c.get("set") == s]) for s in ("tune", "heldout", None)]
+    groups = [(g, cs) for g, cs in groups if cs]
+    if len(groups) > 1:
+        groups.append(("all cases", list(cases)))
+    return ["## Summary", "", "Ratios are tuneloop's median card-h to within 2 % over the baseline's (TPE's, grid's; "
+            "a baseline that never reached counts its total spend); experiments after the baseline = the loop's "
+            "experiment count to 2 % minus its baseline, median over runs (not reached = infinitely late).", ""] + \
+        [f"* {set_summary(g, cs)}" for g, cs in groups]
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -65,7 +135,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cases = results["cases"]
+    cases = [c for c in results["cases"] if not c.get("no_feasible_point")]
+    if not cases:
+        return
     fig, axes = plt.subplots(len(cases), 1, figsize=(8, 3.2 * len(cases)), squeeze=False)
     colours = {"tuneloop": "tab:red", "grid": "tab:blue", "random": "tab:green", "tpe": "tab:purple"}
     for ax, case in zip(axes[:, 0], cases):

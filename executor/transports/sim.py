@@ -21,6 +21,7 @@ from typing import Any, Iterator
 from core import profiles, scenarios
 from core.profiles import Profile
 from core import records as rec
+from core.canonical import digest
 from core.summary import Summary
 from core.trial import CostEntry
 from executor.costs import charges
@@ -188,7 +189,7 @@ class SimTransport:
                 last[0] = time.monotonic()
                 self._note(out.parent, done, t)
 
-        run = engine.simulate(profiles.load(self.target.profile), scenarios.load(plan.scenario), knobs, plan.n,
+        run = engine.simulate(self._profile(), scenarios.load(plan.scenario), knobs, plan.n,
                               warmup=plan.warmup, seed=plan.seed, faults=faults, arrival=plan.arrival,
                               burstiness=plan.burstiness, on_progress=progress)
         engine.write_run_dir(run, out)
@@ -245,12 +246,16 @@ class SimTransport:
 
     # -- what differs from a real target ------------------------------------------------------------
     def _profile(self) -> Any:
-
-        return profiles.load(self.target.profile)
+        """The profile simulated: the target's truth where it has one (Target.truth_profile), else its profile."""
+        return profiles.load(self.target.simulated_profile)
 
     async def source_identity(self) -> str:
-
-        return f"simulator:tuneloop-{version('tuneloop')}:profile={self._profile().name}"
+        """Names the profile the goal knows; a hidden truth adds only a digest of its content (never its name, path
+        or coefficients: the planner reads this identity), so two truths are two sources."""
+        ident = f"simulator:tuneloop-{version('tuneloop')}:profile={profiles.load(self.target.profile).name}"
+        if self.target.truth_profile is None:
+            return ident
+        return f"{ident}:truth={digest(self._profile().model_dump(mode='json'))[:12]}"
 
     def cards_in_use(self, rendered: Any, knobs: dict[str, Any]) -> int:
         """The simulated layout's cards: instances x cards per instance, from the station's knobs."""
