@@ -180,3 +180,37 @@ def test_tuneloop_run_twin_flag_turns_it_on_for_the_session(tmp_path):
         st.close()
     assert len(notes) == 2 and notes[0] and notes[1]
     assert not any(LED in n for n in notes[0]) and all(LED in n for n in notes[1])
+
+
+def test_in_the_loop_the_twin_fits_a_perturbed_truth_it_is_never_handed(tmp_path, runs_root):
+    from executor.phases import ExecSettings
+    from executor.runner import Executor
+    from executor.targets import Target
+    from simulator import perturb
+
+    truth = perturb.perturb(profiles.load(PRIOR), 2)
+    path = perturb.write(truth, tmp_path / "hidden" / f"{truth.name}.yaml")
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    st = Store(url)
+    try:
+        ex = Executor(st, {"sim": Target(name="sim", kind="sim", engine="sim", profile=PRIOR, truth_profile=path)},
+                      settings=ExecSettings.from_env(runs_root=runs_root))
+        res = run_session(goal(5), url, auto_approve=True, executor=ex, twin=True)
+        h = build_history(st, res.goal_id)
+        cards = [c.card for c in st.candidates(res.goal_id)]
+    finally:
+        st.close()
+    runs = tw.runs_of(h)[:3]  # after at most 3 valid runs
+    assert len(runs) == 3
+    fit = ex.twins.fit(PRIOR, tuple(o.run_id for o in runs))
+    assert isinstance(fit, Twin) and fit.prior == PRIOR  # fitted from the prior, not the truth
+    got = fit.coefficients()
+    off = {}
+    for name in ("decode.a", "decode.b", "decode.c"):
+        part, k = name.split(".")
+        true, prior = getattr(getattr(truth, f"{part}_cost"), k), getattr(getattr(profiles.load(PRIOR), f"{part}_cost"), k)
+        off[name] = (got[name][0] / true - 1, prior / true - 1)
+    assert max(abs(p) for _, p in off.values()) > 0.15, off  # the prior is wrong ...
+    assert all(abs(f) < 0.10 for f, _ in off.values()), off  # ... and the fit lands within 10 % of the truth
+    led = [c for c in cards if LED in (c.get("note") or "")]
+    assert led and all(truth.name not in (c.get("note") or "") and path not in str(c) for c in cards)
