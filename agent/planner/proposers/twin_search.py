@@ -3,7 +3,9 @@ runs, the path to the twin's optimum turned into the next experiment card.
 
 While the twin leads (it predicts this goal's runs inside its interval), it values every ranked move, its own and
 the other proposers' alike, by its predicted gain over the best station: the gain, times the chance that the gain
-reaches the goal's least gain (its interval read as a normal error), per card-hour as every move is. Its own moves
+reaches the goal's least gain and that TPOT stays under its limit (its interval read as a normal error), per
+card-hour as every move is; while the best station breaks the limit, a station predicted to keep it is worth at
+least the least gain. Its own moves
 are the best station's one-change neighbours it predicts a gain for, and, when the ascent to its optimum needs two
 changes together to gain what neither gives alone, that pair (the card names both, and the gain each alone was
 predicted). Every card it touches carries its prediction (the hypothesis ledger's source "twin") and says that the
@@ -20,7 +22,7 @@ from agent.planner.checks import estimate
 from agent.planner.history import History
 from agent.planner.pairs import build_pair, move_direction
 from agent.planner.proposers.base import Asking, Proposals, Proposed
-from agent.planner.tpot_fit import normal_cdf
+from agent.planner.tpot_fit import chance_under, normal_cdf
 from agent.planner.value import BUDGET_SHARE_DAMP, CLASS_FACTOR, DEFAULT_CLASS_FACTOR, VALUE_DIGITS, Value
 from core.ledger import Interval, Prediction
 
@@ -91,13 +93,18 @@ class Judge:
             return None
         sigma = self.fid.interval / tw.INTERVAL_Z
         least = goal.stop.min_gain_pct / 100.0
-        conf = normal_cdf(g - least, sigma) if st.feasible else 0.0
+        limit = goal.constraints.tpot_mean_ms_lt
+        if not base.feasible and st.feasible:
+            g = max(g, least)  # the best breaks the limit: a station that keeps it is worth at least the least gain
+        # the chance it gains the least gain, and that its TPOT stays under the limit (the same relative error)
+        conf = normal_cdf(g - least, sigma)
+        if limit is not None:
+            conf *= chance_under(limit, st.tpot, st.tpot * sigma) if st.tpot is not None else 0.0
         cost = estimate(card, self.h)
         per_hour = self.restart / (self.restart + cost) if self.restart else 1.0
         share = cost / self.h.budget_left_card_hours if self.h.budget_left_card_hours > 0 else 1.0
         v = max(0.0, g) * conf * CLASS_FACTOR.get(card.cost_class, DEFAULT_CLASS_FACTOR) * per_hour \
             * max(0.0, 1.0 - BUDGET_SHARE_DAMP * share)
-        limit = goal.constraints.tpot_mean_ms_lt
         tpot_words = "" if st.tpot is None else f", TPOT {st.tpot:.1f} ms" + (
             f" (limit {limit:g} ms{'' if st.feasible else ': breaks it'})" if limit is not None else "")
         why = (f"the twin predicts {g:+.1%} {tw.metric_of(goal)}{tpot_words}; chance of at least the least gain "

@@ -1,0 +1,160 @@
+"""The twin's fit on perturbed truths (issue 38): after at most 3 valid runs of the loop, how close are the twin's
+step costs to a truth its prior does not describe?
+
+For every bench case and every perturbation seed: the case's profile perturbed (simulator.perturb: each step-cost
+coefficient × a seeded factor in [0.6, 1.6], acceptance and imbalance shifted) is the sim target's hidden truth;
+the loop runs with the twin on and the case's unperturbed profile as its prior, for 3 experiments (the first
+valid runs a goal has). The twin fitted on the first 1, 2 and 3 valid runs (executor/twin.py, the loop's own
+fitter) is compared with the truth:
+
+* per coefficient: the relative error of every fitted step cost (a coefficient the runs could not separate keeps
+  the prior's value and is listed as held);
+* per step: the relative error of the decode step time at each run's own operating points (the batch and resident
+  KV of its steps) and of the prefill step time at the token budget — the step costs as the runs exercise them.
+
+Prints one line per case × seed and a summary; writes --out/results.json.
+
+    python bench/twin_fit.py                       # the 16 cases, seeds 0-2
+    python bench/twin_fit.py --only dsv4-chat2k --seeds 0 1 2 3 4
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RUNS = 3  # the must-hold: within 10 % after at most 3 valid runs
+COEFFS = {"decode": ("a", "b", "c", "a_draft", "b_draft"), "prefill": ("a", "b", "c")}
+
+
+def decode_step(cost: Any, batch: float, kv: float, k: int = 0) -> float:
+    """t_D at batch B and resident KV tokens (no imbalance, no draft: the shared part of every profile)."""
+    return cost.a + cost.b * batch * (k + 1) + cost.c * kv
+
+
+def prefill_step(cost: Any, tokens: float, ctx: float) -> float:
+    return cost.a + cost.b * tokens + cost.c * tokens * (ctx + tokens / 2)
+
+
+def operating_points(run_dir: Path) -> list[tuple[float, float]]:
+    """(batch, resident KV tokens) of a run's decode steps, from its records (the calibration's own reading)."""
+    from core import records as rec
+    from core.records import RequestRecord
+
+    d = run_dir / "load" if (run_dir / "load" / rec.REQUESTS).exists() else run_dir
+    recs = [r for r in rec.read_jsonl(d / rec.REQUESTS, RequestRecord) if r.ok and len(r.chunk_times) >= 2]
+    if not recs:
+        return []
+    t0, t1 = min(r.chunk_times[0] for r in recs), max(r.chunk_times[-1] for r in recs)
+    pts = []
+    for i in range(1, 10):  # nine instants across the run: the requests in decode and their context then
+        t = t0 + (t1 - t0) * i / 10
+        live = [r for r in recs if r.chunk_times[0] <= t <= r.chunk_times[-1]]
+        if live:
+            kv = sum((r.n_in or 0) + sum(1 for x in r.chunk_times if x <= t) for r in live)
+            pts.append((float(len(live)), float(kv)))
+    return pts
+
+
+def one(case: Any, seed: int, work: Path) -> dict[str, Any]:
+    from agent.loop.record import build_history
+    from agent.loop.session import run_session
+    from agent.planner.twin import runs_of
+    from core import profiles
+    from executor.phases import ExecSettings
+    from executor.runner import Executor
+    from executor.targets import Target
+    from executor.twin import Twin
+    from simulator import perturb
+    from state.store import Store
+
+    goal = case.goal_spec(False, 0)
+    goal = goal.model_copy(update={"budget": goal.budget.model_copy(update={"experiments": RUNS})})
+    prior = profiles.load(goal.sim_profile)
+    truth = perturb.perturb(prior, seed)
+    path = perturb.write(truth, work / "truths" / f"{case.name}-{seed}.yaml")
+    url = f"sqlite:///{work / 'tuneloop.db'}"
+    st = Store(url)
+    try:
+        ex = Executor(st, {goal.target: Target(name=goal.target, kind="sim", engine="sim", profile=goal.sim_profile,
+                                               truth_profile=path)},
+                      settings=ExecSettings.from_env(runs_root=work / "runs"))
+        res = run_session(goal, url, auto_approve=True, executor=ex, twin=True, who="twin-fit bench")
+        runs = [o.run_id for o in runs_of(build_history(st, res.goal_id))][:RUNS]
+    finally:
+        st.close()
+    out: dict[str, Any] = {"case": case.name, "seed": seed, "profile": prior.name, "runs": len(runs),
+                           "factors": perturb.factors_of(truth), "fits": []}
+    pts = [p for r in runs for p in operating_points(work / "runs" / r)]
+    budget = float(goal.start_station().get("max_num_batched_tokens") or 8192)
+    for k in range(1, len(runs) + 1):
+        fit = ex.twins.fit(goal.sim_profile, tuple(runs[:k]))
+        if not isinstance(fit, Twin):
+            out["fits"].append({"runs": k, "error": fit})
+            continue
+        coeffs, held = {}, []
+        for (name, value, _se, note) in fit.table:
+            role, c = name.split(".")
+            if c not in COEFFS.get(role, ()):
+                continue
+            true = getattr(getattr(truth, f"{role}_cost"), c)
+            if note != "fitted":
+                held.append(name)
+            elif true:
+                coeffs[name] = value / true - 1
+        dstep = [decode_step(fit.profile.decode_cost, b, kv) / decode_step(truth.decode_cost, b, kv) - 1
+                 for b, kv in pts]
+        pstep = prefill_step(fit.profile.prefill_cost, budget, 0) / prefill_step(truth.prefill_cost, budget, 0) - 1
+        out["fits"].append({"runs": k, "coefficients": coeffs, "held": held,
+                            "decode_step_max": max((abs(x) for x in dstep), default=None),
+                            "prefill_step": pstep})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", default=str(ROOT / "bench" / "scenarios.yaml"))
+    ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--out", default=str(ROOT / "bench" / ".cache" / "twin_fit"))
+    args = ap.parse_args()
+    from bench.tuners.cases import load_cases
+
+    cases = [c for c in load_cases(args.cases).cases if not args.only or c.name in args.only]
+    rows = []
+    for case in cases:
+        for seed in args.seeds:
+            with tempfile.TemporaryDirectory(prefix="twin-fit-") as tmp:
+                r = one(case, seed, Path(tmp))
+            rows.append(r)
+            last = r["fits"][-1] if r["fits"] else {}
+            coeff = last.get("coefficients") or {}
+            worst = max(coeff.items(), key=lambda kv: abs(kv[1]), default=("-", 0.0))
+            ds, ps = last.get("decode_step_max"), last.get("prefill_step")
+            print(f"{case.name:40s} seed {seed}: {r['runs']} valid run(s); after {last.get('runs')}: "
+                  f"decode step max {ds if ds is None else f'{ds:+.1%}'}, prefill step {ps if ps is None else f'{ps:+.1%}'}; "
+                  f"worst coefficient {worst[0]} {worst[1]:+.1%}; held {','.join(last.get('held') or []) or '-'}"
+                  + (f"; {last['error']}" if "error" in last else ""), flush=True)
+    steps = [max(abs(f["decode_step_max"] or 0), abs(f["prefill_step"] or 0)) for r in rows for f in r["fits"][-1:]
+             if "coefficients" in f]
+    within = sum(s <= 0.10 for s in steps)
+    decode_c = [abs(v) for r in rows for f in r["fits"][-1:] for k, v in (f.get("coefficients") or {}).items()
+                if k.startswith("decode.")]
+    print(f"\nafter <= {RUNS} valid runs: step times within 10 % of the truth in {within}/{len(steps)} case x seed; "
+          f"median |error| of the fitted decode coefficients {statistics.median(decode_c) if decode_c else float('nan'):.1%}, "
+          f"share within 10 % {sum(x <= 0.10 for x in decode_c)}/{len(decode_c)}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(rows, indent=1))
+    print(f"wrote {out / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()
