@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.tuners import baselines, scoring  # noqa: E402
+from bench.tuners.scoring import TWIN_OFF  # noqa: E402
 from bench.tuners.cases import Case, CaseError, Settings, load_cases  # noqa: E402
 from bench.tuners.evaluate import Evaluator  # noqa: E402
 from bench.tuners.loop import run_loop  # noqa: E402
@@ -102,9 +103,11 @@ def case_head(case: Case, quick: bool, seeds: list[int], truth: dict[str, Any] |
 
 
 def run_case(case: Case, quick: bool, settings: Settings, cache: Path | None, log,  # type: ignore[no-untyped-def]
-             jobs: int = 1, truth: dict[str, Any] | None = None) -> dict[str, Any]:
+             jobs: int = 1, truth: dict[str, Any] | None = None, twin: str | None = None) -> dict[str, Any]:
     """One case: the oracle, the loop over its seeds and the baselines over theirs. `truth` ({path, name, factors}):
-    the deployment every method measures and the oracle enumerates, while the loop's goal names the base profile."""
+    the deployment every method measures and the oracle enumerates, while the loop's goal names the base profile.
+    `twin`: on | off (the loop's planner with or without the goal's twin; None: $TUNELOOP_TWIN) | both (the loop
+    twice per seed, twin on as `tuneloop` and off as `tuneloop_twin_off`, judged the same way)."""
     t0 = time.perf_counter_ns()
     tpath = truth["path"] if truth else None
     orc = oracle(case, quick, settings, cache, jobs, tpath)
@@ -119,7 +122,8 @@ def run_case(case: Case, quick: bool, settings: Settings, cache: Path | None, lo
                        "notes": ["no point of the space meets the constraints: no optimum, nothing to find"],
                        "wall_s": round((time.perf_counter_ns() - t0) / 1e9, 1)}
     trials_cap = settings.quick_baseline_trials if quick else settings.baseline_trials
-    methods: dict[str, dict[str, Any]] = {m: {"runs": []} for m in scoring.METHODS}
+    loops = {"tuneloop": None if twin is None else twin != "off"} | ({TWIN_OFF: False} if twin == "both" else {})
+    methods: dict[str, dict[str, Any]] = {m: {"runs": []} for m in scoring.METHODS + tuple(loops)}
     notes: list[str] = []
     checks = []
 
@@ -132,11 +136,12 @@ def run_case(case: Case, quick: bool, settings: Settings, cache: Path | None, lo
     for seed in seeds:  # the loop: its own seeds
         goal = case.goal_spec(quick, seed)
         prof = Evaluator(goal, None, tpath).profile
-        loop = run_loop(goal, prof, space, truth=tpath)
-        checks.append(loop["charging_check"])
-        scored("tuneloop", seed, loop["trials"], {"stop_reason": loop["stop_reason"], "status": loop["status"]})
-        log(f"  {case.name} seed {seed}: loop {loop['status']} ({loop['stop_reason']}), "
-            f"{len(loop['trials'])} experiments")
+        for name, on in loops.items():
+            loop = run_loop(goal, prof, space, truth=tpath, twin=on)
+            checks.append(loop["charging_check"])
+            scored(name, seed, loop["trials"], {"stop_reason": loop["stop_reason"], "status": loop["status"]})
+            log(f"  {case.name} seed {seed}: {name} {loop['status']} ({loop['stop_reason']}), "
+                f"{len(loop['trials'])} experiments")
     for seed in bseeds:  # the baselines: theirs (measurement noise and sampler seed)
         goal = case.goal_spec(quick, seed)
         ev = Evaluator(goal, cache, tpath)
@@ -156,7 +161,7 @@ def run_case(case: Case, quick: bool, settings: Settings, cache: Path | None, lo
         dups = baselines.tpe(m, space, seed, trials_cap, goal)
         scored("tpe", seed, m.trials, {"duplicate_suggestions_answered_from_memory": dups})
     log(f"  {case.name}: baselines over seeds {list(bseeds)}")
-    for m in scoring.METHODS:
+    for m in methods:
         methods[m]["summary"] = scoring.summarize_method(methods[m]["runs"])
     if not all(c["agree"] for c in checks):
         notes.append(f"charging check FAILED: the executor's card-hours differ from the bench's rule: {checks}")
@@ -164,6 +169,9 @@ def run_case(case: Case, quick: bool, settings: Settings, cache: Path | None, lo
                                   scoring.one_deployment({m: methods[m]["runs"] for m in scoring.METHODS}))
     if not target["holds"]:
         notes.append(explain_miss(methods, target))
+    if TWIN_OFF in methods:  # the same yardsticks for the loop without its twin
+        target[TWIN_OFF] = scoring.target_check({m: methods[m]["summary"] for m in scoring.METHODS}
+                                                | {"tuneloop": methods[TWIN_OFF]["summary"]})
     goal = case.goal_spec(quick, seeds[0])
     return head | {"space_size": orc["size"], "feasible_points": orc["feasible"], "near_optimal_points": orc["near"],
                    "seeds": list(seeds), "baseline_seeds": list(bseeds),
@@ -225,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="run every case on its profile's truth perturbed by simulator.perturb(profile, SEED) (written "
                          "under --out/truths/): the oracle, the baselines and the simulated target measure it, while "
                          "the loop's goal keeps the unperturbed profile as its prior")
+    ap.add_argument("--twin", choices=("on", "off", "both"), default=None,
+                    help="the loop's planner with the goal's twin, without it, or both in the same run (the loop "
+                         "twice per seed: `tuneloop` twin on, `tuneloop_twin_off`); default $TUNELOOP_TWIN")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                     help="processes measuring the oracle's uncached points (default: the CPU count; needs --cache)")
     args = ap.parse_args(argv)
@@ -247,14 +258,14 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     results: dict[str, Any] = {"quick": args.quick, "settings": cf.settings.model_dump(),
-                               "perturb_truth": args.perturb_truth, "cases": []}
+                               "perturb_truth": args.perturb_truth, "twin": args.twin, "cases": []}
     text = ""
     for case in cases:
         log(f"case {case.name}")
         truth = None if args.perturb_truth is None else perturbed_truth(case, args.quick, args.perturb_truth, out)
         if truth is not None:
             log(f"  truth {truth['name']} ({truth['path']}): factors {truth['factors']}")
-        results["cases"].append(run_case(case, args.quick, cf.settings, cache, log, args.jobs, truth))
+        results["cases"].append(run_case(case, args.quick, cf.settings, cache, log, args.jobs, truth, args.twin))
         # written after every case, so a long full run leaves its finished cases behind
         (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
         text = write_table(results, out / "results.md")

@@ -17,9 +17,10 @@ BEST_KINDS = ("baseline", "new_best", "quality_passed")
 
 
 def run_loop(goal: Any, profile: Profile, space: dict[str, list[Any]], workdir: Path | None = None,
-             truth: str | None = None) -> dict[str, Any]:
+             truth: str | None = None, twin: bool | None = None) -> dict[str, Any]:
     """Run the loop to its own stop; returns {trials, stop_reason, status, charging_check}. With `truth` (a profile
-    YAML path or name) the sim target simulates that truth while the goal keeps its own `sim_profile` (the prior)."""
+    YAML path or name) the sim target simulates that truth while the goal keeps its own `sim_profile` (the prior).
+    `twin`: the planner searches the goal's twin (None: $TUNELOOP_TWIN, agent.loop.session.twin_enabled)."""
     from agent.loop.session import run_session
     from executor.phases import ExecSettings
     from executor.runner import Executor
@@ -36,7 +37,7 @@ def run_loop(goal: Any, profile: Profile, space: dict[str, list[Any]], workdir: 
                 goal.target: Target(name=goal.target, kind="sim", engine="sim", profile=goal.sim_profile,
                                     truth_profile=truth)}
             ex = Executor(store, targets, settings=ExecSettings.from_env(runs_root=Path(tmp) / "runs"))
-            res = run_session(goal, url, auto_approve=True, executor=ex, who="tuner-efficiency bench")
+            res = run_session(goal, url, auto_approve=True, executor=ex, who="tuner-efficiency bench", twin=twin)
             trials, check = read_trials(store, res.goal_id, goal, profile, space)
         finally:
             store.close()

@@ -6,7 +6,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.tuners.scoring import LABELS, METHODS, median_or_none
+from bench.tuners.scoring import LABELS, METHODS, TWIN_OFF, median_or_none
 
 COLUMNS = ("method", "reached", "device-h to 2 %", "experiments to 2 %", "final gap", "invalid runs",
            "repeated negatives", "device-h spent", "experiments")
@@ -53,7 +53,7 @@ def case_table(case: dict[str, Any]) -> str:
              f"optimum {opt['value']:.2f} at {opt['point']}; seeds {case['seeds']} (loop), "
              f"{case.get('baseline_seeds', case['seeds'])} (baselines).", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for m in METHODS:
+    for m in METHODS + tuple(x for x in case["methods"] if x not in METHODS):  # + the loop without its twin
         lines.append("| " + " | ".join(row(m, case["methods"][m]["summary"])) + " |")
     t = case["target"]
     verdict = "HOLDS" if t["holds"] else "DOES NOT HOLD"
@@ -101,6 +101,12 @@ def set_summary(label: str, cases: list[dict[str, Any]]) -> str:
         parts.append(f"geometric mean card-h ratio tuneloop / {name} "
                      + (f"{g:.3f}" if g is not None else "n/a") + f" over {len(have)} case(s)"
                      + (f" ({miss} where tuneloop did not reach left out)" if miss else ""))
+    off = [c["target"][TWIN_OFF] for c in run if TWIN_OFF in c["target"]]
+    if off:  # --twin both: the loop without its twin, judged by the same yardsticks in the same run
+        g = {k: geomean([t[k]["ratio"] for t in off if t[k]["ratio"] is not None]) for k in ("tpe", "grid")}
+        parts.append("twin off: geometric mean card-h ratio / TPE " + (f"{g['tpe']:.3f}" if g["tpe"] else "n/a")
+                     + ", / grid " + (f"{g['grid']:.3f}" if g["grid"] else "n/a")
+                     + f" ({sum(t['tuneloop_reached'] for t in off)}/{len(off)} case(s) reached)")
     if run:
         unreached = [c["name"] for c in run if c["target"]["tpe"]["ratio"] is None]
         if unreached:

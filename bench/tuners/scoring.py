@@ -15,7 +15,8 @@ from bench.tuners.meter import Trial
 
 EARLY = 3  # experiments after the baseline, where the allowance is below one deployment
 METHODS = ("tuneloop", "grid", "random", "tpe")
-LABELS = {"tuneloop": "tuneloop (deterministic planner)", "grid": "grid (vLLM auto_tune style)",
+TWIN_OFF = "tuneloop_twin_off"  # `--twin both`: the loop without the goal's twin, beside tuneloop (twin on)
+LABELS = {"tuneloop": "tuneloop (deterministic planner)", TWIN_OFF: "tuneloop, twin off", "grid": "grid (vLLM auto_tune style)",
           "random": "random search", "tpe": "Optuna TPE + constraints_func"}
 
 
