@@ -91,6 +91,19 @@ def test_lowering_a_cap_the_rate_and_a_pair_with_one_binding_change_are_not_refu
     assert len(inert(pair, both)[0].split("; ")) == 2  # every change inert: refused, naming both
 
 
+def test_a_pair_of_an_idle_raise_and_a_load_cut_is_refused_and_one_with_a_load_raise_is_not():
+    """A cap idle at the parent's load stays idle at a lower one: the pair learns what the cut alone would. A
+    higher rate may fill C, so C raised with it is no inert pair."""
+    h = measured(BUDGET_SPARE_EV, conc=93.1)
+    cut = build_pair(h, ("concurrency", 160), ("request_rate", 4), coupling="the explorer's pair")
+    got = inert(cut, h)
+    assert got and "achieved concurrency 93.1 < C 128" in got[0] and "request_rate 6.0 -> 4" in got[0]
+    assert not inert(build_pair(h, ("concurrency", 160), ("request_rate", 8), coupling="the explorer's pair"), h)
+    knobs = {**START, "max_num_seqs": 128}
+    idle = measured(PREFILL_BOUND | {"decode_running_max": 60.0, "decode_batch_limit": 128.0}, knobs=knobs)
+    assert inert(build_pair(idle, ("max_num_seqs", 256), ("concurrency", 90), coupling="the explorer's pair"), idle)
+
+
 def test_a_batch_cap_that_never_bound_is_refused_and_one_at_its_peak_is_not():
     knobs = {**START, "max_num_seqs": 128}
     idle = measured(PREFILL_BOUND | {"decode_running_max": 60.0, "decode_batch_limit": 128.0}, knobs=knobs)

@@ -9,7 +9,9 @@ The parent station's latest valid run is the evidence (for a screen that is the 
 * the prefill request cap (prefill_request_cap): the prefill batches already fill the token budget
   (rules/prefill_supply.py prefill_limit, its BUDGET_FULL): a higher request cap cannot add tokens to a full batch;
 * the batch cap (batch_cap): the decode batch's peak (per engine) clearly below the cap: it never bound.
-A coupled pair is refused only when every change in it is inert (one change that binds moves the objective).
+A coupled pair is refused when every change in it is inert (one change that binds moves the objective), or when
+its one other change cuts the offered load (a lower C or arrival rate: a cap idle at the parent's load stays idle
+at a lower one, so the pair learns only what the cut alone would; the explorer's pairs did this on the bench).
 Lowering a cap is never refused here (a smaller batch can move latency). Where the run lacks the figure (a real
 engine that does not export it), or the card's own station was measured already (the confirm of a screen that
 ran: a measurement outranks the evidence's reading), nothing is refused.
@@ -28,8 +30,10 @@ from agent.planner.cards import CandidateCard, Change, direction_of
 from agent.planner.history import History, Outcome
 from agent.planner.rules import MOVES, NAMES
 from agent.planner.rules.prefill_supply import prefill_limit
-from core.knobs import BATCH_CAP, CLIENT_CAP, COST_ORDER, PREFILL_REQUEST_CAP, KnobError, catalog, role_of
+from core.knobs import ARRIVAL_RATE, BATCH_CAP, CLIENT_CAP, COST_ORDER, PREFILL_REQUEST_CAP, KnobError, catalog, role_of
 from core.station import full_knobs
+
+LOAD_KNOBS = (CLIENT_CAP, ARRIVAL_RATE)  # the roles that set the offered load: cutting it never makes a cap bind
 
 # a cap's figure (achieved concurrency on average, the decode batch at its sampled peak) under 80 % of the cap:
 # a fifth of its slots stay free, clearly beyond the 85-90 % at which the rules already call a filled cap binding
@@ -47,11 +51,18 @@ def inert_refusal(card: CandidateCard, history: History) -> str | None:
     if run is None:
         return None
     whys = [inert_why(c, run, history) for c in card.changes]
-    if not whys or any(w is None for w in whys):
+    idle = [w for w in whys if w is not None]
+    if not idle:
         return None
+    if len(idle) < len(whys):  # a pair with one idle raise: inert only beside a cut of the offered load
+        cut = next(c for c, w in zip(card.changes, whys) if w is None)
+        if role_of(cut.knob) not in LOAD_KNOBS or direction_of(cut) != "down":
+            return None
+        idle.append(f"{cut.knob} {cut.old!r} -> {cut.new!r} lowers the load, so the cap stays idle: the pair "
+                    f"learns what that change alone would")
     if learns(card, history) is not None:
         return None
-    return "inert: " + "; ".join(w for w in whys if w)
+    return "inert: " + "; ".join(idle)
 
 
 def inert_why(c: Change, run: Outcome, history: History) -> str | None:
