@@ -1,4 +1,5 @@
-"""The same deterministic checks for every proposal, whoever wrote it (rules or an LLM).
+"""The same deterministic checks for every proposal, whoever wrote it (rules, the explorer or an LLM): among them
+that no card raises a cap the evidence shows does not bind (agent/planner/inert.py).
 
 Each check returns a refusal line (check name + reason) or nothing; a card passes when the list is empty.
 """
@@ -8,6 +9,7 @@ from typing import Any
 
 from agent.planner.candidates import CandidateCard, Change
 from agent.planner.history import History
+from agent.planner.inert import inert_refusal
 from core.canonical import canon
 from core.knobs import COST_ORDER, KnobError, catalog
 from core.station import change_cost
@@ -69,6 +71,9 @@ def check(card: CandidateCard, history: History) -> list[str]:
                 out.append(f"in_range: {e}")
         for c in card.changes:
             out += _negatives(c, card, history)
+        inert = inert_refusal(card, history)  # a cap the evidence shows does not bind, raised (agent/planner/inert.py)
+        if inert is not None:
+            out.append(inert)
         if card.station_key in history.predicted_negatives:  # set aside unrun (any stage): a prediction, not a result
             out.append(f"predicted_negative: {history.predicted_negatives[card.station_key]}")
         if card.stage == "screen" and card.parent_knobs_hash != history.best_knobs_hash:
