@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -96,8 +97,6 @@ def factors_of(profile: Profile) -> dict[str, float]:
 
 def write(profile: Profile, path: Any) -> str:
     """Write a (perturbed) profile as YAML that `core.profiles.load(path)` reads back equal; returns the path."""
-    from pathlib import Path
-
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(yaml.safe_dump(profile.model_dump(), sort_keys=False))
