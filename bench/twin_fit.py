@@ -9,8 +9,11 @@ fitter) is compared with the truth:
 
 * per coefficient: the relative error of every fitted step cost (a coefficient the runs could not separate keeps
   the prior's value and is listed as held);
-* per step: the relative error of the decode step time at each run's own operating points (the batch and resident
-  KV of its steps) and of the prefill step time at the token budget — the step costs as the runs exercise them.
+* per step: the relative error of the decode step time at each run's own operating points (the batch, resident KV,
+  draft positions and expert layout of its steps; the imbalance is the truth's for the truth and the prior's for
+  the twin, which does not fit it) and of the prefill step time at the token budget — the step costs as the runs
+  exercise them (a coefficient the runs cannot separate from another, b from b_draft at one draft width, can be
+  far off while the step is right).
 
 Prints one line per case × seed and a summary; writes --out/results.json.
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -34,17 +38,23 @@ RUNS = 3  # the must-hold: within 10 % after at most 3 valid runs
 COEFFS = {"decode": ("a", "b", "c", "a_draft", "b_draft"), "prefill": ("a", "b", "c")}
 
 
-def decode_step(cost: Any, batch: float, kv: float, k: int = 0) -> float:
-    """t_D at batch B and resident KV tokens (no imbalance, no draft: the shared part of every profile)."""
-    return cost.a + cost.b * batch * (k + 1) + cost.c * kv
+def decode_step(cost: Any, batch: float, kv: float, k: int = 0, layout: str = "none") -> float:
+    """t_D at batch B, resident KV tokens and k draft positions, with the layout's expert imbalance (the simulator's
+    own formula, simulator/decode.py step_parts)."""
+    n_tok = batch * (k + 1)
+    imb = 1.0
+    if cost.ep > 1 and n_tok:
+        imb = cost.skew(layout) * (1 + math.sqrt(2 * math.log(cost.ep) * cost.ep / (n_tok * cost.topk)))
+    return cost.sched_s + (cost.a + cost.b * n_tok + cost.c * kv) * imb + k * (cost.a_draft + cost.b_draft * batch)
 
 
 def prefill_step(cost: Any, tokens: float, ctx: float) -> float:
     return cost.a + cost.b * tokens + cost.c * tokens * (ctx + tokens / 2)
 
 
-def operating_points(run_dir: Path) -> list[tuple[float, float]]:
-    """(batch, resident KV tokens) of a run's decode steps, from its records (the calibration's own reading)."""
+def operating_points(run_dir: Path) -> list[tuple[float, float, int, str]]:
+    """(batch, resident KV tokens, draft positions, expert layout) at nine instants of a run's decode, from its
+    records and its knobs."""
     from core import records as rec
     from core.records import RequestRecord
 
@@ -52,6 +62,10 @@ def operating_points(run_dir: Path) -> list[tuple[float, float]]:
     recs = [r for r in rec.read_jsonl(d / rec.REQUESTS, RequestRecord) if r.ok and len(r.chunk_times) >= 2]
     if not recs:
         return []
+    spec = json.loads((run_dir / "spec.json").read_text()) if (run_dir / "spec.json").exists() else {}
+    knobs = spec.get("knobs") or {}
+    k = int(knobs.get("num_speculative_tokens") or 0) if knobs.get("speculative_method", "none") != "none" else 0
+    layout = str(knobs.get("expert_layout") or "none")
     t0, t1 = min(r.chunk_times[0] for r in recs), max(r.chunk_times[-1] for r in recs)
     pts = []
     for i in range(1, 10):  # nine instants across the run: the requests in decode and their context then
@@ -59,7 +73,7 @@ def operating_points(run_dir: Path) -> list[tuple[float, float]]:
         live = [r for r in recs if r.chunk_times[0] <= t <= r.chunk_times[-1]]
         if live:
             kv = sum((r.n_in or 0) + sum(1 for x in r.chunk_times if x <= t) for r in live)
-            pts.append((float(len(live)), float(kv)))
+            pts.append((float(len(live)), float(kv), k, layout))
     return pts
 
 
@@ -109,8 +123,8 @@ def one(case: Any, seed: int, work: Path) -> dict[str, Any]:
                 held.append(name)
             elif true:
                 coeffs[name] = value / true - 1
-        dstep = [decode_step(fit.profile.decode_cost, b, kv) / decode_step(truth.decode_cost, b, kv) - 1
-                 for b, kv in pts]
+        dstep = [decode_step(fit.profile.decode_cost, b, kv, k, lay) / decode_step(truth.decode_cost, b, kv, k, lay) - 1
+                 for b, kv, k, lay in pts]
         pstep = prefill_step(fit.profile.prefill_cost, budget, 0) / prefill_step(truth.prefill_cost, budget, 0) - 1
         out["fits"].append({"runs": k, "coefficients": coeffs, "held": held,
                             "decode_step_max": max((abs(x) for x in dstep), default=None),
