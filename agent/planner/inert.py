@@ -39,6 +39,7 @@ LOAD_KNOBS = (CLIENT_CAP, ARRIVAL_RATE)  # the roles that set the offered load: 
 # a fifth of its slots stay free, clearly beyond the 85-90 % at which the rules already call a filled cap binding
 # (load_headroom C_FILLED, client_supply CAP_FILLED) and beyond a sampled gauge's miss of a peak (AT_LIMIT's 5 %);
 # relative, so it reads the same at C=16 as at C=512
+INERT = "inert:"  # the refusal's code: a card whose change the evidence shows cannot move the objective
 CLEAR_OF_CAP = 0.8  # a judgement: a fifth of the cap's slots free is clearly not binding
 
 
@@ -62,7 +63,7 @@ def inert_refusal(card: CandidateCard, history: History) -> str | None:
                     f"learns what that change alone would")
     if learns(card, history) is not None:
         return None
-    return "inert: " + "; ".join(idle)
+    return f"{INERT} " + "; ".join(idle)
 
 
 def inert_why(c: Change, run: Outcome, history: History) -> str | None:

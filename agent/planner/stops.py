@@ -15,6 +15,7 @@ from agent.planner.proposers import EXPLORE
 from agent.planner.proposers.base import Asking
 from agent.planner.diagnosis import Diagnosis
 from agent.planner.history import History
+from agent.planner.inert import INERT
 from agent.planner.plan import Plan
 from agent.planner.value import Value
 
@@ -69,14 +70,13 @@ def explore_or_stop(history: History, diag: Diagnosis | None, ranked: list[tuple
 def no_candidate_reason(ranked: list[tuple[str, float, str]], history: History) -> str:
     """Why nothing passed: say so plainly when the budget is what refused the candidates left."""
     vetoed = [r for r in ranked if "rejected:" in r[2]]
-    if vetoed and all("rejected:" in r[2] or "not_finished" in r[2] or "known_negative" in r[2] or "measured:" in r[2]
-                      or "affordable:" in r[2] for r in ranked):
+    # not candidates at all: measured, a known negative, a change the evidence shows cannot move the objective
+    gone = ("not_finished", "known_negative", "measured:", INERT)
+    if vetoed and all("rejected:" in r[2] or "affordable:" in r[2] or any(g in r[2] for g in gone) for r in ranked):
         return (f"nothing left that was not rejected: {len(vetoed)} of the {len(ranked)} remaining candidate(s) "
                 f"were rejected by a person or denied by the authorisation table")
     unaffordable = [r for r in ranked if "affordable:" in r[2]]
-    if unaffordable and all("affordable:" in r[2] or "not_finished" in r[2] or "known_negative" in r[2]
-           or "measured:" in r[2]
-                            for r in ranked):
+    if unaffordable and all("affordable:" in r[2] or any(g in r[2] for g in gone) for r in ranked):
         return (f"budget spent: none of the {len(unaffordable)} remaining candidate(s) is affordable "
                 f"({history.budget_left_card_hours:.2f} card-h left)")
     why: dict[str, int] = {}
