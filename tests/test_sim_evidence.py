@@ -37,6 +37,11 @@ LIBRARY = {
     "llama31-70b-h100-p8d4-tcp": "rag32k",
     "qwen25-32b-h100-p2d2": "chat512-out256",
     "llama31-8b-910b-p1d1": "chat2k-out512-agent",
+    # issue 38 item 7: four more kinds (a mixed engine, KV-capacity bound, dynamic EPLB + MTP, prefix-cache bound)
+    "qwen25-7b-a100-mixed": "chat512-out256",
+    "deepseek-v3-h200-p8d8": "chat2k",
+    "llama31-8b-l4-p1d1-longctx": "docqa16k-out512",
+    "qwen3-32b-910b-p2d4-agent": "agent12k-tools-out256",
 }
 
 
@@ -233,13 +238,13 @@ def test_sim_server_expert_distribution_recorder():
 
 
 def test_library_cases_split_into_tune_and_heldout_and_contain_their_start():
-    """bench/scenarios.yaml: one case per library profile on its scenario, four to tune on and four held out, and
+    """bench/scenarios.yaml: one case per library profile on its scenario, six to tune on and six held out, and
     each sweep contains the start station (so the grid's optimum is comparable with where a tuner begins)."""
     cf = load_cases(Path(__file__).resolve().parents[1] / "bench" / "scenarios.yaml")
     lib = [c for c in cf.cases if c.set is not None]
     assert sorted(c.goal["sim_profile"] for c in lib) == sorted(LIBRARY)
     assert all(c.goal["scenario"] == LIBRARY[c.goal["sim_profile"]] for c in lib)
-    assert sorted(c.set for c in lib) == ["heldout"] * 4 + ["tune"] * 4
+    assert sorted(c.set for c in lib) == ["heldout"] * 6 + ["tune"] * 6
     for c in lib:
         start = c.goal_spec(False, 0).start_station()
         for knob, values in c.space.items():
