@@ -160,19 +160,24 @@ class Search:
     unmodelled: tuple[str, ...] = field(default_factory=tuple)
 
 
+def predicted(history: History, twin: TwinFit, knobs: dict[str, Any]) -> tuple[Station, tuple[str, ...]]:
+    """The twin's figures of one station at the goal's confirm N, and the knobs it does not model."""
+    goal = history.goal
+    limit = goal.constraints.tpot_mean_ms_lt
+    got = twin.predict(goal.scenario, knobs, goal.protocol.confirm_n, goal.protocol.warmup, goal.protocol.seeds[0])
+    tpot = got.get("tpot_mean_ms")
+    return (Station(dict(knobs), got.get(metric_of(goal)), tpot, limit is None or (tpot is not None and tpot < limit)),
+            tuple(got.get("knobs_not_modelled") or ()))
+
+
 def search(history: History, twin: TwinFit, budget: int = SEARCH_SIMULATIONS) -> Search | None:
     """The twin's one-change neighbourhood of the best station and its ascent to the twin's optimum."""
     goal = history.goal
-    metric, limit = metric_of(goal), goal.constraints.tpot_mean_ms_lt
-    n, warmup, seed = goal.protocol.confirm_n, goal.protocol.warmup, goal.protocol.seeds[0]
     count = [0]
 
     def at(knobs: dict[str, Any]) -> tuple[Station, tuple[str, ...]]:
         count[0] += 1
-        got = twin.predict(goal.scenario, knobs, n, warmup, seed)
-        tpot = got.get("tpot_mean_ms")
-        return (Station(dict(knobs), got.get(metric), tpot, limit is None or (tpot is not None and tpot < limit)),
-                tuple(got.get("knobs_not_modelled") or ()))
+        return predicted(history, twin, knobs)
 
     base, left = at(history.best_knobs)
     if base.objective is None:

@@ -76,12 +76,7 @@ class Judge:
     def station(self, knobs: dict[str, Any]) -> tw.Station:
         key = station_hash(knobs)
         if key not in self.known:
-            g = self.h.goal
-            got = self.fid.twin.predict(g.scenario, knobs, g.protocol.confirm_n, g.protocol.warmup,  # type: ignore[union-attr]
-                                        g.protocol.seeds[0])
-            tpot, limit = got.get("tpot_mean_ms"), g.constraints.tpot_mean_ms_lt
-            self.known[key] = tw.Station(dict(knobs), got.get(tw.metric_of(g)), tpot,
-                                         limit is None or (tpot is not None and tpot < limit))
+            self.known[key] = tw.predicted(self.h, self.fid.twin, knobs)[0]  # type: ignore[arg-type]
         return self.known[key]
 
     def value(self, card: CandidateCard, st: tw.Station | None = None) -> tuple[CandidateCard, Value] | None:
