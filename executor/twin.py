@@ -8,7 +8,7 @@ twin learns the deployment only from its runs. The fit is `simulator.calibrate.c
 records (step costs with their standard errors, prompt tokenisation): what the runs say wins over the prior, and a
 coefficient the runs cannot separate keeps the prior's value and says so.
 
-Fits are kept per set of runs (the planner asks for the twin fitted on every prefix of the goal's runs to
+The fit on no run is the prior itself (it predicts the goal's first run out of sample). Fits are kept per set of runs (the planner asks for the twin fitted on every prefix of the goal's runs to
 measure its out-of-sample error, agent/planner/twin.py); a station's prediction is kept per fit.
 """
 from __future__ import annotations
@@ -77,12 +77,12 @@ class Twins:
         return got
 
     def _fit(self, prior: str, run_ids: tuple[str, ...]) -> Twin | str:
-        if not run_ids:
-            return "no valid run to fit"
         try:
             base = profiles.load(prior)
         except Exception as e:  # a prior that cannot be read: no twin, said once per fit
             return f"prior profile {prior!r} cannot be read: {e}"
+        if not run_ids:  # the prior itself, before any run: what predicts the first run out of sample
+            return Twin(profile=base, prior=prior, runs=(), table=[])
         dirs = [self.root / r for r in run_ids]
         missing = [r for r, d in zip(run_ids, dirs) if not d.is_dir()]
         if missing:

@@ -73,7 +73,8 @@ def test_the_prior_is_the_calibrated_profile_or_the_goals_never_anything_else(tm
     assert prior_of(sim.model_copy(update={"calibrated_profile": "x.yaml"}), PRIOR) == "x.yaml"
     assert prior_of(sim.model_copy(update={"kind": "ssh", "engine": "vllm"}), PRIOR) is None
     assert prior_of(None, PRIOR) is None
-    assert "no valid run" in Twins(tmp_path).fit(PRIOR, ())
+    bare = Twins(tmp_path).fit(PRIOR, ())  # the fit on no run is the prior itself: it predicts the first run
+    assert not isinstance(bare, str) and bare.runs == () and bare.table == [] and bare.profile.name == PRIOR
     assert "not under" in Twins(tmp_path).fit(PRIOR, ("missing",))
 
 
@@ -128,18 +129,10 @@ def test_the_twin_leads_the_loop_and_its_cards_say_so_and_pass_the_same_checks(t
 
 
 def test_a_twin_whose_error_stays_high_hands_the_lead_to_the_rules_and_the_cards_say_so(tmp_path, runs_root):
-    url = f"sqlite:///{tmp_path / 't.db'}"
-    res = run_session(goal(4), url, auto_approve=True, twin=False)
-    st = Store(url)
-    try:
-        h = build_history(st, res.goal_id)
-    finally:
-        st.close()
+    h = _ran(tmp_path, goal(4))
     assert len(tw.runs_of(h)) >= 3
     # a twin that cannot fit this deployment: every step twice as slow as the runs say, whatever the runs
-    prior = profiles.load(PRIOR)
-    wrong = prior.model_copy(update={"decode_cost": prior.decode_cost.model_copy(
-        update={k: getattr(prior.decode_cost, k) * 2 for k in ("a", "b", "c")})})
+    wrong = _twice_as_slow()
 
     def fitter(runs):
         return Twin(profile=wrong, prior=PRIOR, runs=tuple(runs), table=[])
@@ -214,3 +207,108 @@ def test_in_the_loop_the_twin_fits_a_perturbed_truth_it_is_never_handed(tmp_path
     assert all(abs(f) < 0.10 for f, _ in off.values()), off  # ... and the fit lands within 10 % of the truth
     led = [c for c in cards if LED in (c.get("note") or "")]
     assert led and all(truth.name not in (c.get("note") or "") and path not in str(c) for c in cards)
+
+
+def _start_far(experiments: int) -> object:
+    """A goal whose start is two coupled changes from its optimum: C caps the batch (raising max_num_seqs alone
+    cannot fill it), C alone queues in front of the batch cap."""
+    return parse_goal({
+        "name": "twin-jump", "engine": "sim", "target": "sim", "sim_profile": PRIOR, "scenario": "chat2k",
+        "objective": {"metric": "output_tok_s_per_card", "window": "whole"},
+        "constraints": {"tpot_mean_ms_lt": 40, "all_succeed": True, "output_len": 512},
+        "start_knobs": {"max_num_seqs": 32, "concurrency": 32},
+        "search_space": {"max_num_seqs": [32, 64, 128], "concurrency": [32, 64, 128, 256],
+                         "max_num_batched_tokens": [2048, 8192]},
+        "protocol": {"screen_n": 160, "confirm_n": 320},
+        "authorisation": {"hot": "auto", "restart": "auto"},
+        "budget": {"card_hours": 50, "experiments": experiments}}, "test")
+
+
+def _ran(tmp_path: Path, g: object) -> object:
+    """The history of the goal run to its own stop without the twin."""
+    url = f"sqlite:///{tmp_path / 'ran.db'}"
+    res = run_session(g, url, auto_approve=True, twin=False)
+    st = Store(url)
+    try:
+        return build_history(st, res.goal_id)
+    finally:
+        st.close()
+
+
+def _twice_as_slow():
+    """A twin's profile that cannot fit the runs: every decode step twice the prior's."""
+    prior = profiles.load(PRIOR)
+    return prior.model_copy(update={"decode_cost": prior.decode_cost.model_copy(
+        update={k: getattr(prior.decode_cost, k) * 2 for k in ("a", "b", "c")})})
+
+
+def _baseline_only(tmp_path: Path) -> object:
+    h = _ran(tmp_path, _start_far(1))
+    return h.model_copy(update={"experiments_left": 4})  # the goal ran its baseline; moves are what is asked
+
+
+def test_the_twin_jumps_to_its_optimum_naming_every_change_only_while_it_predicts_the_runs(tmp_path, runs_root):
+    from agent.planner.pairs import build_jump
+
+    h = _baseline_only(tmp_path)
+    real = Twins(runs_root)
+    cards = candidates(h.with_twin(lambda runs: real.fit(PRIOR, tuple(runs))), diagnosis_for(h))
+    jumps = [(c, v) for c, v in cards if (c.coupling or "").startswith("the twin's optimum is")]
+    assert jumps, [c.title() for c, _ in cards]
+    card, v = jumps[0]
+    # the prior predicted the baseline (the goal's first run) inside its interval: the jump names every change
+    assert card.multi and {c.knob for c in card.changes} == {k for k in card.knobs if card.knobs[k] != h.best_knobs.get(k)}
+    assert all(f"{c.knob}={c.new!r} alone" in card.coupling for c in card.changes)
+    assert card.prediction is not None and card.prediction.source == "twin" and v.gain > 0
+    assert check(card, h) == []  # the same checks as every card
+    # a twin that missed the goal's last run (every decode step twice what the runs say) jumps nowhere
+    def wrong(runs):
+        return Twin(profile=_twice_as_slow(), prior=PRIOR, runs=tuple(runs), table=[])
+
+    fid = tw.fidelity(h, wrong)
+    assert fid.scored and fid.scored[-1].miss
+    cards = candidates(h.with_twin(wrong), diagnosis_for(h))
+    assert not any((c.coupling or "").startswith("the twin's optimum is") for c, _ in cards)
+    # three changes and more: the rest in `more`, every knob named and changed, its dearest change's class
+    three = build_jump(h, [("concurrency", 128), ("max_num_seqs", 64), ("max_num_batched_tokens", 2048)],
+                       coupling="the twin's optimum is 3 changes away")
+    assert len(three.changes) == 3 and "max_num_batched_tokens 8192 -> 2048" in three.title()
+    assert three.cost_class == "restart"
+    assert check(three, h) == []
+    same = three.model_copy(update={"more": (three.more[0].model_copy(update={"new": 8192}),)})
+    assert any(r.startswith("one_change: a jump of 3 changes must change its 3 knobs") for r in check(same, h))
+    assert any(r.startswith("one_change: a jump names its second change first") for r in
+               check(three.model_copy(update={"also": None}), h))
+    assert any(r.startswith("cost_class: a jump costs its dearest change's class (restart)") for r in
+               check(three.model_copy(update={"cost_class": "hot"}), h))
+
+
+def test_a_veto_of_a_jump_is_of_that_jump_only(tmp_path, runs_root):
+    from agent.planner.history import Veto
+    from agent.planner.pairs import build_jump, build_pair
+
+    h = _baseline_only(tmp_path)
+    three = build_jump(h, [("concurrency", 128), ("max_num_seqs", 64), ("max_num_batched_tokens", 2048)],
+                       coupling="the twin's optimum is 3 changes away")
+    veto = Veto(knob="concurrency", value=128, also_knob="max_num_seqs", also_value=64,
+                more=(("max_num_batched_tokens", 2048),), scenario=three.scenario, data_version=h.data_version,
+                parent_knobs_hash=three.parent_knobs_hash, source_identity=h.source_identity)
+    assert veto.applies(three, h.data_version, h.source_identity)
+    pair = build_pair(h, ("concurrency", 128), ("max_num_seqs", 64), coupling="c")
+    assert not veto.applies(pair, h.data_version, h.source_identity)  # the person refused the three together
+
+
+def test_in_the_loop_the_twin_jumps_then_stops_when_its_search_finds_nothing_left(tmp_path, runs_root):
+    url = f"sqlite:///{tmp_path / 'loop.db'}"
+    res = run_session(_start_far(8), url, auto_approve=True, twin=True)
+    st = Store(url)
+    try:
+        cards = [c.card for c in st.candidates(res.goal_id) if c.card.get("change")]
+        runs = st.runs(res.goal_id)
+    finally:
+        st.close()
+    jumps = [c for c in cards if (c.get("coupling") or "").startswith("the twin's optimum is")]
+    assert jumps and jumps[0].get("also") is not None and LED in (jumps[0].get("note") or ""), cards
+    # the twin predicted the runs and searched the space: the loop stops on it, within its budget, saying why
+    assert res.reason.startswith("nothing left to gain by the goal's twin: it predicted the last 2 runs"), res.reason
+    assert len(runs) < 8

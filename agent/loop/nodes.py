@@ -332,7 +332,7 @@ class Loop:
         known = card.change is not None and any(
             n.applies(card.change.knob, card.change.new, card.scenario, history.data_version, card.parent_knobs_hash,
                       history.source_identity) for n in history.negatives)
-        if outcome == "negative" and card.change is not None and card.also is None and not known:
+        if outcome == "negative" and card.change is not None and not card.multi and not known:
             # (an instruction may repeat one; a coupled pair's negative is its own experiment, not either change's)
             self.store.add_negative(card.change.knob, card.change.new, conditions(card, history), goal_id=self.goal_id,
                                     run_id=res.run_id, candidate_id=cand.id, reason=reason)

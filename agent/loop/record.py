@@ -122,6 +122,8 @@ def _scenario_version(name: str) -> str:
 
 
 def _vetoed_pair(cand: Any) -> dict[str, Any]:
-    """A rejected coupled pair's second change, read from the card a person refused: the veto is of that pair."""
+    """A rejected coupled pair's second change (and a jump's further ones), read from the card a person refused:
+    the veto is of that pair or jump."""
     also = cand.card.get("also") if cand is not None else None
-    return {"also_knob": also["knob"], "also_value": also["new"]} if also else {}
+    more = tuple((c["knob"], c["new"]) for c in (cand.card.get("more") or ())) if cand is not None else ()
+    return ({"also_knob": also["knob"], "also_value": also["new"]} if also else {}) | ({"more": more} if more else {})

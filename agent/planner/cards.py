@@ -1,5 +1,7 @@
 """The card as data (docs/glossary.md): parent station + exactly one change + why, what, and what a negative rules
-out; a second change (`also`) only with the coupling the evidence names (`coupling`; agent/planner/pairs.py).
+out; a second change (`also`) only with the coupling the evidence names (`coupling`; agent/planner/pairs.py), and
+more changes (`more`) only as the jump to the goal's twin's optimum while the twin predicts this goal's runs inside
+its interval (`coupling` names the twin's path; agent/planner/proposers/twin_search.py).
 
 A card is content-hashed twice: `experiment_key` names the experiment (scenario, resulting station,
 stage, N: the same key is never run twice) and `content_hash` covers everything a person is shown
@@ -70,10 +72,16 @@ class CandidateCard(BaseModel):
     prediction: Prediction | None = None  # the hypothesis ledger's numeric prediction (core.ledger)
     also: Change | None = None  # a coupled pair's second change (agent/planner/pairs.py), never without `coupling`
     coupling: str | None = None  # which coupling the evidence names, and why one change alone does not do
+    more: tuple[Change, ...] = ()  # a twin's jump: its third and later changes, never without `also` and `coupling`
 
     @property
     def changes(self) -> list[Change]:
-        return [c for c in (self.change, self.also) if c is not None]
+        return [c for c in (self.change, self.also, *self.more) if c is not None]
+
+    @property
+    def multi(self) -> bool:
+        """More than one change: a coupled pair or a twin's jump (tests its coupling, not either change alone)."""
+        return len(self.changes) > 1
 
     @property
     def knobs(self) -> dict[str, Any]:
@@ -112,6 +120,8 @@ class CandidateCard(BaseModel):
             skip.add("attempt")
         if self.also is None and self.coupling is None:
             skip |= {"also", "coupling"}  # one-change cards keep the hashes they always had
+        if not self.more:
+            skip.add("more")  # as do pairs
         body = self.model_dump(exclude=skip)
         return digest(body, CONTENT_HASH_LENGTH)
 
@@ -127,7 +137,7 @@ class CandidateCard(BaseModel):
 
 def change_words(card: dict[str, Any], arrow: str = "->", fmt: Any = repr) -> str | None:
     """A stored card's change(s) in words ("k 1 -> 2", a coupled pair's two joined by " + "); None: a reference."""
-    chs = [c for c in (card.get("change"), card.get("also")) if c]
+    chs = [c for c in (card.get("change"), card.get("also"), *(card.get("more") or ())) if c]
     return " + ".join(f"{c['knob']} {fmt(c['old'])} {arrow} {fmt(c['new'])}" for c in chs) or None
 
 
@@ -175,7 +185,8 @@ def with_stage(card: CandidateCard, stage: Stage, n: int) -> CandidateCard:
 def card_record(card: CandidateCard) -> dict[str, Any]:
     """The card as stored (and shown): its fields plus the store's index keys."""
     # an infinite request_rate stays "inf" (JSON mode would write null); a one-change card is stored as it always was
-    d = canon(card.model_dump(exclude={"also", "coupling"} if card.also is None and card.coupling is None else None))
+    skip = ({"also", "coupling"} if card.also is None and card.coupling is None else set()) | (set() if card.more else {"more"})
+    d = canon(card.model_dump(exclude=skip or None))
     d.update({"knob": card.change.knob if card.change else None,
               "value": card.change.new if card.change else None, "parent_hash": card.parent_knobs_hash})
     return d

@@ -49,12 +49,16 @@ def check(card: CandidateCard, history: History) -> list[str]:
         diff = {k for k in set(card.knobs) | set(card.parent_knobs)
                 if not _eq(card.knobs.get(k), card.parent_knobs.get(k))}
         named = {c.knob for c in card.changes}
-        if card.also is None and len(diff) != 1:
+        if not card.multi and len(diff) != 1:
             out.append(f"one_change: {len(diff)} knobs differ from the parent ({sorted(diff)})")
-        elif card.also is not None and (diff != named or len(named) != 2):
-            out.append(f"one_change: a coupled pair must change its two knobs, {sorted(diff)} differ")
-        if card.also is not None and not card.coupling:
+        elif card.multi and (diff != named or len(named) != len(card.changes)):
+            what = "a coupled pair must change its two knobs" if len(card.changes) == 2 else \
+                f"a jump of {len(card.changes)} changes must change its {len(card.changes)} knobs"
+            out.append(f"one_change: {what}, {sorted(diff)} differ")
+        if card.multi and not card.coupling:
             out.append("one_change: a second change needs the coupling the evidence names")
+        if card.more and card.also is None:
+            out.append("one_change: a jump names its second change first (`also`)")
         risky = False
         for c in card.changes:
             found = _change_refusals(c, card, history)
@@ -81,8 +85,9 @@ def check(card: CandidateCard, history: History) -> list[str]:
         if card.quality_risk != risky:
             out.append(f"quality_risk: {' + '.join(sorted(named))} quality risk is {risky}")
         worst = max((catalog().get(c.knob).cost_class for c in card.changes), key=COST_ORDER.__getitem__)
-        if card.also is not None and card.cost_class != worst:
-            out.append(f"cost_class: a coupled pair costs its dearer change's class ({worst}), not {card.cost_class}")
+        if card.multi and card.cost_class != worst:
+            what = "a coupled pair costs its dearer" if len(card.changes) == 2 else "a jump costs its dearest"
+            out.append(f"cost_class: {what} change's class ({worst}), not {card.cost_class}")
     if card.stage == "screen" and card.n != goal.protocol.screen_n:
         out.append(f"protocol: screen N must be {goal.protocol.screen_n}, not {card.n}")
     if card.stage == "confirm" and card.n != goal.protocol.confirm_n:

@@ -20,6 +20,7 @@ from agent.planner.proposers import RANK, RECOVER, Asking
 from agent.planner.proposers.twin_search import RULES_LED
 from agent.planner.rules.spec_acceptance import fitted_cost
 from agent.planner.screens import screen_blind, to_confirm
+from agent.planner.proposers.twin_search import likely
 from agent.planner.stops import MIN_VALUE, explore_or_stop
 from agent.planner.value import Value
 from core.station import full_knobs  # the deployed station: catalog defaults filled in (the token budget)
@@ -39,7 +40,7 @@ def ruled_out(history: History) -> set[str]:
     for o in history.outcomes:
         if o.decision != "negative" or o.card.change is None or o.card.parent_knobs_hash != history.best_knobs_hash:
             continue
-        if o.card.also is not None:  # a coupled pair tests its coupling, not either change's hypothesis alone
+        if o.card.multi:  # a coupled pair tests its coupling, not either change's hypothesis alone
             out.add(pair_hypothesis(o.card))
             continue
         c = o.card.change
@@ -55,7 +56,7 @@ def closes_hypothesis(outcome: str, card: CandidateCard, history: History) -> st
     c = card.change
     if outcome != "negative" or c is None or card.parent_knobs_hash != history.best_knobs_hash:
         return None
-    if card.also is not None:
+    if card.multi:
         h = pair_hypothesis(card)
         return h if h not in ruled_out(history) else None
     rule = rule_for(c.knob, direction_of(c))
@@ -133,15 +134,20 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
     """Every rank-phase proposer's moves from the best station, pooled and valued (unchecked), best first: the
     value per card-hour every move is ranked by. A proposer's holds (an exclusive coupling) cut the value of the
     one-change moves they name to HELD_ALONE of what it was (the pair runs first; each alone stays open)."""
+    return pooled(history, diag)[0]
+
+
+def pooled(history: History, diag: Diagnosis | None) -> tuple[list[tuple[CandidateCard, Value]], str]:
+    """`candidates`, and why the leading model says nothing is left to gain ("" when none says so)."""
     goal = history.goal
     restart = history.cost.estimate("restart", goal.protocol.screen_n, goal.protocol.warmup, needs_restart=True)
     asking = Asking(history, diag, restart=restart, native_missing=_native_missing(history))
     pooled, held, led = [], {}, []
-    lead, judge, yields = "", None, []
+    lead, judge, yields, settled = "", None, [], ""
     for proposer in RANK:
         got = proposer.propose(asking)
         if got.lead and not lead:
-            lead, judge = got.lead, got.judge
+            lead, judge, settled = got.lead, got.judge, got.settled
             led += [(p.card, p.value) for p in got.moves if p.value is not None]
         else:
             pooled += [(p.card, p.value) for p in got.moves if p.value is not None]
@@ -154,7 +160,7 @@ def candidates(history: History, diag: Diagnosis | None) -> list[tuple[Candidate
     out = [(_noted(card, lead), v) for card, v in led] + [(_noted(card, lead or "; ".join(
         f"{RULES_LED}: {y}" for y in yields)), v) for card, v in out]
     out.sort(key=lambda cv: (-cv[1].value, cv[0].title()))
-    return out
+    return out, settled
 
 
 def _noted(card: CandidateCard, why: str) -> CandidateCard:
@@ -223,7 +229,8 @@ class DeterministicPlanner:
         passing: list[tuple[CandidateCard, Value]] = []
         left = (f"{history.experiments_left} experiment(s) left cannot pay a reference, a screen and its confirm"
                 if direct else None)
-        cands = [(card, v, check(card, history)) for card, v in candidates(history, diag)]
+        found, settled = pooled(history, diag)
+        cands = [(card, v, check(card, history)) for card, v in found]
         screens = sum(1 for c, _, r in cands if not r and c.stage == "screen")  # would share a screen-N reference
         for card, v, refusals in cands:
             why_direct = left or _cheaper_direct(card, v, history, screens) or screen_blind(card, history, v.gain)
@@ -233,14 +240,19 @@ class DeterministicPlanner:
             ranked.append((card.title(), v.value, "; ".join(refusals) or v.why))
             if not refusals:
                 passing.append((card, v))
-        if passing and passing[0][1].value >= MIN_VALUE and not stale:
-            card, v = passing[0]
+        # worth running: above the rules' least value, or, where the twin leads, more likely than not to gain the
+        # least gain (its own calibrated chance, agent/planner/proposers/twin_search.py)
+        chosen = next((cv for cv in passing if cv is passing[0] and cv[1].value >= MIN_VALUE or likely(*cv)), None)
+        if chosen is not None and not stale:
+            card, v = chosen
             hot = hot_while_warm(passing, history)
             if hot is not None and hot[0] is not card:
                 card = hot[0]
                 ranked.append((card.title(), hot[1].value, "runs first: a hot move on the warm best station; "
                                                            "after a restart elsewhere it would cost a restart too"))
             plan = Plan(card=card, diagnosis=diag, ranked=ranked, move=True)
+        elif settled and not stale:  # the twin, predicting the runs, searched the space: nothing left to gain
+            plan = Plan(card=None, diagnosis=diag, ranked=ranked, stop_reason=settled)
         else:
             restage = (lambda c: straight_to_confirm(c, history, left or "the best station has no screen-N "  # noqa: E731
                                                      "reference to screen against")) if direct or at_confirm else None
@@ -320,7 +332,7 @@ def hot_while_warm(passing: list[tuple[CandidateCard, Value]],
     # a trade-off move (lower C) aims at the objective only when it may give the missing native window
     window = _native_missing(history)
     # never a change of a passing coupled pair: its negative alone would refuse the pair (a known negative in it)
-    paired = {(x.knob, repr(x.new)) for p, _ in passing if p.also is not None for x in p.changes}
+    paired = {(x.knob, repr(x.new)) for p, _ in passing if p.multi for x in p.changes}
     return next(((c, v) for c, v in passing if c.cost_class == "hot" and v.value >= MIN_VALUE
                  and c.hypothesis is not None and v.confidence >= OPEN_LOW and (window or not _tradeoff(c))
                  and (c.change is None or (c.change.knob, repr(c.change.new)) not in paired)), None)

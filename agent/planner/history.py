@@ -110,13 +110,16 @@ class Veto(BaseModel):
     candidate_id: int | None = None
     also_knob: str | None = None  # a rejected coupled pair's second change: the veto is of that pair only
     also_value: Any = None
+    more: tuple[tuple[str, Any], ...] = ()  # a rejected jump's further changes (knob, value): the veto is of that jump
 
     def applies(self, card: CandidateCard, data_version: str, source_identity: str) -> bool:
-        """A veto of a change holds for a coupled pair that makes it too (either of its two changes); a veto of
-        a pair holds for that pair only (a person who refused the two together said nothing of either alone)."""
+        """A veto of a change holds for a coupled pair (or a jump) that makes it too; a veto of a pair or a jump
+        holds for cards that make all of its changes only (a person who refused them together said nothing of
+        either alone)."""
         moves = [(c.knob, canon(c.new)) for c in card.changes] or [(None, canon(None))]
         vetoed = [(self.knob, canon(self.value))] + ([(self.also_knob, canon(self.also_value))]
-                                                     if self.also_knob is not None else [])
+                                                     if self.also_knob is not None else []) \
+            + [(k, canon(v)) for k, v in self.more]
         return (all(m in moves for m in vetoed)
                 and self.scenario == card.scenario
                 and self.parent_knobs_hash == card.parent_knobs_hash and self.data_version == data_version

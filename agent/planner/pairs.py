@@ -64,6 +64,23 @@ def build_pair(history: History, first: tuple[str, Any], second: tuple[str, Any]
                       quality_risk=d1.quality_risk or d2.quality_risk, **fields)
 
 
+def build_jump(history: History, changes: list[tuple[str, Any]], *, coupling: str, stage: str = "screen",
+               n: int | None = None, **over: Any) -> CandidateCard:
+    """A card for three or more changes of the best station moved at once (the twin's jump to its optimum): the
+    first two as a pair's, the rest in `more`, costing its dearest change's class, every change named."""
+    if len(changes) < 3:
+        raise ValueError(f"a jump has three changes or more, not {len(changes)}")
+    parent = history.best_knobs
+    card = build_pair(history, changes[0], changes[1], coupling=coupling, stage=stage, n=n, **over)
+    rest = tuple(Change(knob=k, old=parent.get(k, catalog().get(k).default), new=v) for k, v in changes[2:])
+    defs = [catalog().get(k) for k, _ in changes]
+    return card.model_copy(update={
+        "more": rest, "cost_class": max((d.cost_class for d in defs), key=COST_ORDER.__getitem__),
+        "quality_risk": any(d.quality_risk for d in defs),
+        "mechanism": "; ".join(dict.fromkeys(rule_for(k, move_direction(k, parent, v)).mechanism for k, v in changes))
+        if "mechanism" not in over else card.mechanism})
+
+
 def move_direction(knob: str, parent: dict[str, Any], new: Any) -> str:
     d = catalog().get(knob)
     return next((dr for dr, _ in neighbours(knob, parent.get(knob, d.default), [new])), "up")
@@ -185,7 +202,7 @@ def pair_moves(history: History, diag: Diagnosis | None,
 
 def hold(card: CandidateCard, v: Value, held: dict[tuple[str, str], str]) -> tuple[CandidateCard, Value]:
     """A one-change move a coupling holds back alone, valued at HELD_ALONE of what it was; any other unchanged."""
-    why = held.get((card.change.knob, repr(card.change.new))) if card.change is not None and card.also is None \
+    why = held.get((card.change.knob, repr(card.change.new))) if card.change is not None and not card.multi \
         else None
     if why is None:
         return card, v

@@ -3,13 +3,15 @@ the goal's space on it says.
 
 The twin is a simulator profile calibrated to the goal's own valid runs from a prior of the same structure
 (executor/twin.py fits it; the loop hands the planner a fitter, `History.twin`, so the planner never imports the
-simulator). Its fidelity is measured, never assumed: every valid run after the first is predicted by the twin
+simulator). Its fidelity is measured, never assumed: every valid run is predicted by the twin
 fitted on the runs before it (out of sample), and the relative error of the objective (whole window) is scored
 against the interval the twin had then. The interval is the measured error's spread (INTERVAL_Z × its RMS,
 floored at the run-to-run noise, CLEAR_LOSS), never wider than the drift threshold, the error at which a
 calibrated simulator is called off (core.ledger.DRIFT_THRESHOLD): a twin that errs more than that misses however
-steadily it errs (an interval made of its own errors would always hold them). Before any run was predicted the
-interval is the drift threshold.
+steadily it errs (an interval made of its own errors would always hold them). The goal's first run is predicted
+by the prior itself (the fit on no run), and that error sets the interval only until a fitted twin's prediction
+was scored (it measured the prior, not the twin calibrated since); before any run was predicted the interval is the
+drift threshold.
 
 The twin leads while it predicts this goal's runs inside its interval. A miss refits it (the missed run joins the
 fit); MISSES_TO_YIELD misses in a row, or a fit that fails, hand the lead to the evidence rules and the explorer,
@@ -59,6 +61,7 @@ class Scored:
     predicted: float
     measured: float
     interval: float  # the twin's relative half-width when it predicted this run
+    prior: bool = False  # predicted by the prior itself (the fit on no run)
 
     @property
     def error(self) -> float:
@@ -100,7 +103,10 @@ def runs_of(history: History) -> list[Outcome]:
     return out
 
 
-def _interval(errors: list[float]) -> float:
+def _interval(scored: list[Scored]) -> float:
+    """The interval from the fitted twin's errors; the prior's own error (the first run) only until a fit was
+    scored: it measured the prior, not the twin calibrated since."""
+    errors = [s.error for s in scored if not s.prior] or [s.error for s in scored]
     if not errors:
         return PRIOR_INTERVAL
     rms = math.sqrt(sum(e * e for e in errors) / len(errors))
@@ -114,7 +120,7 @@ def fidelity(history: History, fitter: Fitter) -> Fidelity:
     if not runs:
         return Fidelity(None, (), PRIOR_INTERVAL, False, "no valid run to fit the twin to")
     scored: list[Scored] = []
-    for k in range(1, len(runs)):
+    for k in range(len(runs)):  # the first run predicted by the prior itself (the fit on no run)
         fit = fitter(tuple(o.run_id for o in runs[:k]))  # type: ignore[misc]
         if isinstance(fit, str):
             continue
@@ -122,9 +128,9 @@ def fidelity(history: History, fitter: Fitter) -> Fidelity:
         y = getattr(o.summary.whole, metric, None)  # type: ignore[union-attr]
         p = fit.predict(goal.scenario, o.card.knobs, o.card.n, goal.protocol.warmup, goal.protocol.seeds[0]).get(metric)
         if y and p:
-            scored.append(Scored(o.run_id or "", float(p), float(y), _interval([s.error for s in scored])))
+            scored.append(Scored(o.run_id or "", float(p), float(y), _interval(scored), prior=k == 0))
     fit = fitter(tuple(o.run_id for o in runs))  # type: ignore[misc]
-    interval = _interval([s.error for s in scored])
+    interval = _interval(scored)
     if isinstance(fit, str):
         return Fidelity(None, tuple(scored), interval, False, f"the twin cannot be fitted: {fit}")
     tail = scored[-MISSES_TO_YIELD:]

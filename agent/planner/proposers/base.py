@@ -62,6 +62,9 @@ class Proposals:
     lead: str = ""
     judge: Callable[[CandidateCard], tuple[CandidateCard, Value] | None] | None = None
     yields: str = ""  # why a proposer that could lead does not (said on the cards of those that lead instead)
+    # a leading model that has searched the space and finds nothing worth the least gain: why (the planner stops on
+    # it instead of exploring, once no move is worth running)
+    settled: str = ""
 
 
 class Proposer(Protocol):

@@ -8,19 +8,23 @@ card-hour as every move is; while the best station breaks the limit, a station p
 least the least gain. Its own moves
 are the best station's one-change neighbours it predicts a gain for, and, when the ascent to its optimum needs two
 changes together to gain what neither gives alone, that pair (the card names both, and the gain each alone was
-predicted). Every card it touches carries its prediction (the hypothesis ledger's source "twin") and says that the
+predicted); and, while the twin predicted this goal's last run inside its interval, the jump to its optimum: every
+change from the best station to the twin's optimum in one card, where it gains at least the least gain more than
+the best one change (the card names every change and the gain each alone was predicted). Every card it touches carries its prediction (the hypothesis ledger's source "twin") and says that the
 twin led and on what fidelity. When it does not lead, it proposes nothing and says why on the cards the rules lead.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from core.canonical import canon
+
 from agent.planner import twin as tw
 from agent.planner.candidates import CandidateCard, build_card, station_hash
 from agent.planner.cards import CARD_HOURS_DIGITS
 from agent.planner.checks import estimate
 from agent.planner.history import History
-from agent.planner.pairs import build_pair, move_direction
+from agent.planner.pairs import build_jump, build_pair, move_direction
 from agent.planner.proposers.base import Asking, Proposals, Proposed
 from agent.planner.tpot_fit import chance_under, normal_cdf
 from agent.planner.value import BUDGET_SHARE_DAMP, CLASS_FACTOR, DEFAULT_CLASS_FACTOR, VALUE_DIGITS, Value
@@ -29,6 +33,15 @@ from core.ledger import Interval, Prediction
 LED = "led by the twin"
 RULES_LED = "led by the evidence rules"
 PREDICTED_DIGITS = 4  # a predicted figure is kept to 1/10000 of its unit
+LIKELY = 0.5  # a twin-valued move at least this likely to gain the least gain (and keep TPOT) is worth running
+
+
+def likely(card: CandidateCard, value: Value) -> bool:
+    """The twin values this move (it leads) and gives it at least even odds of the least gain within the SLO: worth
+    running whatever the rules' least value (agent/planner/stops.py MIN_VALUE), which prices moves by the rules'
+    rough confidence, not by a model measured on this goal's runs."""
+    return card.prediction is not None and card.prediction.source == "twin" and value.gain is not None \
+        and value.gain > 0 and value.confidence >= LIKELY
 
 
 class TwinSearch:
@@ -54,15 +67,18 @@ class TwinSearch:
             got = judge.value(card, st)
             if got is not None:
                 moves.append(Proposed(got[0], got[1], got[0].prediction))
+        jump = _jump(h, fid, found, judge)
+        if jump is not None:
+            moves.append(jump)
         pair = _pair(h, found, judge)
-        if pair is not None:
+        if pair is not None and (jump is None or pair.card.knobs_hash != jump.card.knobs_hash):
             moves.append(pair)
         opt = tw.gain(found.optimum, found.base) or 0.0
         path = " + ".join(f"{k}={v!r}" for k, v in found.path) or "the best station itself"
         lead = (f"{LED}: {fid.words()}; its optimum ({path}) predicted {opt:+.1%} over the best station, "
                 f"{found.simulated} stations simulated" + (f"; not modelled, so not searched: "
                                                            f"{', '.join(found.unmodelled)}" if found.unmodelled else ""))
-        return Proposals(moves=moves, lead=lead, judge=judge.value)
+        return Proposals(moves=moves, lead=lead, judge=judge.value, settled=_settled(h, fid, found, opt))
 
 
 class Judge:
@@ -163,3 +179,51 @@ def _pair(h: History, found: tw.Search, judge: Judge) -> Proposed | None:
         return None
     got = judge.value(card, both)
     return None if got is None else Proposed(got[0], got[1], got[0].prediction)
+
+
+def _jump(h: History, fid: tw.Fidelity, found: tw.Search, judge: Judge) -> Proposed | None:
+    """Every change from the best station to the twin's optimum in one card (two: a pair; more: a jump), only while
+    the twin's measured error on this goal is inside its interval (its last predicted run fell inside it), and
+    where the optimum gains at least the least gain more than the best one change alone."""
+    if not fid.scored or fid.scored[-1].miss:
+        return None
+    best, target = h.best_knobs, found.optimum.knobs
+    order = list(dict.fromkeys(k for k, _ in found.path))  # the ascent's order: its first step first
+    changes = [(k, target[k]) for k in order if canon(target[k]) != canon(best.get(k))]
+    if len(changes) < 2:
+        return None
+    g = tw.gain(found.optimum, found.base)
+    alone = {(k, canon(v)): tw.gain(st, found.base) or 0.0 for k, v, st in found.singles}
+    least = h.goal.stop.min_gain_pct / 100.0
+    if g is None or g - max(alone.values(), default=0.0) < least:
+        return None
+    each = ", ".join(f"{k}={v!r} alone {alone.get((k, canon(v)), 0.0):+.1%}" for k, v in changes)
+    coupling = (f"the twin's optimum is {len(changes)} changes away and predicted {g:+.1%} over the best station "
+                f"({each}); its last run was predicted {fid.scored[-1].error:+.1%}, inside its ±"
+                f"{fid.scored[-1].interval:.1%}")
+    words = " + ".join(f"{k}={v!r}" for k, v in changes)
+    fields = dict(coupling=coupling, mechanism=f"the twin's path to its optimum moves {words} together",
+                  decision=f"whether the twin's optimum ({words}) gains what the twin predicts",
+                  negative_rules_out="the twin's optimum from this station, reached in one jump (each change alone "
+                                     "stays open); the twin is refit with it")
+    try:
+        card = build_pair(h, changes[0], changes[1], **fields) if len(changes) == 2 else build_jump(h, changes, **fields)
+    except Exception:  # a knob outside the catalog cannot become a card
+        return None
+    got = judge.value(card, found.optimum)
+    return None if got is None else Proposed(got[0], got[1], got[0].prediction)
+
+
+def _settled(h: History, fid: tw.Fidelity, found: tw.Search, opt: float) -> str:
+    """Why the goal has nothing left to gain, by the twin: it predicted the goal's last runs inside its interval (as
+    many in a row as misses hand its lead over), it models every knob of the space, the best station keeps the SLO,
+    and its search finds no station that gains the least gain. "" otherwise (the explorer may still look)."""
+    least = h.goal.stop.min_gain_pct / 100.0
+    tail = fid.scored[-tw.MISSES_TO_YIELD:]
+    if len(tail) < tw.MISSES_TO_YIELD or any(s.miss for s in tail) or found.unmodelled or not found.base.feasible \
+            or opt >= least:
+        return ""
+    errs = ", ".join(f"{s.error:+.1%} inside ±{s.interval:.1%}" for s in tail)
+    return (f"nothing left to gain by the goal's twin: it predicted the last {len(tail)} runs ({errs}), and its search "
+            f"of {found.simulated} stations finds none that gains min_gain_pct {h.goal.stop.min_gain_pct:g} % over "
+            f"the best station (its optimum {opt:+.1%})")
