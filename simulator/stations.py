@@ -33,12 +33,12 @@ def sim_knobs(knobs: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 def predict(profile: Profile, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0, seed: int = 0,
             arrival: str = "constant", burstiness: float = 1.0) -> dict[str, Any]:
-    """The simulated figures of one station: output tok/s (whole window), mean TPOT and TTFT in ms."""
+    """The simulated figures of one station: output tok/s (whole window), mean TPOT and TTFT in ms, the cards in use."""
     mapped, left = sim_knobs(knobs)
     run = engine.simulate(profile, scenario, profile.knobs(mapped), n=n, warmup=warmup, seed=seed, arrival=arrival,
                           burstiness=burstiness)
     s = summarize(run.records, run.info)
     return {"profile": profile.name, "output_tok_s": s.whole.output_tok_s if s.whole else None,
             "output_tok_s_per_card": s.whole.output_tok_s_per_card if s.whole else None,
-            "tpot_mean_ms": s.tpot_ms.mean, "ttft_mean_ms": s.ttft_ms.mean, "knobs_used": mapped,
+            "tpot_mean_ms": s.tpot_ms.mean, "ttft_mean_ms": s.ttft_ms.mean, "cards": run.info.cards, "knobs_used": mapped,
             "knobs_not_modelled": left}

@@ -312,3 +312,21 @@ def test_in_the_loop_the_twin_jumps_then_stops_when_its_search_finds_nothing_lef
     # the twin predicted the runs and searched the space: the loop stops on it, within its budget, saying why
     assert res.reason.startswith("nothing left to gain by the goal's twin: it predicted the last 2 runs"), res.reason
     assert len(runs) < 8
+
+
+def test_a_station_that_breaks_the_goals_cards_contract_is_never_worth_running(tmp_path, runs_root):
+    h = _baseline_only(tmp_path)
+    real = Twins(runs_root)
+    fit = real.fit(PRIOR, tuple(o.run_id for o in tw.runs_of(h)))
+    st, _ = tw.predicted(h, fit, h.best_knobs)
+    cards = fit.predict(h.goal.scenario, h.best_knobs, h.goal.protocol.confirm_n)["cards"]
+    assert st.feasible and not st.broken and cards >= 1
+    # the same goal requiring one card more than the deployment uses: a run would be invalid (cards_missing)
+    strict = h.goal.model_copy(update={"constraints": h.goal.constraints.model_copy(update={"cards": cards + 1})})
+    h2 = h.model_copy(update={"goal": strict})
+    st2, _ = tw.predicted(h2, fit, h.best_knobs)
+    assert not st2.feasible and st2.broken == f"uses {cards} card(s), the goal requires {cards + 1}"
+    assert st2.score() < tw.Station({}, None, 99.0, False).score()  # below any station that only breaks TPOT
+    cards_ = candidates(h2.with_twin(lambda runs: real.fit(PRIOR, tuple(runs))), diagnosis_for(h2))
+    twin_valued = [(c, v) for c, v in cards_ if c.prediction is not None and c.prediction.source == "twin"]
+    assert twin_valued and all(v.confidence == 0.0 and "breaks the contract" in v.why for _, v in twin_valued)

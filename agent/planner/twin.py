@@ -147,12 +147,16 @@ class Station:
     knobs: dict[str, Any]
     objective: float | None
     tpot: float | None
-    feasible: bool
+    feasible: bool  # keeps the TPOT limit and the goal's contract (the cards it requires)
+    broken: str = ""  # the contract the station breaks (a run of it would be invalid, never a result)
 
     def score(self) -> tuple[int, float]:
-        """Feasible first, then the objective; an infeasible station by how little it breaks the limit."""
+        """Feasible first, then the objective; an infeasible station by how little it breaks the limit, one that
+        breaks the contract last (it can never be a result)."""
         if self.feasible:
             return (1, self.objective or 0.0)
+        if self.broken:
+            return (-1, 0.0)
         return (0, -(self.tpot or math.inf))
 
 
@@ -172,7 +176,10 @@ def predicted(history: History, twin: TwinFit, knobs: dict[str, Any]) -> tuple[S
     limit = goal.constraints.tpot_mean_ms_lt
     got = twin.predict(goal.scenario, knobs, goal.protocol.confirm_n, goal.protocol.warmup, goal.protocol.seeds[0])
     tpot = got.get("tpot_mean_ms")
-    return (Station(dict(knobs), got.get(metric_of(goal)), tpot, limit is None or (tpot is not None and tpot < limit)),
+    need, cards = goal.constraints.cards, got.get("cards")
+    broken = f"uses {cards} card(s), the goal requires {need}" if need and cards is not None and cards < need else ""
+    return (Station(dict(knobs), got.get(metric_of(goal)), tpot,
+                    not broken and (limit is None or (tpot is not None and tpot < limit)), broken),
             tuple(got.get("knobs_not_modelled") or ()))
 
 

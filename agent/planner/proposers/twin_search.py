@@ -108,7 +108,7 @@ class Judge:
         if not base.feasible and st.feasible:
             g = max(g, least)  # the best breaks the limit: a station that keeps it is worth at least the least gain
         # the chance it gains the least gain, and that its TPOT stays under the limit (the same relative error)
-        conf = normal_cdf(g - least, sigma)
+        conf = normal_cdf(g - least, sigma) if not st.broken else 0.0  # a broken contract is an invalid run
         if limit is not None:
             conf *= chance_under(limit, st.tpot, st.tpot * sigma) if st.tpot is not None else 0.0
         cost = estimate(card, self.h)
@@ -118,6 +118,7 @@ class Judge:
             * max(0.0, 1.0 - BUDGET_SHARE_DAMP * share)
         tpot_words = "" if st.tpot is None else f", TPOT {st.tpot:.1f} ms" + (
             f" (limit {limit:g} ms{'' if st.feasible else ': breaks it'})" if limit is not None else "")
+        tpot_words += f"; breaks the contract: {st.broken}" if st.broken else ""
         why = (f"the twin predicts {g:+.1%} {tw.metric_of(goal)}{tpot_words}; chance of at least the least gain "
                f"{conf:.0%}; {card.cost_class}, ~{cost:.2f} card-h")
         value = Value(value=round(v, VALUE_DIGITS), gain=g, confidence=conf, rules_out=0.0, cost_card_hours=cost,
