@@ -92,6 +92,10 @@ def test_openai_client_streams_completions_and_chat(server):
 
 
 def test_http_run_agrees_with_virtual_time_run(server, tmp_path):
+    """The client's figures over HTTP agree with the virtual-time run within 5 %. At 4 virtual s per wall s a token
+    is 5.5 wall ms apart, so a machine busy with a real engine on the other worker can stretch one run (CI once
+    measured TPOT +6 %, 23.1 vs 21.8 ms): the run is measured again, up to 3 times; a client error (a wrong clock,
+    a lost chunk) is systematic and fails all three."""
     from core import profiles
     from simulator import engine
 
@@ -99,14 +103,21 @@ def test_http_run_agrees_with_virtual_time_run(server, tmp_path):
     ref = engine.simulate(profiles.load(PROFILE), str(DATA / "sim64.yaml"), {"concurrency": c, "request_rate": r},
                           n=n, seed=0)
     want = summarize(ref.records, ref.info)
-    run(LoadConfig(endpoint=server, n=n, concurrency=c, request_rate=r * scale), str(DATA / "sim64.yaml"), tmp_path,
-        cards=ref.cards)
-    info, recs = rec.RunInfo.model_validate_json((tmp_path / rec.RUN_INFO).read_text()), \
-        list(rec.read_jsonl(tmp_path / rec.REQUESTS, RequestRecord))
-    got = summarize(scaled(recs, scale), info.model_copy(update={"request_rate": r}))
-    assert got.n_ok == n
-    assert got.tpot_ms.mean == pytest.approx(want.tpot_ms.mean, rel=0.05)
-    assert got.whole.output_tok_s == pytest.approx(want.whole.output_tok_s, rel=0.05)
+    tries = []
+    for attempt in range(3):
+        out = tmp_path / f"try{attempt}"
+        run(LoadConfig(endpoint=server, n=n, concurrency=c, request_rate=r * scale), str(DATA / "sim64.yaml"), out,
+            cards=ref.cards)
+        info, recs = rec.RunInfo.model_validate_json((out / rec.RUN_INFO).read_text()), \
+            list(rec.read_jsonl(out / rec.REQUESTS, RequestRecord))
+        got = summarize(scaled(recs, scale), info.model_copy(update={"request_rate": r}))
+        assert got.n_ok == n  # every request answered, on any machine
+        off = {"tpot_ms": got.tpot_ms.mean / want.tpot_ms.mean - 1,
+               "output_tok_s": got.whole.output_tok_s / want.whole.output_tok_s - 1}
+        if all(abs(v) <= 0.05 for v in off.values()):
+            return
+        tries.append(f"{ {k: round(v, 4) for k, v in off.items()} } (load average {os.getloadavg()[0]:.1f})")
+    pytest.fail("client figures off from the virtual-time run by more than 5 % in 3 runs: " + " | ".join(tries))
 
 
 def spread(xs: list[float]) -> tuple[float, float, float]:

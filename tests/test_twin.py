@@ -271,7 +271,7 @@ def test_the_twin_jumps_to_its_optimum_naming_every_change_only_while_it_predict
     assert not any((c.coupling or "").startswith("the twin's optimum is") for c, _ in cards)
     # three changes and more: the rest in `more`, every knob named and changed, its dearest change's class
     three = build_jump(h, [("concurrency", 128), ("max_num_seqs", 64), ("max_num_batched_tokens", 2048)],
-                       coupling="the twin's optimum is 3 changes away")
+                       coupling="the twin's optimum is 3 changes away", mechanism="the twin's path moves all three")
     assert len(three.changes) == 3 and "max_num_batched_tokens 8192 -> 2048" in three.title()
     assert three.cost_class == "restart"
     assert check(three, h) == []
@@ -289,7 +289,7 @@ def test_a_veto_of_a_jump_is_of_that_jump_only(tmp_path, runs_root):
 
     h = _baseline_only(tmp_path)
     three = build_jump(h, [("concurrency", 128), ("max_num_seqs", 64), ("max_num_batched_tokens", 2048)],
-                       coupling="the twin's optimum is 3 changes away")
+                       coupling="the twin's optimum is 3 changes away", mechanism="the twin's path moves all three")
     veto = Veto(knob="concurrency", value=128, also_knob="max_num_seqs", also_value=64,
                 more=(("max_num_batched_tokens", 2048),), scenario=three.scenario, data_version=h.data_version,
                 parent_knobs_hash=three.parent_knobs_hash, source_identity=h.source_identity)

@@ -8,7 +8,7 @@ any other service, the load generator sends to the router, and the scraper reads
 What must hold: requests travel P -> KV hand-off -> D, shown by decode's own counters (its prompt tokens arrived as
 external KV, none recomputed; NIXL moved bytes) and by the evidence of both roles; a warm pair is flushed on both
 instances; a hand-off that fails (a decode whose KV block size differs from prefill's: NIXL's handshake refuses it)
-is an orchestration fault, never a result; the same runs once over ssh. The installed NIXL and vllm-router are
+is an orchestration fault, never a result. The good pair runs over ssh, the broken one on this host. The installed NIXL and vllm-router are
 required: under CI=true their absence fails this module, never skips it.
 """
 from __future__ import annotations
@@ -106,20 +106,24 @@ def _handed_over(res, n_prompts: int) -> dict:
 
 
 @pytest.mark.timeout(2400)  # each start of the pair is 1.5-3 min of vLLM start-up on two shared cores
-def test_a_real_pd_pair_hands_kv_from_prefill_to_decode(engine, tmp_path):
-    tg = pd_target(engine, tmp_path / "tgt")
+def test_a_real_pd_pair_over_ssh_hands_kv_from_prefill_to_decode(engine, sshd, tmp_path):  # noqa: F811
+    """The good pair is deployed over ssh (the field's case: the executor on another host), the broken one on
+    this host: two starts of a pair cover both launchers, the hand-off, the warm-pair flush and the fault."""
+    tg = pd_target(engine, tmp_path / "remote", name="pd-ssh", kind="ssh",
+                   ssh=SshOptions(port=sshd["port"], known_hosts=sshd["known_hosts"], client_keys=(sshd["key"],)))
     bad = pd_target(engine, tmp_path / "bad", name="pd-bad", decode_extra=("--block-size", "64"))
     store, ex = _executor(tmp_path, tg, bad)
     try:
-        first = ex.run_trial(_trial("pd-1", "pd", START))
+        first = ex.run_trial(_trial("pd-1", "pd-ssh", START))
         _handed_over(first, 18)
+        assert first.source_identity.startswith("vllm:") and "0.32.0" in first.source_identity
         phases = {r.phase: r.detail for r in map(as_record, store.phases("pd-1"))
                   if r.event == "outcome" and r.status == "ok"}
         # the router is one of the executor's services: started by the deploy phase and health-checked after it
         assert phases["deploy"]["services"] == ["prefill-0", "decode-0", "router-0"], phases["deploy"]
         assert phases["health"]["healthy"] == ["prefill-0", "decode-0", "router-0"], phases["health"]
         # a hot change (C) reuses the warm pair: both instances' prefix caches are flushed before a zero-cache run
-        second = ex.run_trial(_trial("pd-2", "pd", START | {"concurrency": 4}))
+        second = ex.run_trial(_trial("pd-2", "pd-ssh", START | {"concurrency": 4}))
         _handed_over(second, 18)
         flushes = [d for r in map(as_record, store.phases("pd-2")) if r.phase == "warmup" and r.event == "outcome"
                    for d in (r.detail or {}).get("cache_flush", [])]
@@ -137,18 +141,4 @@ def test_a_real_pd_pair_hands_kv_from_prefill_to_decode(engine, tmp_path):
         assert broken.evidence.kv_transfer.kv_failed_transfers >= 1
     finally:
         _stop_all(ex, bad)
-        store.close()
-
-
-@pytest.mark.timeout(1200)
-def test_one_pd_experiment_over_ssh(engine, sshd, tmp_path):  # noqa: F811
-    tg = pd_target(engine, tmp_path / "remote", name="pd-ssh", kind="ssh",
-                   ssh=SshOptions(port=sshd["port"], known_hosts=sshd["known_hosts"], client_keys=(sshd["key"],)))
-    store, ex = _executor(tmp_path, tg)
-    try:
-        res = ex.run_trial(_trial("pd-ssh-1", "pd-ssh", START))
-        _handed_over(res, 18)
-        assert res.source_identity.startswith("vllm:") and "0.32.0" in res.source_identity
-    finally:
-        _stop_all(ex, tg)
         store.close()

@@ -17,10 +17,9 @@ from agent.planner.history import History
 from agent.planner.pairs import hold, pair_hypothesis
 from agent.planner.plan import Plan
 from agent.planner.proposers import RANK, RECOVER, Asking
-from agent.planner.proposers.twin_search import RULES_LED
+from agent.planner.proposers.twin_search import RULES_LED, likely
 from agent.planner.rules.spec_acceptance import fitted_cost
 from agent.planner.screens import screen_blind, to_confirm
-from agent.planner.proposers.twin_search import likely
 from agent.planner.stops import MIN_VALUE, explore_or_stop
 from agent.planner.value import Value
 from core.station import full_knobs  # the deployed station: catalog defaults filled in (the token budget)
@@ -170,6 +169,15 @@ def _noted(card: CandidateCard, why: str) -> CandidateCard:
     return card.model_copy(update={"note": "; ".join(x for x in (card.note, why) if x)})
 
 
+def worth_running(passing: list[tuple[CandidateCard, Value]]) -> tuple[CandidateCard, Value] | None:
+    """The first card worth a run, in rank order: the top card when its value reaches the rules' least value
+    (MIN_VALUE), else the first card the twin, leading, calls more likely than not to gain the least gain (its own
+    calibrated chance, agent/planner/proposers/twin_search.py); None when no card is worth a run."""
+    if passing and passing[0][1].value >= MIN_VALUE:
+        return passing[0]
+    return next((cv for cv in passing if likely(*cv)), None)
+
+
 class DeterministicPlanner:
     name = "deterministic"
 
@@ -240,9 +248,7 @@ class DeterministicPlanner:
             ranked.append((card.title(), v.value, "; ".join(refusals) or v.why))
             if not refusals:
                 passing.append((card, v))
-        # worth running: above the rules' least value, or, where the twin leads, more likely than not to gain the
-        # least gain (its own calibrated chance, agent/planner/proposers/twin_search.py)
-        chosen = next((cv for cv in passing if cv is passing[0] and cv[1].value >= MIN_VALUE or likely(*cv)), None)
+        chosen = worth_running(passing)
         if chosen is not None and not stale:
             card, v = chosen
             hot = hot_while_warm(passing, history)

@@ -64,21 +64,21 @@ def build_pair(history: History, first: tuple[str, Any], second: tuple[str, Any]
                       quality_risk=d1.quality_risk or d2.quality_risk, **fields)
 
 
-def build_jump(history: History, changes: list[tuple[str, Any]], *, coupling: str, stage: str = "screen",
-               n: int | None = None, **over: Any) -> CandidateCard:
+def build_jump(history: History, changes: list[tuple[str, Any]], *, coupling: str, mechanism: str,
+               stage: str = "screen", n: int | None = None, **over: Any) -> CandidateCard:
     """A card for three or more changes of the best station moved at once (the twin's jump to its optimum): the
-    first two as a pair's, the rest in `more`, costing its dearest change's class, every change named."""
-    if len(changes) < 3:
+    first two as a pair's, the rest in `more`, costing its dearest change's class, every change named; the caller
+    says the mechanism that moves them together."""
+    if len(changes) <= 2:  # two changes are a pair's card (build_pair)
         raise ValueError(f"a jump has three changes or more, not {len(changes)}")
     parent = history.best_knobs
-    card = build_pair(history, changes[0], changes[1], coupling=coupling, stage=stage, n=n, **over)
+    card = build_pair(history, changes[0], changes[1], coupling=coupling, mechanism=mechanism, stage=stage, n=n,
+                      **over)
     rest = tuple(Change(knob=k, old=parent.get(k, catalog().get(k).default), new=v) for k, v in changes[2:])
     defs = [catalog().get(k) for k, _ in changes]
     return card.model_copy(update={
         "more": rest, "cost_class": max((d.cost_class for d in defs), key=COST_ORDER.__getitem__),
-        "quality_risk": any(d.quality_risk for d in defs),
-        "mechanism": "; ".join(dict.fromkeys(rule_for(k, move_direction(k, parent, v)).mechanism for k, v in changes))
-        if "mechanism" not in over else card.mechanism})
+        "quality_risk": any(d.quality_risk for d in defs)})
 
 
 def move_direction(knob: str, parent: dict[str, Any], new: Any) -> str:

@@ -157,13 +157,19 @@ def _one(h: History, knob: str, value: Any) -> CandidateCard | None:
         return None
 
 
+def _alone(found: tw.Search) -> dict[tuple[str, Any], float]:
+    """The twin's predicted gain of each one change from the best station, by (knob, canonical value)."""
+    return {(k, canon(v)): tw.gain(st, found.base) or 0.0 for k, v, st in found.singles}
+
+
 def _pair(h: History, found: tw.Search, judge: Judge) -> Proposed | None:
     """The first two changes of the ascent moved together, where together they gain at least the least gain more
     than either alone (the twin's coupling)."""
     if len(found.path) < 2:
         return None
     (k1, v1), (k2, v2) = found.path[:2]
-    alone = {k: tw.gain(st, found.base) or 0.0 for k, v, st in found.singles if (k, v) in found.path[:2]}
+    each = _alone(found)
+    alone = {k: each[(k, canon(v))] for k, v in found.path[:2] if (k, canon(v)) in each}
     both = judge.station(h.best_knobs | {k1: v1, k2: v2})
     g = tw.gain(both, found.base)
     least = h.goal.stop.min_gain_pct / 100.0
@@ -194,7 +200,7 @@ def _jump(h: History, fid: tw.Fidelity, found: tw.Search, judge: Judge) -> Propo
     if len(changes) < 2:
         return None
     g = tw.gain(found.optimum, found.base)
-    alone = {(k, canon(v)): tw.gain(st, found.base) or 0.0 for k, v, st in found.singles}
+    alone = _alone(found)
     least = h.goal.stop.min_gain_pct / 100.0
     if g is None or g - max(alone.values(), default=0.0) < least:
         return None
