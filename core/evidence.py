@@ -45,7 +45,8 @@ class KvTransfer(BaseModel):
     remote_share: Num = None  # share of prompt tokens whose KV came from prefill
     transfer_s_mean: Num = None
     bytes_per_transfer: Num = None
-    failed: Num = None  # failed transfers + late reads
+    failed: Num = None  # failed transfers + late reads of the measured requests (the run's, without its records)
+    warmup_failed: Num = None  # the same before the first measured send: the warm-up's (not a fault by itself)
 
 
 class Evidence(BaseModel):

@@ -22,7 +22,7 @@ import httpx
 from core import records as rec
 from core.evidence import Evidence
 from core.knobs import BATCH_CAP, PREFILL_TOKEN_BUDGET, by_role
-from core.records import EngineSample, JsonlWriter, PrefillBatch, RunInfo
+from core.records import EngineSample, JsonlWriter, PrefillBatch, RequestRecord, RunInfo
 from executor.engines import metric_names
 from executor.evidence_decode import expert_load, expert_load_spread, spec_accept_per_position
 from executor.evidence_kv import kv_transfer
@@ -173,9 +173,11 @@ def _iteration_batches(samples: Sequence[EngineSample], budget: float | None) ->
 
 
 def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], breakdown: dict | None,
-           info: RunInfo | None, knobs: dict[str, Any] | None, expert_record: dict | None = None) -> Evidence:
+           info: RunInfo | None, knobs: dict[str, Any] | None, expert_record: dict | None = None,
+           measured_from: float | None = None) -> Evidence:
     """The evidence the planner reads (pinned keys; None where the evidence is missing). `expert_record`: the
-    run's expert-load record (core.records.EXPERT_LOAD), when the engine produced one."""
+    run's expert-load record (core.records.EXPERT_LOAD), when the engine produced one; `measured_from`: when the
+    first measured (not warm-up) request was sent, which splits the KV hand-off's failures."""
     knobs = knobs or {}
     load = expert_load(expert_record)
     pw = [v for _, v in role_series(samples, "prefill", WAITING)]
@@ -217,7 +219,7 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
         "kv_usage_max": max(kv) if kv else None,
         "spec_accept_length": _accept_length(samples),
         "spec_accept_per_position": spec_accept_per_position(samples),
-        "kv_transfer": kv_transfer(samples),  # PD: decode's KV hand-off (executor/evidence_kv.py)
+        "kv_transfer": kv_transfer(samples, measured_from),  # PD: decode's KV hand-off (executor/evidence_kv.py)
         "expert_load": load,
         "expert_load_spread": expert_load_spread(load),
         "prefill_batch_reqs_mean": _mean([b.n_reqs for b in batches]),
@@ -241,7 +243,13 @@ def digest_run(run_dir: Path, info: RunInfo | None = None, knobs: dict[str, Any]
     expert_record = json.loads(el.read_text()) if el.exists() else None
     if knobs is None and info is not None:
         knobs = (info.model_extra or {}).get("knobs") or {}
-    return digest(samples, batches, breakdown, info, knobs, expert_record)
+    return digest(samples, batches, breakdown, info, knobs, expert_record, first_measured_send(run_dir))
+
+
+def first_measured_send(run_dir: Path) -> float | None:
+    """When the run's first measured (not warm-up) request was sent, on the load's clock; None without records."""
+    return min((r.t_send for r in rec.read_jsonl(run_dir / rec.REQUESTS, RequestRecord)
+                if not r.warmup and r.t_send is not None), default=None)
 
 
 def parse_endpoints(specs: Iterable[str]) -> list[tuple[str, str]]:

@@ -1,8 +1,9 @@
 """KV hand-off evidence of a PD deployment: did decode receive prefill's KV, how much, how fast, and did any
 hand-off fail.
 
-Every figure is a counter differenced over the run per instance (first to last scrape of that instance) and
-summed over decode's instances (failures and expiries over both roles' instances: prefill counts leases that
+Every figure is a counter differenced over the run per instance (first to last scrape of that instance; the
+failures from its last scrape before the first measured request, see kv_transfer) and summed over decode's
+instances (failures and expiries over both roles' instances: prefill counts leases that
 expired and reads that came after); the names are the engine adapter's (`kv_*` keys of its `metrics`). On vLLM
 (checked on a real NIXL pair): decode's prompt tokens by source (`external_kv_transfer` = KV that arrived from
 prefill, `local_compute` = recomputed on decode, `local_cache_hit` = decode's own prefix cache) and NIXL's
@@ -29,8 +30,11 @@ FAILURES = ("kv_failed_transfers", "kv_late_reads")
 BOTH_ROLES = ("kv_failed_transfers", "kv_failed_notifications", "kv_expired", "kv_late_reads")
 
 
-def counter_delta(samples: Sequence[EngineSample], role: str, names: tuple[str, ...]) -> float | None:
-    """last - first of a counter per instance of `role`, summed over instances; None when no instance has it."""
+def counter_delta(samples: Sequence[EngineSample], role: str, names: tuple[str, ...],
+                  since: float | None = None) -> float | None:
+    """last - first of a counter per instance of `role`, summed over instances; None when no instance has it.
+    `since`: from the instance's last scrape at or before that time instead of its first (a scrape after it is
+    the base where none came before)."""
     first: dict[str, float] = {}
     last: dict[str, float] = {}
     for s in sorted(samples, key=lambda s: s.t):
@@ -39,7 +43,10 @@ def counter_delta(samples: Sequence[EngineSample], role: str, names: tuple[str, 
         v = base_value(s.values, names)
         if v is None:
             continue
-        first.setdefault(s.instance, v)
+        if since is not None and s.t <= since:
+            first[s.instance] = v
+        else:
+            first.setdefault(s.instance, v)
         last[s.instance] = v
     if not last:
         return None
@@ -51,19 +58,29 @@ def _sum(values: Any) -> float | None:
     return float(sum(found)) if found else None
 
 
-def kv_transfer(samples: Sequence[EngineSample]) -> dict[str, Any] | None:
-    """Decode's KV hand-off figures over the run, or None when the engine exports none (no PD, or no names)."""
-    got = {k: _sum(counter_delta(samples, role, metric_names(k))
-                   for role in (("prefill", "decode") if k in BOTH_ROLES else ("decode",))) for k in KEYS}
+def kv_transfer(samples: Sequence[EngineSample], measured_from: float | None = None) -> dict[str, Any] | None:
+    """Decode's KV hand-off figures over the run, or None when the engine exports none (no PD, or no names).
+    `measured_from`: when the run's first measured request was sent (the load's clock). The failure counters are
+    then the measured requests' (from each instance's last scrape before it); the warm-up's, before it, are
+    `warmup_failed`: the first hand-off of a fresh pair opens NIXL's side channel, whose handshake vLLM gives 5 s
+    (base_worker.py, RCVTIMEO), and a warm-up request that times out there is the warm-up's to absorb, as any
+    warm-up failure is. A failure scraped after the first measured send counts as measured, whenever it began."""
+    def delta(k: str, since: float | None) -> float | None:
+        return _sum(counter_delta(samples, role, metric_names(k), since)
+                    for role in (("prefill", "decode") if k in BOTH_ROLES else ("decode",)))
+
+    got = {k: delta(k, measured_from if k in BOTH_ROLES else None) for k in KEYS}
     if all(v is None for v in got.values()):
         return None
     remote, computed, cached = got["kv_tokens_remote"], got["kv_tokens_computed"], got["kv_tokens_cached"]
     prompt = sum(v for v in (remote, computed, cached) if v is not None)
     transfers, seconds = got["kv_transfers"], got["kv_transfer_seconds"]
     failures = [got[k] for k in FAILURES if got[k] is not None]
+    whole = [v for k in FAILURES if (v := delta(k, None)) is not None]
     return got | {
         "remote_share": remote / prompt if remote is not None and prompt > 0 else None,
         "transfer_s_mean": seconds / transfers if seconds is not None and transfers else None,
         "bytes_per_transfer": got["kv_bytes"] / transfers if got["kv_bytes"] is not None and transfers else None,
         "failed": sum(failures) if failures else None,
+        "warmup_failed": max(sum(whole) - sum(failures), 0.0) if whole and measured_from is not None else None,
     }

@@ -163,3 +163,43 @@ def test_a_read_after_the_lease_expired_fails_the_hand_off_an_expiry_alone_does_
     assert kv["kv_late_reads"] == 1.0 and kv["failed"] == 1.0
     assert handoff_fault(Evidence.model_validate({"kv_transfer": kv})).reasons[0].message.startswith(
         "the KV hand-off from prefill to decode failed (late reads 1, expired 1)")
+
+
+def test_a_warm_up_hand_off_that_timed_out_is_the_warm_ups_a_measured_one_is_a_fault(tmp_path):
+    """The first hand-off of a fresh pair opens NIXL's side channel (vLLM waits 5 s for its handshake): on busy
+    cores a warm-up request can time out there (CI: warm-up request 0 failed, the failure scraped at 56 s, the first
+    measured request sent at 65 s, all 16 measured requests handed over). Failures scraped before the first
+    measured send are the warm-up's, named apart; one scraped after it fails the run, whenever it began."""
+    from core import records as rec
+    from core.evidence import Evidence
+    from core.records import EngineSample, RequestRecord
+    from executor.evidence import digest_run
+    from executor.verdict import handoff_fault
+
+    failed = "vllm:nixl_num_failed_transfers_total{engine=\"0\"}"
+    remote = 'vllm:prompt_tokens_by_source_total{engine="0",source="external_kv_transfer"}'
+
+    def run(fail_scraped_at: float):
+        d = tmp_path / f"at{fail_scraped_at}"
+        d.mkdir()
+        scrapes = [(0.3, 0.0, 0.0), (fail_scraped_at, 1.0, 100.0), (70.0, 1.0, 900.0), (120.0, 1.0, 1800.0)]
+        (d / rec.METRICS).write_text("".join(EngineSample(
+            t=t, role="decode", instance="decode-0", values={failed: f, remote: r}).model_dump_json() + "\n"
+            for t, f, r in sorted(scrapes)))
+        reqs = [RequestRecord(id=0, warmup=True, t_sched=0.2, t_send=0.2, n_out_expected=32, http_status=500,
+                              error="stream error"),
+                RequestRecord(id=1, warmup=True, t_sched=0.2, t_send=0.2, n_out_expected=32, chunk_times=[64.0],
+                              chunk_tokens=[1]),
+                *(RequestRecord(id=i, t_sched=65.0, t_send=65.0 + i / 10, n_out_expected=32, chunk_times=[100.0],
+                                chunk_tokens=[1])
+                  for i in range(2, 6))]
+        (d / rec.REQUESTS).write_text("".join(r.model_dump_json() + "\n" for r in reqs))
+        return digest_run(d).kv_transfer
+
+    kv = run(56.0)
+    assert kv.failed == 0.0 and kv.warmup_failed == 1.0 and kv.kv_failed_transfers == 0.0
+    assert kv.kv_tokens_remote == 1800.0  # the hand-off's volume is the whole run's, warm-up included
+    assert handoff_fault(Evidence(kv_transfer=kv)) is None
+    kv = run(66.0)  # scraped after the first measured send: the measured requests' failure
+    assert kv.failed == 1.0 and kv.warmup_failed == 0.0
+    assert handoff_fault(Evidence(kv_transfer=kv)).reasons[0].code == "kv_handoff_failed"
