@@ -14,8 +14,8 @@ from agent.planner.checks import check
 from agent.planner.deterministic import candidates, diagnosis_for
 from agent.planner.proposers.twin_search import LED, RULES_LED
 from core import profiles
-from executor.twin import Twin, Twins, prior_of
 from executor.targets import builtin_sim
+from executor.twin import Twin, Twins, prior_of
 from simulator import engine, stations
 from state.goal import parse_goal
 from state.store import Store
@@ -330,3 +330,52 @@ def test_a_station_that_breaks_the_goals_cards_contract_is_never_worth_running(t
     cards_ = candidates(h2.with_twin(lambda runs: real.fit(PRIOR, tuple(runs))), diagnosis_for(h2))
     twin_valued = [(c, v) for c, v in cards_ if c.prediction is not None and c.prediction.source == "twin"]
     assert twin_valued and all(v.confidence == 0.0 and "breaks the contract" in v.why for _, v in twin_valued)
+
+
+def _instances_goal(cards: int | None, experiments: int) -> object:
+    """The P2D2 deployment with its instance counts in the space and the goal's cards contract."""
+    return parse_goal({
+        "name": "cards-contract", "engine": "sim", "target": "sim", "sim_profile": PRIOR, "scenario": "chat2k",
+        "objective": {"metric": "output_tok_s_per_card", "window": "whole"},
+        "constraints": {"tpot_mean_ms_lt": 40, "all_succeed": True, "output_len": 512, "cards": cards},
+        "start_knobs": {"num_prefill_instances": 2, "num_decode_instances": 2, "concurrency": 64},
+        "search_space": {"num_prefill_instances": [1, 2], "num_decode_instances": [1, 2],
+                         "concurrency": [64, 128]},
+        "protocol": {"screen_n": 160, "confirm_n": 320},
+        "authorisation": {"hot": "auto", "restart": "auto", "topology": "auto"},
+        "budget": {"card_hours": 50, "experiments": experiments}}, "test")
+
+
+def test_a_card_that_removes_instances_the_cards_contract_needs_is_refused_by_the_parents_run(tmp_path, runs_root):
+    """Every proposer's card (the rules', the explorer's), twin or not: the parent's run used `cards` cards and counted
+    the role's instances at the knob's old value, so removing k instances leaves at most cards - k: below the goal's
+    contract, the run would be invalid (cards_missing). Where the contract allows it, the same card passes."""
+    from agent.planner.candidates import build_card
+
+    loose = _ran(tmp_path, _instances_goal(None, 1))
+    base = loose.latest_valid(loose.best_knobs)
+    used = base.summary.cards
+    assert base.evidence.prefill_instances == 2 and base.evidence.decode_instances == 2 and used >= 4
+
+    def at(required):
+        g = loose.goal.model_copy(update={"constraints": loose.goal.constraints.model_copy(
+            update={"cards": required})})
+        h = loose.model_copy(update={"goal": g, "experiments_left": 4})
+        card = build_card(h.goal_id, g.scenario, h.best_knobs, "num_prefill_instances", 1, stage="screen",
+                          n=g.protocol.screen_n)
+        return [r for r in check(card, h) if r.startswith("cards:")]
+
+    (refusal,) = at(used)
+    assert f"removes 1 instance(s) from a station whose run ({base.run_id}) used {used} card(s)" in refusal
+    assert at(used - 1) == []  # one prefill instance holds at least one card: with it gone the contract may hold
+    assert at(None) == []
+
+
+def test_the_rules_never_run_a_station_below_the_goals_cards(tmp_path, runs_root):
+    """The loop without the twin on a goal whose contract is the start's own cards: no run is invalid for cards."""
+    loose = _ran(tmp_path, _instances_goal(None, 1))
+    used = loose.latest_valid(loose.best_knobs).summary.cards
+    h = _ran(tmp_path, _instances_goal(used, 5))
+    assert len(h.outcomes) > 1
+    assert not [o.reason for o in h.outcomes if "cards" in (o.reason or "")], [o.reason for o in h.outcomes]
+    assert all(o.summary is None or o.summary.cards >= used for o in h.outcomes)

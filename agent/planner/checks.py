@@ -1,5 +1,6 @@
 """The same deterministic checks for every proposal, whoever wrote it (rules, the explorer or an LLM): among them
-that no card raises a cap the evidence shows does not bind (agent/planner/inert.py).
+that no card raises a cap the evidence shows does not bind (agent/planner/inert.py), and that no card removes
+instances its parent's run shows the goal's cards contract needs (`cards_refusal`).
 
 Each check returns a refusal line (check name + reason) or nothing; a card passes when the list is empty.
 """
@@ -11,7 +12,7 @@ from agent.planner.candidates import CandidateCard, Change
 from agent.planner.history import History
 from agent.planner.inert import inert_refusal
 from core.canonical import canon
-from core.knobs import COST_ORDER, KnobError, catalog
+from core.knobs import COST_ORDER, DECODE_INSTANCES, PREFILL_INSTANCES, KnobError, catalog, role_of
 from core.station import change_cost
 
 MAX_ATTEMPTS = 3  # runs of one experiment that may end in a tooling fault before it is set aside
@@ -78,6 +79,9 @@ def check(card: CandidateCard, history: History) -> list[str]:
         inert = inert_refusal(card, history)  # a cap the evidence shows does not bind, raised (agent/planner/inert.py)
         if inert is not None:
             out.append(inert)
+        short = cards_refusal(card, history)
+        if short is not None:
+            out.append(short)
         if card.station_key in history.predicted_negatives:  # set aside unrun (any stage): a prediction, not a result
             out.append(f"predicted_negative: {history.predicted_negatives[card.station_key]}")
         if card.stage == "screen" and card.parent_knobs_hash != history.best_knobs_hash:
@@ -157,3 +161,40 @@ def retry_note(card: CandidateCard, history: History) -> str | None:
             if changed:
                 return f"retrying a negative ({neg.experiment_key}): {', '.join(changed)} changed"
     return None
+
+
+INSTANCE_ROLES = {PREFILL_INSTANCES: "prefill", DECODE_INSTANCES: "decode"}
+
+
+def cards_refusal(card: CandidateCard, history: History) -> str | None:
+    """The goal's cards contract, read off the parent's own run: a card that only removes instances (of one role or
+    both, nothing else re-laid) from a station whose run used `cards` cards, where the goal requires more than
+    `cards` minus the instances removed (every instance holds at least one card), would run on fewer cards than the
+    goal requires: an invalid run (cards_missing) by construction. Only where the run's own scrapes counted the
+    role's instances at the knob's old value (the knob is that role's instance count on this deployment); without
+    those figures nothing is refused."""
+    required = history.goal.constraints.cards
+    ref = history.latest_valid(card.parent_knobs)
+    if required is None or ref is None or ref.summary is None:
+        return None
+    removed = 0
+    for c in card.changes:
+        role = role_of(c.knob)
+        if role not in INSTANCE_ROLES:
+            if catalog().get(c.knob).cost_class == "topology":
+                return None  # another layout change: the cards it adds are not known here
+            continue
+        counted = getattr(ref.evidence, f"{INSTANCE_ROLES[role]}_instances")
+        try:
+            old, new = int(c.old), int(c.new)
+        except (TypeError, ValueError):
+            return None
+        if counted is None or counted != old or new > old:
+            return None  # the run did not count this role at the old value, or the card adds instances
+        removed += old - new
+    if removed and ref.summary.cards - removed < required:
+        return (f"cards: {card.title()} removes {removed} instance(s) from a station whose run "
+                f"({ref.run_id}) used {ref.summary.cards} card(s); the goal requires {required}, so the run would be "
+                f"invalid (cards_missing)")
+    return None
+
