@@ -197,4 +197,3 @@ def cards_refusal(card: CandidateCard, history: History) -> str | None:
                 f"({ref.run_id}) used {ref.summary.cards} card(s); the goal requires {required}, so the run would be "
                 f"invalid (cards_missing)")
     return None
-
