@@ -15,7 +15,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import httpx
 
@@ -174,10 +174,11 @@ def _iteration_batches(samples: Sequence[EngineSample], budget: float | None) ->
 
 def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], breakdown: dict | None,
            info: RunInfo | None, knobs: dict[str, Any] | None, expert_record: dict | None = None,
-           measured_from: float | None = None) -> Evidence:
+           measured_from: Callable[[], float | None] | None = None) -> Evidence:
     """The evidence the planner reads (pinned keys; None where the evidence is missing). `expert_record`: the
     run's expert-load record (core.records.EXPERT_LOAD), when the engine produced one; `measured_from`: when the
-    first measured (not warm-up) request was sent, which splits the KV hand-off's failures."""
+    first measured (not warm-up) request was sent, which splits the KV hand-off's failures (asked only of a run
+    with hand-off figures)."""
     knobs = knobs or {}
     load = expert_load(expert_record)
     pw = [v for _, v in role_series(samples, "prefill", WAITING)]
@@ -243,7 +244,7 @@ def digest_run(run_dir: Path, info: RunInfo | None = None, knobs: dict[str, Any]
     expert_record = json.loads(el.read_text()) if el.exists() else None
     if knobs is None and info is not None:
         knobs = (info.model_extra or {}).get("knobs") or {}
-    return digest(samples, batches, breakdown, info, knobs, expert_record, first_measured_send(run_dir))
+    return digest(samples, batches, breakdown, info, knobs, expert_record, lambda: first_measured_send(run_dir))
 
 
 def first_measured_send(run_dir: Path) -> float | None:

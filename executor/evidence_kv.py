@@ -12,7 +12,7 @@ as KV; a deployment that recomputes on decode shows it well below 1. Missing cou
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from core.records import EngineSample
 from executor.engines import metric_names
@@ -58,29 +58,33 @@ def _sum(values: Any) -> float | None:
     return float(sum(found)) if found else None
 
 
-def kv_transfer(samples: Sequence[EngineSample], measured_from: float | None = None) -> dict[str, Any] | None:
+def kv_transfer(samples: Sequence[EngineSample],
+                measured_from: Callable[[], float | None] | None = None) -> dict[str, Any] | None:
     """Decode's KV hand-off figures over the run, or None when the engine exports none (no PD, or no names).
-    `measured_from`: when the run's first measured request was sent (the load's clock). The failure counters are
-    then the measured requests' (from each instance's last scrape before it); the warm-up's, before it, are
-    `warmup_failed`: the first hand-off of a fresh pair opens NIXL's side channel, whose handshake vLLM gives 5 s
-    (base_worker.py, RCVTIMEO), and a warm-up request that times out there is the warm-up's to absorb, as any
-    warm-up failure is. A failure scraped after the first measured send counts as measured, whenever it began."""
-    def delta(k: str, since: float | None) -> float | None:
+    `measured_from`: when the run's first measured request was sent (the load's clock), asked only of a run with
+    hand-off figures (it reads the run's records). The failure counters are then the measured requests' (from each
+    instance's last scrape before it); the warm-up's, before it, are `warmup_failed`: the first hand-off of a fresh
+    pair opens NIXL's side channel, whose handshake vLLM gives 5 s (base_worker.py, RCVTIMEO), and a warm-up request
+    that times out there is the warm-up's to absorb, as any warm-up failure is. A failure scraped after the first
+    measured send counts as measured, whenever it began."""
+    def delta(k: str, since: float | None = None) -> float | None:
         return _sum(counter_delta(samples, role, metric_names(k), since)
                     for role in (("prefill", "decode") if k in BOTH_ROLES else ("decode",)))
 
-    got = {k: delta(k, measured_from if k in BOTH_ROLES else None) for k in KEYS}
-    if all(v is None for v in got.values()):
+    whole = {k: delta(k) for k in KEYS}
+    if all(v is None for v in whole.values()):
         return None
+    since = measured_from() if measured_from is not None else None
+    got = whole | ({k: delta(k, since) for k in BOTH_ROLES} if since is not None else {})
     remote, computed, cached = got["kv_tokens_remote"], got["kv_tokens_computed"], got["kv_tokens_cached"]
     prompt = sum(v for v in (remote, computed, cached) if v is not None)
     transfers, seconds = got["kv_transfers"], got["kv_transfer_seconds"]
     failures = [got[k] for k in FAILURES if got[k] is not None]
-    whole = [v for k in FAILURES if (v := delta(k, None)) is not None]
+    before = [whole[k] for k in FAILURES if whole[k] is not None]
     return got | {
         "remote_share": remote / prompt if remote is not None and prompt > 0 else None,
         "transfer_s_mean": seconds / transfers if seconds is not None and transfers else None,
         "bytes_per_transfer": got["kv_bytes"] / transfers if got["kv_bytes"] is not None and transfers else None,
         "failed": sum(failures) if failures else None,
-        "warmup_failed": max(sum(whole) - sum(failures), 0.0) if whole and measured_from is not None else None,
+        "warmup_failed": max(sum(before) - sum(failures), 0.0) if before and since is not None else None,
     }

@@ -8,8 +8,8 @@ any other service, the load generator sends to the router, and the scraper reads
 What must hold: requests travel P -> KV hand-off -> D, shown by decode's own counters (its prompt tokens arrived as
 external KV, none recomputed; NIXL moved bytes) and by the evidence of both roles; a warm pair is flushed on both
 instances; a hand-off that fails (a decode whose KV block size differs from prefill's: NIXL's handshake refuses it)
-is an orchestration fault, never a result. The good pair runs over ssh, the broken one on this host. The installed NIXL and vllm-router are
-required: under CI=true their absence fails this module, never skips it.
+is an orchestration fault, never a result. The good pair runs over ssh, the broken one on this host. The installed
+NIXL and vllm-router are required: under CI=true their absence fails this module, never skips it.
 """
 from __future__ import annotations
 
