@@ -1,0 +1,102 @@
+"""Exact-output guard for the simulator: every figure a simulated run produces, pinned as a digest.
+
+Why: the simulator's speed work (issue 43 item 4) must not move a single simulated figure. Each case runs
+`engine.simulate` (or drives a streaming Cluster as `tuneloop sim serve` does) and hashes everything the run leaves
+behind: every request record (chunk times and tokens, TTFT, cached tokens, finish reason), the engine samples,
+the prefill batches, the time breakdown, the ground truth and the expert-load record. Floats enter as JSON (their
+shortest repr, which round-trips exactly), so any change in any bit fails the case. The digests were computed with
+the simulator as it stood before the optimisation (main 9c0a4ca); a deliberate change of the model re-pins them.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from core import profiles
+from simulator import engine
+from simulator.cluster import Cluster
+from simulator.faults import Faults
+from simulator.prefix_cache import spec_block_hashes
+
+# name: (profile, scenario, knob overrides on the profile's start station, n, warm-up, seed, arrival, faults)
+CASES = {
+    "dsv4-mtp3-eplb": ("dsv4-flash-910c-p8d8", "copy16k-zero-cache", {"max_prefill_reqs": 2}, 96, 0, 0,
+                       "constant", []),
+    "dsv4-plain-poisson": ("dsv4-flash-910c-p8d8", "chat2k", {"speculative_method": "none", "num_speculative_tokens": 0, "expert_layout": "none",
+                           "index_cache_reuse": True, "request_rate": 6.0}, 80, 2, 3, "poisson", []),
+    "mixed-qwen": ("qwen25-7b-a100-mixed", "chat2k", {}, 120, 0, 1, "constant", []),
+    "mixed-prefix": ("qwen25-7b-a100-mixed", "chat2k-out512-agent", {}, 100, 4, 11, "constant", []),
+    "mixed-cpu-warm": ("vllm-cpu-mixed-sim", "vllm-chat", {}, 60, 3, 7, "gamma", []),
+    "prefix-decay": ("deepseek-v3-h200-p8d8", "copy128k-prefix90", {}, 40, 8, 2, "constant", []),
+    "serial-link": ("llama31-70b-h100-p8d4-tcp", "docqa16k-out512", {}, 80, 0, 4, "constant", []),
+    "faults": ("llama31-8b-l40s-p1d1", "chat2k-out512-agent", {}, 100, 2, 5, "poisson",
+               ["truncate=0.3", "cache_miss=0.2"]),
+    "crash": ("llama31-8b-l40s-p1d1", "chat1k-out512", {"request_rate": 1.0}, 60, 0, 6, "constant", ["crash_at=0.5"]),
+    "agent-mixed-prefix": ("qwen3-32b-910b-p2d4-agent", "agent12k-tools-out256", {}, 60, 4, 10, "constant", []),
+    "mtp-decay-dp": ("deepseek-v3-910c-p4d8", "code4k", {"speculative_method": "mtp", "num_speculative_tokens": 3}, 80, 0, 8, "constant", []),
+}
+
+PINNED = {
+    "agent-mixed-prefix": "c56fa79b69b2e6ee2677c1f2ac6c09a38fb4935bca2cefce969765710de4d68f",
+    "crash": "2a8e2855cbb7113ccf765be618a334bec0b4a2cfe1f5eb935a886c463a7742cf",
+    "dsv4-mtp3-eplb": "9658048df47bcd68a0d4d30b544b3faac1660ff62e5d82dd9ac81a8202039003",
+    "dsv4-plain-poisson": "c28ad7b9d89fd9045200ac407daf44f9cdd023d04cd1b7d2b76314d91a974956",
+    "faults": "4d70f6742abee1a4fd6194fbd85a82a677643685e41c60ea8845800524f37fb6",
+    "mixed-cpu-warm": "edfeb26c84b4dd71c4756a1c642355ee8a68d93b91939162d1c22ef79a2ecfe4",
+    "mixed-prefix": "9231fa948646e53ba0cac9d5c0f7abb98c6af7f060c3172a3402cecec7ed7f19",
+    "mixed-qwen": "afb0e0197f072b97e9c047d59729bcd7acd700b843a5ef57b9b469ba70758220",
+    "mtp-decay-dp": "7f411a9c3ec4fa577cf2cb3f53c0d58649d3ea2d6a77afb941524c5ab5162781",
+    "prefix-decay": "836aa415f51b22b84065c911f91579f76fe79fc5447682660546d07554fb99d1",
+    "serial-link": "01c284645785dc4d793040f6ea0325db623f9ffc1a8a9134b00ce55ebf078f65",
+}
+
+STREAM_PINNED = "015a9dda9037d1867fdc7ea59eb4b206325f0bfd55ede547dbcac8f5392bb245"
+
+
+def digest_run(run: engine.SimRun) -> str:
+    """sha256 over everything a simulated run leaves behind (the run directory's content, as text)."""
+    h = hashlib.sha256()
+    for rows in (run.records, run.samples, run.batches):
+        for r in rows:
+            h.update(r.model_dump_json().encode())
+        h.update(b"|")
+    for part in (run.breakdown, run.truth, run.expert_load, run.rc):
+        h.update(json.dumps(part, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def run_case(name: str) -> engine.SimRun:
+    prof_name, scen, knobs, n, warmup, seed, arrival, faults = CASES[name]
+    prof = profiles.load(prof_name)
+    return engine.simulate(prof, scen, prof.knobs(knobs, start=True), n=n, warmup=warmup, seed=seed,
+                           arrival=arrival, faults=Faults.parse(faults))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_simulated_run_is_bit_identical(name):
+    assert digest_run(run_case(name)) == PINNED[name], f"{name}: a simulated figure changed"
+
+
+def stream_digest() -> str:
+    """A streaming Cluster (the HTTP server's driver) on the prefix-cache profile: requests arrive while earlier
+    ones decode, the clock advances in uneven ticks, and every client-visible event is hashed in order."""
+    prof = profiles.load("deepseek-v3-910c-p4d8")
+    cl = Cluster(prof, prof.knobs({"speculative_method": "mtp", "num_speculative_tokens": 2}, start=True), seed=9, stream=True)
+    h = hashlib.sha256()
+    t = 0.0
+    for i in range(48):
+        n_in = 3000 + 517 * (i % 5)
+        cl.submit(i, n_in, 40 + 13 * (i % 7), spec_block_hashes(i, n_in, i % 3, 2048), t)
+        t += 0.05 + 0.11 * (i % 4)
+        h.update(repr(cl.run_until(t)).encode())
+    while cl.next_event_time() is not None:
+        t += 0.37
+        h.update(repr(cl.run_until(t)).encode())
+    h.update(cl.metrics_text().encode())
+    return h.hexdigest()
+
+
+def test_streaming_cluster_is_bit_identical():
+    assert stream_digest() == STREAM_PINNED
