@@ -93,7 +93,7 @@ class Cluster:
         i = self._route_prefill(req)
         req.p_inst = i
         inst = self.prefill[i]
-        match = 0 if no_cache else inst.cache.match(block_hashes[: (n_in - 1) // 64])
+        match = 0 if no_cache else inst.cache.match(block_hashes, (n_in - 1) // 64)
         inst.enqueue(req, n_in - match * 64)
         if self.mixed:
             req.d_inst = i
@@ -260,7 +260,7 @@ class Cluster:
         """Cache-aware: the instance holding the longest prefix, then the least queued work."""
         best, key = 0, None
         for i, inst in enumerate(self.prefill):
-            m = 0 if req.no_cache else inst.cache.match(req.hashes[:64]) if req.hashes else 0
+            m = 0 if req.no_cache else inst.cache.match(req.hashes, 64)
             k = (-m, sum(inst.load), i)
             if key is None or k < key:
                 best, key = i, k

@@ -21,7 +21,7 @@ from simulator import experts
 from simulator import truth as truth_mod
 from simulator.cluster import Cluster
 from simulator.faults import STATS_FAILURE_MARKER, Faults, SimHealthError
-from simulator.prefix_cache import spec_block_hashes
+from simulator.prefix_cache import spec_block_hashes, spec_blocks
 
 
 @dataclass
@@ -91,6 +91,8 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
     samples: list[EngineSample] = []
     state = {"next_sample": 0.0, "t": 0.0}
     crashed = False
+    # lazy block hashes (simulator.prefix_cache.RequestBlocks) need unique request ids; a replay's are checked
+    memo: dict | None = {} if len({s.id for s in specs}) == len(specs) else None
 
     def run_phase(phase: list[sc.RequestSpec], t_sched: list[float], warm: bool) -> bool:
         pending = deque(zip(phase, t_sched))
@@ -105,7 +107,8 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
                 if not warm and crash_idx is not None and spec.id - warmup >= crash_idx:
                     state["t"] = t_send
                     return False
-                hashes = spec_block_hashes(spec.id, spec.n_in, spec.prefix_group, spec.prefix_len)
+                hashes = (spec_block_hashes(spec.id, spec.n_in, spec.prefix_group, spec.prefix_len) if memo is None
+                          else spec_blocks(spec.n_in, spec.prefix_group, spec.prefix_len, memo))
                 cluster.submit(spec.id, spec.n_in, spec.n_out, hashes, t_send, formal=not warm)
                 inflight[spec.id] = (spec, ts, t_send)
                 state["t"] = t_send

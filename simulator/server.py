@@ -135,11 +135,7 @@ class SimService:
     def reset_prefix_cache(self) -> int:
         """vLLM's POST /reset_prefix_cache: drop every cached block (hit counters keep counting)."""
         self.advance()
-        dropped = 0
-        for inst in self.cluster.prefill:
-            dropped += len(inst.cache._blocks)
-            inst.cache._blocks.clear()  # the cache has no public clear(); its block map is the cache
-        return dropped
+        return sum(inst.cache.clear() for inst in self.cluster.prefill)
 
     def expert_distribution(self, action: str) -> dict:
         """SGLang's /start_, /stop_, /dump_expert_distribution_record: routed tokens per EP rank since start
