@@ -7,6 +7,7 @@ time, `run_until(t)` to advance, read back first-token / chunk / finish events. 
 from __future__ import annotations
 
 import heapq
+from functools import lru_cache
 import random
 from typing import Any
 
@@ -20,6 +21,11 @@ from simulator.mixed import MixedEngine
 from simulator.prefill import PrefillInstance
 from simulator.prefix_cache import PrefixCache
 from simulator.request import Event, SimRequest
+
+
+@lru_cache(maxsize=None)
+def _per_pos_names(k: int) -> tuple[str, ...]:
+    return tuple(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}' for i in range(k))
 
 
 class Cluster:
@@ -38,6 +44,7 @@ class Cluster:
         rng = np.random.default_rng(seed)
         self._run_factor = float(np.exp(rng.normal(0.0, profile.noise_run_sigma)))
         self._jitter = np.exp(rng.normal(0.0, profile.noise_step_sigma, 4096)).tolist()
+        self._scaled = [self._run_factor * j for j in self._jitter]  # what _noise returns, per draw
         self._jit_i = 0
         spec_k = int(k["num_speculative_tokens"]) if k["speculative_method"] != "none" else 0
         gmu = float(k["gpu_memory_utilization"])
@@ -133,22 +140,22 @@ class Cluster:
 
     def _noise(self) -> float:
         self._jit_i += 1
-        return self._run_factor * self._jitter[self._jit_i & 4095]
+        return self._scaled[self._jit_i & 4095]
 
     def _process_next(self) -> float:
         t0 = self._heap[0][0]
         while self._heap and self._heap[0][0] == t0:
             t, _, kind, x = heapq.heappop(self._heap)
             self.now = t
-            if kind == "p":
+            if kind == "d":
+                self._decode_step(x, t)
+            elif kind == "p":
                 self._prefill_end(x, t)
             elif kind == "ps":
                 self._p_pending[x] = False
                 self._prefill_start(x, t)
             elif kind == "x":
                 self._transfer_done(x, t)
-            elif kind == "d":
-                self._decode_end(x, t)
             elif kind == "ds":
                 self._d_pending[x] = False
                 self._decode_start(x, t)
@@ -159,6 +166,16 @@ class Cluster:
                 self.finished.extend(self.mixed[x].end_step(t))
                 self._mixed_start(x, t)
         return t0
+
+    def run_batch(self, t_send: float, t_sample: float) -> float:
+        """Batch mode: process the pending event times that come before `t_send` and not after `t_sample`, up to
+        and including the first that finishes a request (the client then has a free slot); returns the last time
+        processed. The caller's loop would have taken the same events one time at a time (engine.simulate)."""
+        heap = self._heap
+        t = self._process_next()
+        while not self.finished and heap and heap[0][0] < t_send and heap[0][0] <= t_sample:
+            t = self._process_next()
+        return t
 
     def _prefill_start(self, i: int, t: float) -> None:
         inst = self.prefill[i]
@@ -216,9 +233,21 @@ class Cluster:
         if end is not None:
             self._push(end, "d", j)
 
-    def _decode_end(self, j: int, t: float) -> None:
-        self.finished.extend(self.decode[j].end_step())
-        self._decode_start(j, t)
+    def _decode_step(self, j: int, t: float) -> None:
+        """A decode step ended: _decode_end and _decode_start in one call (the hot path: one per step)."""
+        d = self.decode[j]
+        done = d.end_step()
+        if done:
+            self.finished.extend(done)
+        if d.waiting:
+            for req in d.admit(t):
+                if req.s_end == req.s0:
+                    self.finished.append(req)
+        self._jit_i += 1
+        end = d.start_step(t, self._scaled[self._jit_i & 4095])
+        if end is not None:
+            self._seq += 1
+            heapq.heappush(self._heap, (end, self._seq, "d", j))
 
     def _mixed_start(self, i: int, t: float) -> None:
         m = self.mixed[i]
@@ -315,8 +344,7 @@ class Cluster:
         gen = d.generated_tokens()
         drafts = steps if d.k else 0
         accepted = max(0.0, gen - d.success - d.batch - steps) if d.k else 0.0
-        per_pos = {f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}': float(v)
-                   for i, v in enumerate(d.accepted_per_position())}
+        per_pos = dict(zip(_per_pos_names(d.k), d.accepted_per_position()))
         return per_pos | d.iterations.series() | {
             "vllm:num_requests_running": float(d.batch),
             # vLLM counts requests waiting for remote KV (deferred) in num_requests_waiting too
@@ -355,7 +383,9 @@ class Cluster:
         }
 
     def samples(self, t: float) -> list[EngineSample]:
-        return [EngineSample(t=t, role=role, instance=name, values=v) for role, name, v in self.snapshot()]
+        """One scrape of every instance. Built without validation (a run scrapes every simulated second): every value
+        is a float already, as the validated model would hold it."""
+        return [EngineSample.model_construct(t=t, role=role, instance=name, values=v) for role, name, v in self.snapshot()]
 
     def metrics_text(self, t: float | None = None) -> str:
         """Prometheus text exposition of snapshot(), labelled by role and instance."""

@@ -11,6 +11,7 @@ persistent skew (simulator.experts).
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import deque
@@ -19,7 +20,7 @@ import numpy as np
 
 from core.profiles import DecodeCost
 from simulator.experts import rank_shares
-from simulator.iterstats import IterationTokens
+from simulator.iterstats import BUCKETS, IterationTokens
 from simulator.request import SimRequest
 
 
@@ -71,6 +72,8 @@ class DecodeInstance:
         self.draft_s = 0.0  # step time of the draft (MTP) passes
         self.accepted_pos = np.zeros(k, dtype=np.int64)  # finished requests: steps whose position i+1 was accepted
         self.iterations = IterationTokens()  # vllm:iteration_tokens_total: generated tokens per step (expected al)
+        self._terms: dict[int, tuple] = {}  # batch size -> its step-time terms (_batch_terms)
+        self._sched, self._comm = cost.sched_s, cost.comm_share
 
     # -- KV and batch figures ---------------------------------------------------------------
     def kv_used(self) -> float:
@@ -137,47 +140,71 @@ class DecodeInstance:
             heapq.heappush(self._finish, (req.s_end, self._seq, req))
         return out
 
-    def step_parts(self) -> tuple[float, float, float, float]:
-        """(step time, core time, IF, draft time): the step pays the most loaded EP rank (IF = max/mean rank
-        load: the layout's persistent skew times the expected max of B·(k+1)·topk routings over EP ranks)."""
+    def _batch_terms(self, b: int) -> tuple:
+        """The step-time terms that depend on the batch size alone, computed once per size (why: they were
+        recomputed every step, and a step's own work is the kv term): (a', c', IF, the waiting share of a step
+        (1 - 1/IF), draft time, generated tokens per step, its iteration-histogram bucket, routed assignments)."""
         c = self.cost
-        b = self.batch
         n_tok = b * (self.k + 1)
         imb = 1.0
         if c.ep > 1 and n_tok:
             imb = self.if_static * (1 + math.sqrt(2 * math.log(c.ep) * c.ep / (n_tok * c.topk)))
-        core = (c.a * (1 - self.saving) + c.b * n_tok + c.c * (1 - self.saving) * self.kv_used()) * imb
-        draft = self.k * (c.a_draft + c.b_draft * b)
-        return c.sched_s + core + draft, core, imb, draft
+        tokens = b * self.al
+        terms = (c.a * (1 - self.saving) + c.b * n_tok, c.c * (1 - self.saving), imb, 1.0 - 1.0 / imb,
+                 self.k * (c.a_draft + c.b_draft * b), tokens, bisect.bisect_left(BUCKETS, tokens),
+                 b * (self.k + 1) * c.topk)
+        self._terms[b] = terms
+        return terms
+
+    def step_parts(self) -> tuple[float, float, float, float]:
+        """(step time, core time, IF, draft time): the step pays the most loaded EP rank (IF = max/mean rank
+        load: the layout's persistent skew times the expected max of B·(k+1)·topk routings over EP ranks)."""
+        a, c, imb, _, draft = (self._terms.get(self.batch) or self._batch_terms(self.batch))[:5]
+        core = (a + c * self.kv_used()) * imb
+        return self._sched + core + draft, core, imb, draft
 
     def step_time(self) -> float:
         return self.step_parts()[0]
 
     def start_step(self, t: float, noise: float, extra: float = 0.0) -> float | None:
-        """Start a step of the running batch; `extra`: the step's prefill share on a mixed engine (simulator.mixed)."""
-        if self.batch == 0:
+        """Start a step of the running batch; `extra`: the step's prefill share on a mixed engine (simulator.mixed).
+        The same arithmetic as step_parts, in the same order, with the batch's terms looked up (the hot path)."""
+        b = self.batch
+        if b == 0:
             return None
-        total, core, imb, draft = self.step_parts()
-        dt = (total + extra) * noise
-        self.step_end.append(t + dt)
-        self.busy_until = t + dt
+        a, c, imb, waiting, draft, _, _, routed = self._terms.get(b) or self._batch_terms(b)
+        core = (a + c * (self.sum_n_in + self.al * (b * self.step - self.sum_s0))) * imb
+        sched = self._sched
+        dt = (sched + core + draft + extra) * noise
+        end = t + dt
+        self.step_end.append(end)
+        self.busy_until = end
         self.busy_s += dt
-        s = min(self.cost.sched_s, dt)
-        wait = core * noise * (1.0 - 1.0 / imb)  # every rank waits for the most loaded one
+        s = sched if sched <= dt else dt
+        wait = core * noise * waiting  # every rank waits for the most loaded one
         drafting = draft * noise
         self.sched_s += s
         self.imbalance_s += wait
         self.draft_s += drafting
-        self.comm_s += max(0.0, dt - s - wait - drafting) * self.cost.comm_share  # of the balanced main pass
-        self.routed += self.batch * (self.k + 1) * self.cost.topk
-        return self.busy_until
+        rest = dt - s - wait - drafting
+        self.comm_s += (rest if rest > 0.0 else 0.0) * self._comm  # of the balanced main pass
+        self.routed += routed
+        return end
 
     def end_step(self, prompt_tokens: int = 0) -> list[SimRequest]:
         """Complete the step in flight (with `prompt_tokens` of prefill chunks on a mixed engine); return requests
         whose last token it carried."""
         self.step += 1
         self.busy_until = None
-        self.iterations.observe(self.batch * self.al + prompt_tokens)
+        if prompt_tokens:
+            self.iterations.observe(self.batch * self.al + prompt_tokens)
+        else:  # IterationTokens.observe with the batch's tokens and bucket looked up
+            _, _, _, _, _, tokens, bucket, _ = self._terms.get(self.batch) or self._batch_terms(self.batch)
+            it = self.iterations
+            it.count += 1
+            it.sum += tokens
+            if bucket < len(BUCKETS):
+                it.buckets[bucket] += 1
         done: list[SimRequest] = []
         while self._finish and self._finish[0][0] <= self.step:
             _, _, req = heapq.heappop(self._finish)

@@ -113,7 +113,7 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
                 inflight[spec.id] = (spec, ts, t_send)
                 state["t"] = t_send
             elif t_ev <= t_s:
-                state["t"] = cluster.advance()
+                state["t"] = cluster.run_batch(t_send, t_s)
                 for req in cluster.finished:
                     spec, ts, tsend = inflight.pop(req.id)
                     records.append(_record(cluster, req, spec, ts, tsend, warm))

@@ -6,6 +6,8 @@ accepted drafts + 1 per request); the buckets are its own (cudagraph capture siz
 from __future__ import annotations
 
 import bisect
+from functools import lru_cache
+from itertools import accumulate
 
 BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 NAME = "vllm:iteration_tokens_total"
@@ -26,12 +28,17 @@ class IterationTokens:
 
     def series(self, labels: str = "") -> dict[str, float]:
         """Prometheus series (`_count`, `_sum`, cumulative `_bucket{le=...}`); `labels`: 'engine="0"' and so on."""
-        sep = f"{labels}," if labels else ""
-        out = {f"{NAME}_count" + (f"{{{labels}}}" if labels else ""): float(self.count),
-               f"{NAME}_sum" + (f"{{{labels}}}" if labels else ""): float(self.sum)}
-        cum = 0
-        for le, n in zip(BUCKETS, self.buckets):
-            cum += n
-            out[f'{NAME}_bucket{{{sep}le="{float(le)}"}}'] = float(cum)
-        out[f'{NAME}_bucket{{{sep}le="+Inf"}}'] = float(self.count)
+        count, total, buckets = _names(labels)
+        out = {count: float(self.count), total: float(self.sum)}
+        out.update(zip(buckets, map(float, accumulate(self.buckets))))
+        out[buckets[-1]] = float(self.count)
         return out
+
+
+@lru_cache(maxsize=None)
+def _names(labels: str) -> tuple[str, str, tuple[str, ...]]:
+    """The series' names for one label set (built once: a run scrapes every instance every simulated second)."""
+    sep = f"{labels}," if labels else ""
+    tail = f"{{{labels}}}" if labels else ""
+    return (f"{NAME}_count{tail}", f"{NAME}_sum{tail}",
+            tuple(f'{NAME}_bucket{{{sep}le="{le}"}}' for le in [*map(float, BUCKETS), "+Inf"]))
