@@ -86,13 +86,14 @@ class Cluster:
             raise ValueError(f"request {req_id}: n_in and n_out must be >= 1, got {n_in}, {n_out}")
         t = max(t, self.now)
         f = self.faults
-        r = random.Random(self.seed * 1_000_003 + req_id)
-        u_miss, u_trunc, u_len = r.random(), r.random(), r.random()
-        no_cache = formal and u_miss < f.cache_miss
-        reason = "length"
-        if formal and u_trunc < f.truncate and n_out > 1:
-            n_out = max(1, int(n_out * (0.3 + 0.6 * u_len)))
-            reason = "stop"
+        no_cache, reason = False, "length"
+        if formal and (f.cache_miss or f.truncate):  # the draws decide nothing when neither fault is on
+            r = random.Random(self.seed * 1_000_003 + req_id)
+            u_miss, u_trunc, u_len = r.random(), r.random(), r.random()
+            no_cache = u_miss < f.cache_miss
+            if u_trunc < f.truncate and n_out > 1:
+                n_out = max(1, int(n_out * (0.3 + 0.6 * u_len)))
+                reason = "stop"
         req = SimRequest(req_id, n_in, n_out, block_hashes, t, formal, no_cache, reason)
         req.emitted = -1
         self.requests[req_id] = req
@@ -190,13 +191,16 @@ class Cluster:
         t_start = inst.step_start
         done, log = inst.end_step()
         for name, chunks in log:
-            self.batches.append(PrefillBatch(t_start=t_start, t_end=t, instance=name, n_reqs=len(chunks),
-                                             n_tokens=sum(chunks), chunks=chunks))
+            self.batches.append(PrefillBatch.model_construct(t_start=t_start, t_end=t, instance=name,
+                                                             n_reqs=len(chunks), n_tokens=sum(chunks), chunks=chunks))
         tr = self.profile.transfer
         for req in done:
             req.t_prefill_end = t
-            j = min(range(len(self.decode)),
-                    key=lambda d: (self.decode[d].batch + len(self.decode[d].waiting) + self.decode[d].inbound, d))
+            j, least = 0, None  # the least loaded decode instance, the first of equals
+            for jj, d in enumerate(self.decode):
+                load = d.batch + len(d.waiting) + d.inbound
+                if least is None or load < least:
+                    j, least = jj, load
             req.d_inst = j
             self.decode[j].inbound += 1
             self._p_inflight[i] += 1

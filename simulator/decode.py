@@ -19,6 +19,7 @@ from collections import deque
 import numpy as np
 
 from core.profiles import DecodeCost
+from simulator.drafts import TokenDraws
 from simulator.experts import rank_shares
 from simulator.iterstats import BUCKETS, IterationTokens
 from simulator.request import SimRequest
@@ -48,6 +49,7 @@ class DecodeInstance:
         self.routed = 0.0  # routed token-expert assignments (tokens x topk), all ranks
         self.saving = cost.index_cache_reuse_saving if index_cache_reuse else 0.0
         self.rng = rng
+        self.draws = TokenDraws(rng, k, alpha, decay, self.survival, self.al)  # tokens per step, per request
         self.waiting: deque[SimRequest] = deque()
         self.inbound = 0  # KV transfers in flight to this instance
         # KV hand-offs received from prefill (PD): prompt tokens, transfers, seconds spent transferring
@@ -92,27 +94,6 @@ class DecodeInstance:
         return self.kv_reserved + req.n_in + req.n_out <= self.kv_capacity
 
     # -- stepping ---------------------------------------------------------------------------
-    def _draw_tokens(self, n: int) -> np.ndarray:
-        """Tokens per step (1 + accepted drafts, geometric in α, at most k) until n tokens are out."""
-        if self.k == 0 or self.alpha <= 0.0:
-            return np.ones(n, dtype=np.int64)
-        m = int(n / self.al * 1.3) + 8
-        log_a = math.log(self.alpha)
-        while True:
-            u = self.rng.random(m)
-            if self.decay == 1.0:  # geometric: P(acc >= i) = α^i
-                acc = np.minimum(np.floor(np.log(u) / log_a), self.k).astype(np.int64)
-            else:  # acc = the number of positions whose survival exceeds u
-                acc = (u[:, None] < self.survival[None, :]).sum(axis=1).astype(np.int64)
-            toks = acc + 1
-            csum = np.cumsum(toks)
-            if csum[-1] >= n:
-                last = int(np.searchsorted(csum, n))
-                toks = toks[: last + 1].copy()
-                toks[-1] -= int(csum[last]) - n
-                return toks
-            m *= 2
-
     def admit(self, t: float) -> list[SimRequest]:
         """Admit waiting requests FCFS while a sequence slot and KV room (prompt + output) are free."""
         out: list[SimRequest] = []
@@ -131,7 +112,7 @@ class DecodeInstance:
                 self.done_tokens += 1
                 self.success += 1
                 continue
-            req.tokens = self._draw_tokens(rest)
+            req.tokens, req.accepted = self.draws.draw(rest)
             req.s_end = self.step + len(req.tokens)
             self.batch += 1
             self.sum_n_in += req.n_in
@@ -217,14 +198,9 @@ class DecodeInstance:
             self.done_steps += req.s_end - req.s0
             self.success += 1
             if self.k:
-                self._count_accepted(req.tokens)
+                self.accepted_pos += req.accepted
             done.append(req)
         return done
-
-    def _count_accepted(self, tokens: np.ndarray) -> None:
-        """Add a finished request's steps to the per-position accepted counts (position i: accepted >= i)."""
-        per = np.bincount(tokens - 1, minlength=self.k + 1)[: self.k + 1]
-        self.accepted_pos += np.cumsum(per[::-1])[::-1][1:]
 
     def accepted_per_position(self) -> list[float]:
         """Accepted drafts per position (0-based, as vLLM labels them): exact for finished requests, the

@@ -9,7 +9,7 @@ import numpy as np
 class SimRequest:
     __slots__ = ("id", "n_in", "n_out", "hashes", "t_submit", "formal", "no_cache", "finish_reason",
                  "n_cached", "looked_up", "remaining", "ctx", "p_inst", "rank", "t_prefill_end",
-                 "t_ready", "d_inst", "s0", "s_end", "t_admit", "tokens", "t_finish", "emitted")
+                 "t_ready", "d_inst", "s0", "s_end", "t_admit", "tokens", "t_finish", "emitted", "accepted")
 
     def __init__(self, req_id: int, n_in: int, n_out: int, hashes: list[int], t: float,
                  formal: bool = True, no_cache: bool = False, finish_reason: str = "length"):
@@ -36,6 +36,7 @@ class SimRequest:
         self.tokens: np.ndarray | None = None  # tokens emitted per decode step
         self.t_finish: float | None = None
         self.emitted = 0  # online streaming cursor: decode steps already reported
+        self.accepted: np.ndarray | None = None  # decode steps that accepted each draft position
 
 
 class Event(NamedTuple):

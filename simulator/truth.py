@@ -1,6 +1,7 @@
 """The simulator's own ground truth, computed from its emission, to check the metrics code against."""
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from typing import Any, Sequence
 
 from core.records import RequestRecord
@@ -26,13 +27,15 @@ def _inflight_bounds(formal: Sequence[RequestRecord], c: int) -> tuple[float, fl
 
 
 def _tokens_in(formal: Sequence[RequestRecord], a: float, b: float) -> float:
+    """Tokens whose chunk arrived in [a, b]. A record's chunk times are in arrival order, so the window is one slice
+    of them, found by bisection (why: the chunk-by-chunk scan was a tenth of a batch run's wall time)."""
     tot = 0
     for r in formal:
-        if r.chunk_times[-1] < a or r.chunk_times[0] > b:
+        times = r.chunk_times
+        if times[-1] < a or times[0] > b:
             continue
-        for t, k in zip(r.chunk_times, r.chunk_tokens or [1] * len(r.chunk_times)):
-            if a <= t <= b:
-                tot += k
+        lo, hi = bisect_left(times, a), bisect_right(times, b)
+        tot += sum(r.chunk_tokens[lo:hi]) if r.chunk_tokens else hi - lo
     return float(tot)
 
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 
+import numpy as np
 import pytest
 
 from core import profiles
 from simulator import engine
 from simulator.cluster import Cluster
+from simulator.drafts import TokenDraws
 from simulator.faults import Faults
 from simulator.prefix_cache import spec_block_hashes
 
@@ -100,3 +103,38 @@ def stream_digest() -> str:
 
 def test_streaming_cluster_is_bit_identical():
     assert stream_digest() == STREAM_PINNED
+
+
+def reference_draw(rng: np.random.Generator, n: int, k: int, alpha: float, decay: float, survival, al: float):
+    """The per-request draw as simulator/decode.py made it before simulator.drafts (9c0a4ca), and its accepted
+    drafts per position: the reference the chunked draws must reproduce, uniform for uniform."""
+    m = int(n / al * 1.3) + 8
+    while True:
+        u = rng.random(m)
+        if decay == 1.0:
+            acc = np.minimum(np.floor(np.log(u) / math.log(alpha)), k).astype(np.int64)
+        else:
+            acc = (u[:, None] < survival[None, :]).sum(axis=1).astype(np.int64)
+        toks = acc + 1
+        csum = np.cumsum(toks)
+        if csum[-1] >= n:
+            last = int(np.searchsorted(csum, n))
+            toks = toks[: last + 1].copy()
+            toks[-1] -= int(csum[last]) - n
+            per = np.bincount(toks - 1, minlength=k + 1)[: k + 1]
+            return toks, np.cumsum(per[::-1])[::-1][1:]
+        m *= 2
+
+
+@pytest.mark.parametrize("k,alpha,decay,over", [(3, 0.8, 1.0, 1), (1, 0.6, 1.0, 1), (4, 0.9, 0.85, 1), (2, 0.3, 0.7, 1),
+                                                (3, 0.8, 1.0, 4), (2, 0.5, 0.9, 3)])
+def test_chunked_draws_are_the_per_request_draws(k, alpha, decay, over):
+    """Short outputs to long ones, across chunks; `over` overstates the tokens per step so that the first m uniforms
+    fall short and the draw doubles m."""
+    survival = np.cumprod(alpha * decay ** np.arange(k))
+    al = over * ((1 - alpha ** (k + 1)) / (1 - alpha) if decay == 1.0 else 1.0 + float(survival.sum()))
+    ref, new = np.random.default_rng([5, k]), TokenDraws(np.random.default_rng([5, k]), k, alpha, decay, survival, al)
+    sizes = [1, 2, 3, 5, 9, 17, 40, 1023, 4000, 70000, 2, 1, 300] * 40
+    for n in sizes:
+        want, got = reference_draw(ref, n, k, alpha, decay, survival, al), new.draw(n)
+        assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1]), n
