@@ -7,6 +7,7 @@ time, `run_until(t)` to advance, read back first-token / chunk / finish events. 
 from __future__ import annotations
 
 import heapq
+import math
 from functools import lru_cache
 import random
 from typing import Any
@@ -67,6 +68,8 @@ class Cluster:
         self._m_pending = [False] * len(self.mixed)
         self.now = 0.0
         self._heap: list[tuple[float, int, str, Any]] = []
+        # a decode instance may run ahead to steps ending before _lt and not after _le (run_batch, advance_to)
+        self._lt, self._le, self._batch = math.inf, -math.inf, False
         self._seq = 0
         self._p_pending = [False] * len(self.prefill)
         self._d_pending = [False] * len(self.decode)
@@ -124,8 +127,10 @@ class Cluster:
 
     def advance_to(self, t: float) -> None:
         """Advance without reporting: events stay pending for the next run_until."""
+        self._le = t
         while self._heap and self._heap[0][0] <= t:
             self._process_next()
+        self._le = -math.inf
         self.now = max(self.now, t)
 
     def advance(self) -> float | None:
@@ -166,16 +171,18 @@ class Cluster:
             elif kind == "m":
                 self.finished.extend(self.mixed[x].end_step(t))
                 self._mixed_start(x, t)
-        return t0
+        return self.now  # t0, or the last decode step a run-ahead completed
 
     def run_batch(self, t_send: float, t_sample: float) -> float:
         """Batch mode: process the pending event times that come before `t_send` and not after `t_sample`, up to
         and including the first that finishes a request (the client then has a free slot); returns the last time
         processed. The caller's loop would have taken the same events one time at a time (engine.simulate)."""
         heap = self._heap
+        self._lt, self._le, self._batch = t_send, t_sample, True
         t = self._process_next()
         while not self.finished and heap and heap[0][0] < t_send and heap[0][0] <= t_sample:
             t = self._process_next()
+        self._lt, self._le, self._batch = math.inf, -math.inf, False
         return t
 
     def _prefill_start(self, i: int, t: float) -> None:
@@ -249,9 +256,18 @@ class Cluster:
                     self.finished.append(req)
         self._jit_i += 1
         end = d.start_step(t, self._scaled[self._jit_i & 4095])
-        if end is not None:
-            self._seq += 1
-            heapq.heappush(self._heap, (end, self._seq, "d", j))
+        if end is None:
+            return
+        heap = self._heap
+        lt = heap[0][0] if heap and heap[0][0] < self._lt else self._lt  # a tie goes to the event already queued
+        if end < lt and end <= self._le and not (self._batch and self.finished):
+            # nothing else happens before this step ends (and batch mode hands no finished request back now)
+            end, done, self._jit_i, last = d.run_ahead(end, lt, self._le, self._scaled, self._jit_i)
+            if done:
+                self.now = last
+                self._seq += done  # the events those steps would have queued
+        self._seq += 1
+        heapq.heappush(heap, (end, self._seq, "d", j))
 
     def _mixed_start(self, i: int, t: float) -> None:
         m = self.mixed[i]
