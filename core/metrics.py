@@ -8,6 +8,7 @@ has no figure (None plus a reason), never 0.
 from __future__ import annotations
 
 import math
+from itertools import chain
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -95,11 +96,24 @@ def chunk_token_counts(r: RequestRecord) -> list[float]:
     return [per] * k
 
 
+def gaps_ms(records: Sequence[RequestRecord]) -> np.ndarray:
+    """Every record's chunk gaps (t_k - t_(k-1)) * 1e3, record after record: the ITL samples. One array operation
+    over all chunk times, less the gaps between one record's last chunk and the next one's first (why: a gap at a
+    time in Python was a fifth of summarising a simulated run); the same floats in the same order."""
+    times = [r.chunk_times for r in records if r.chunk_times]
+    flat = np.fromiter(chain.from_iterable(times), dtype=float, count=sum(map(len, times)))
+    starts = np.cumsum([len(t) for t in times], dtype=np.int64)[:-1]  # where each record after the first begins
+    return np.delete((flat[1:] - flat[:-1]) * 1e3, starts - 1)
+
+
 def tokens_in(records: Iterable[RequestRecord], a: float, b: float) -> float:
     total = 0.0
     for r in records:
         ts = r.chunk_times
         if not ts or ts[-1] < a or ts[0] > b:
+            continue
+        if r.chunk_tokens is not None and len(r.chunk_tokens) == len(ts) and a <= ts[0] and ts[-1] <= b:
+            total += sum(r.chunk_tokens)  # whole counts: exactly the float sum of them, without a float per chunk
             continue
         counts = chunk_token_counts(r)
         if a <= ts[0] and ts[-1] <= b:
@@ -225,10 +239,7 @@ def summarize(records: Sequence[RequestRecord], info: RunInfo, slos: dict[str, f
         if native is None:
             reason += f" (window [{a:.3f}, {b:.3f}] would have given {w.output_tok_s_per_card:.2f} tok/s/card)"
 
-    itl: list[float] = []
-    for r in ok:
-        ts = r.chunk_times
-        itl.extend((ts[k] - ts[k - 1]) * 1e3 for k in range(1, len(ts)))
+    itl = gaps_ms(ok)
     hits = [(r.n_cached, r.n_in) for r in formal if r.n_cached is not None and r.n_in]
     outs = [n_out_of(r) for r in ok if n_out_of(r) is not None]
     fresh = [r.n_in - (r.n_cached or 0) for r in formal if r.n_in]

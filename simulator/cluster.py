@@ -16,6 +16,7 @@ import numpy as np
 
 from core.profiles import Profile
 from core.records import EngineSample, PrefillBatch
+from simulator.construct import construct
 from simulator.decode import DecodeInstance
 from simulator.faults import Faults
 from simulator.mixed import MixedEngine
@@ -198,8 +199,8 @@ class Cluster:
         t_start = inst.step_start
         done, log = inst.end_step()
         for name, chunks in log:
-            self.batches.append(PrefillBatch.model_construct(t_start=t_start, t_end=t, instance=name,
-                                                             n_reqs=len(chunks), n_tokens=sum(chunks), chunks=chunks))
+            self.batches.append(construct(PrefillBatch, t_start=t_start, t_end=t, instance=name,
+                                                n_reqs=len(chunks), n_tokens=sum(chunks), chunks=chunks))
         tr = self.profile.transfer
         for req in done:
             req.t_prefill_end = t
@@ -405,7 +406,7 @@ class Cluster:
     def samples(self, t: float) -> list[EngineSample]:
         """One scrape of every instance. Built without validation (a run scrapes every simulated second): every value
         is a float already, as the validated model would hold it."""
-        return [EngineSample.model_construct(t=t, role=role, instance=name, values=v) for role, name, v in self.snapshot()]
+        return [construct(EngineSample, t=t, role=role, instance=name, values=v) for role, name, v in self.snapshot()]
 
     def metrics_text(self, t: float | None = None) -> str:
         """Prometheus text exposition of snapshot(), labelled by role and instance."""

@@ -17,8 +17,11 @@ import numpy as np
 import pytest
 
 from core import profiles
+from core.metrics import summarize
+from core.records import EngineSample, PrefillBatch, RequestRecord
 from simulator import engine
 from simulator.cluster import Cluster
+from simulator.construct import construct
 from simulator.drafts import TokenDraws
 from simulator.faults import Faults
 from simulator.prefix_cache import spec_block_hashes
@@ -55,6 +58,20 @@ PINNED = {
     "serial-link": "01c284645785dc4d793040f6ea0325db623f9ffc1a8a9134b00ce55ebf078f65",
 }
 
+SUMMARY_PINNED = {
+    "agent-mixed-prefix": "7a7addced447f85bce417c36fe8c97f459917cf112076326fd8ea12cc7f6ae74",
+    "crash": "a7336fcb02f948ee1c2f8cc0d611b681a744d120a1c6cf7479cb44b50de2f33b",
+    "dsv4-mtp3-eplb": "d1dd9483bbc718558682fd793658a261a9b0919279d0cd3ac75c08b72d874830",
+    "dsv4-plain-poisson": "8bf0887f8d6e5870b85187feb0e85a63af558bfe6bd63f16e74736cf9a8339c3",
+    "faults": "6083ef005b762f26181067f547e73506dfb5956f48a7dbebeff5eb61c8a2964b",
+    "mixed-cpu-warm": "611f228792aa3d9c7febd014844ec49764d0ac93e4c899d9d4aefdc0db0a1e8a",
+    "mixed-prefix": "94321f1d3418180dd527f48b053e85b2fe61cfe26b696c0908a2fc09cfc26a30",
+    "mixed-qwen": "073a39e6b4e9d38cf90444dcfe1471fa68a61db8d948a1ea5c40346e6ed5c81c",
+    "mtp-decay-dp": "fe3f9bde469d594574580ba6dbc71bb8958b831c3b1a049576d4c2121d9f26ca",
+    "prefix-decay": "aa29a99c85a75f0ecbd3969af0632a9800b0ddd3a8d7f5845f310944ae2638f4",
+    "serial-link": "182ec405b5e4e2061a5d345431a7e475676b87bdfbcc1fc00cbae1644470dad7",
+}
+
 STREAM_PINNED = "015a9dda9037d1867fdc7ea59eb4b206325f0bfd55ede547dbcac8f5392bb245"
 
 
@@ -79,7 +96,12 @@ def run_case(name: str) -> engine.SimRun:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_simulated_run_is_bit_identical(name):
-    assert digest_run(run_case(name)) == PINNED[name], f"{name}: a simulated figure changed"
+    run = run_case(name)
+    assert digest_run(run) == PINNED[name], f"{name}: a simulated figure changed"
+    # the twin reads a station through core.metrics.summarize: its figures of each run are pinned too
+    summary = summarize(run.records, run.info, slos={"ttft_ms": 2000.0, "tpot_ms": 40.0}, native_min_requests=8,
+                        native_min_seconds=5.0)
+    assert hashlib.sha256(summary.model_dump_json().encode()).hexdigest() == SUMMARY_PINNED[name], name
 
 
 def stream_digest() -> str:
@@ -138,3 +160,19 @@ def test_chunked_draws_are_the_per_request_draws(k, alpha, decay, over):
     for n in sizes:
         want, got = reference_draw(ref, n, k, alpha, decay, survival, al), new.draw(n)
         assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1]), n
+
+
+@pytest.mark.parametrize("cls,values", [
+    (RequestRecord, dict(id=3, warmup=False, t_sched=0.5, t_send=0.75, chunk_times=[1.0, 1.25], chunk_tokens=[1, 3],
+                         n_in=70, n_cached=64, n_out=4, n_out_expected=4, finish_reason="length", http_status=200,
+                         ok=True, error=None)),
+    (EngineSample, dict(t=2.0, role="decode", instance="d0", values={"a": 1.0})),
+    (PrefillBatch, dict(t_start=0.0, t_end=0.125, instance="p0.dp0", n_reqs=2, n_tokens=9, chunks=[4, 5])),
+    (RequestRecord, dict(id=1, t_sched=0.0, n_out_expected=2)),  # fields left out: model_construct's own way
+])
+def test_construct_is_model_construct(cls, values):
+    """simulator.construct builds the very object model_construct builds (fields in order, the fields set, extra)."""
+    fast, slow = construct(cls, **dict(values)), cls.model_construct(**dict(values))
+    assert list(fast.__dict__.items()) == list(slow.__dict__.items()) and fast == slow
+    assert fast.model_fields_set == slow.model_fields_set and fast.model_extra == slow.model_extra
+    assert fast.model_dump_json() == slow.model_dump_json()
