@@ -72,7 +72,7 @@ class DecodeInstance:
         self.comm_s = 0.0
         self.imbalance_s = 0.0  # step time spent waiting on the most loaded EP rank
         self.draft_s = 0.0  # step time of the draft (MTP) passes
-        self.accepted_pos = np.zeros(k, dtype=np.int64)  # finished requests: steps whose position i+1 was accepted
+        self.accepted_pos = [0] * k  # finished requests: steps whose position i+1 was accepted
         self.iterations = IterationTokens()  # vllm:iteration_tokens_total: generated tokens per step (expected al)
         self._terms: dict[int, tuple] = {}  # batch size -> its step-time terms (_batch_terms)
         self._sched, self._comm = cost.sched_s, cost.comm_share
@@ -239,7 +239,7 @@ class DecodeInstance:
             self.done_steps += req.s_end - req.s0
             self.success += 1
             if self.k:
-                self.accepted_pos += req.accepted
+                self.accepted_pos = [x + y for x, y in zip(self.accepted_pos, req.accepted)]
             done.append(req)
         return done
 
@@ -247,7 +247,7 @@ class DecodeInstance:
         """Accepted drafts per position (0-based, as vLLM labels them): exact for finished requests, the
         survival times resident steps for running ones."""
         running = self.batch * self.step - self.sum_s0
-        return (self.accepted_pos + running * self.survival).tolist()
+        return (np.asarray(self.accepted_pos, dtype=np.int64) + running * self.survival).tolist()
 
     def expert_load(self) -> list[float]:
         """Routed token-expert assignments per EP rank so far (an expert-distribution record, per rank)."""

@@ -36,7 +36,7 @@ class SimRequest:
         self.tokens: np.ndarray | None = None  # tokens emitted per decode step
         self.t_finish: float | None = None
         self.emitted = 0  # online streaming cursor: decode steps already reported
-        self.accepted: np.ndarray | None = None  # decode steps that accepted each draft position
+        self.accepted: list[int] | None = None  # decode steps that accepted each draft position
 
 
 class Event(NamedTuple):
