@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from functools import lru_cache
 import random
 from typing import Any
 
@@ -16,6 +15,7 @@ import numpy as np
 
 from core.profiles import Profile
 from core.records import EngineSample, PrefillBatch
+from simulator import scrape
 from simulator.construct import construct
 from simulator.decode import DecodeInstance
 from simulator.faults import Faults
@@ -23,11 +23,6 @@ from simulator.mixed import MixedEngine
 from simulator.prefill import PrefillInstance
 from simulator.prefix_cache import PrefixCache
 from simulator.request import Event, SimRequest
-
-
-@lru_cache(maxsize=None)
-def _per_pos_names(k: int) -> tuple[str, ...]:
-    return tuple(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}' for i in range(k))
 
 
 class Cluster:
@@ -316,128 +311,19 @@ class Cluster:
                 best, key = i, k
         return best
 
-    # -- observability ----------------------------------------------------------------------
+    # -- observability (simulator.scrape) ----------------------------------------------------
     def snapshot(self) -> list[tuple[str, str, dict[str, float]]]:
         """(role, instance, Prometheus name -> value) for every instance at the current clock."""
-        if self.mixed:
-            return self._mixed_snapshot()
-        out = []
-        for i, p in enumerate(self.prefill):
-            waiting = p.waiting()
-            out.append(("prefill", p.name, {
-                "vllm:num_requests_running": float(p.running()),
-                "vllm:num_requests_waiting": float(waiting),
-                'vllm:num_requests_waiting_by_reason{reason="capacity"}': float(waiting),
-                'vllm:num_requests_waiting_by_reason{reason="deferred"}': 0.0,
-                "vllm:kv_cache_usage_perc": p.cache.usage,
-                "vllm:prefix_cache_queries_total": float(p.cache.queries),
-                "vllm:prefix_cache_hits_total": float(p.cache.hits),
-                "vllm:prompt_tokens_total": float(p.prompt_tokens),
-                "sglang:num_running_reqs": float(p.running()),
-                "sglang:num_queue_reqs": float(waiting),
-                "sglang:num_prefill_bootstrap_queue_reqs": float(waiting),  # SGLang's name (was ..._prealloc_...)
-                "sglang:num_prefill_inflight_queue_reqs": float(self._p_inflight[i]),
-                "sglang:cache_hit_rate": p.cache.hits / p.cache.queries if p.cache.queries else 0.0,
-            } | {k: v for r, h in enumerate(p.iterations) for k, v in h.series(f'engine="{r}"').items()}))
-        return out + [("decode", d.name, self._decode_values(d) | self._handoff_values(d)) for d in self.decode]
-
-    def _mixed_snapshot(self) -> list[tuple[str, str, dict[str, float]]]:
-        """One engine per mixed instance: its decode figures, its prompt counters, running = decoding + prefilling."""
-        out = []
-        for m in self.mixed:
-            p, d = m.p, m.d
-            v = self._decode_values(d)
-            waiting = p.waiting() - m.prefilling() + len(d.waiting)
-            v |= {"vllm:num_requests_running": float(d.batch + m.prefilling()),
-                  "vllm:num_requests_waiting": float(waiting),
-                  'vllm:num_requests_waiting_by_reason{reason="capacity"}': float(waiting),
-                  'vllm:num_requests_waiting_by_reason{reason="deferred"}': 0.0,
-                  "vllm:prefix_cache_queries_total": float(p.cache.queries),
-                  "vllm:prefix_cache_hits_total": float(p.cache.hits),
-                  "vllm:prompt_tokens_total": float(p.prompt_tokens + p.cache.hits),
-                  "sglang:num_running_reqs": float(d.batch + m.prefilling()),
-                  "sglang:num_queue_reqs": float(waiting)}
-            out.append(("mixed", d.name, v))
-        return out
-
-    def _decode_values(self, d: DecodeInstance) -> dict[str, float]:
-        steps = d.resident_steps()
-        gen = d.generated_tokens()
-        drafts = steps if d.k else 0
-        accepted = max(0.0, gen - d.success - d.batch - steps) if d.k else 0.0
-        per_pos = dict(zip(_per_pos_names(d.k), d.accepted_per_position()))
-        return per_pos | d.iterations.series() | {
-            "vllm:num_requests_running": float(d.batch),
-            # vLLM counts requests waiting for remote KV (deferred) in num_requests_waiting too
-            "vllm:num_requests_waiting": float(len(d.waiting) + d.inbound),
-            'vllm:num_requests_waiting_by_reason{reason="capacity"}': float(len(d.waiting)),
-            'vllm:num_requests_waiting_by_reason{reason="deferred"}': float(d.inbound),
-            "vllm:kv_cache_usage_perc": d.kv_usage(),
-            "vllm:num_preemptions_total": 0.0,
-            "vllm:generation_tokens_total": float(gen),
-            "vllm:request_success_total": float(d.success),
-            "vllm:spec_decode_num_drafts_total": float(drafts),
-            "vllm:spec_decode_num_draft_tokens_total": float(drafts * d.k),
-            "vllm:spec_decode_num_accepted_tokens_total": float(accepted),
-            "sglang:num_running_reqs": float(d.batch),
-            "sglang:num_queue_reqs": float(len(d.waiting)),
-            "sglang:token_usage": d.kv_usage(),
-            "sglang:num_decode_prealloc_queue_reqs": float(len(d.waiting)),
-            "sglang:num_decode_transfer_queue_reqs": float(d.inbound),
-            "sglang:spec_accept_length": (1 + accepted / drafts) if drafts else 1.0,
-        }
-
-    def _handoff_values(self, d: DecodeInstance) -> dict[str, float]:
-        """The KV hand-off into a PD decode instance, as vLLM's NIXL connector counts it (a simulated link never
-        fails)."""
-        return {
-            'vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}': float(d.kv_tokens_in),
-            'vllm:prompt_tokens_by_source_total{source="local_compute"}': 0.0,
-            'vllm:prompt_tokens_by_source_total{source="local_cache_hit"}': 0.0,
-            "vllm:nixl_bytes_transferred_sum": d.kv_tokens_in * self.profile.transfer.kv_bytes_per_token,
-            "vllm:nixl_xfer_time_seconds_count": float(d.kv_transfers),
-            "vllm:nixl_xfer_time_seconds_sum": d.kv_transfer_s,
-            "vllm:nixl_num_failed_transfers_total": 0.0,
-            "vllm:nixl_num_failed_notifications_total": 0.0,
-            "vllm:nixl_num_kv_expired_reqs_total": 0.0,
-            "vllm:nixl_num_notifications_after_expiry_total": 0.0,
-        }
+        return scrape.snapshot(self)
 
     def samples(self, t: float) -> list[EngineSample]:
-        """One scrape of every instance. Built without validation (a run scrapes every simulated second): every value
-        is a float already, as the validated model would hold it."""
-        return [construct(EngineSample, t=t, role=role, instance=name, values=v) for role, name, v in self.snapshot()]
+        return scrape.samples(self, t)
 
     def metrics_text(self, t: float | None = None) -> str:
         """Prometheus text exposition of snapshot(), labelled by role and instance."""
         if t is not None and t > self.now:
             self.advance_to(t)
-        series: dict[str, list[str]] = {}
-        for role, name, values in self.snapshot():
-            for metric, v in values.items():
-                base, _, extra = metric.partition("{")  # a series' own labels (position="i", reason="capacity")
-                labels = f'role="{role}",instance="{name}"' + (f",{extra[:-1]}" if extra else "")  # follow role, instance
-                series.setdefault(base, []).append(f"{base}{{{labels}}} {v:.6g}")
-        lines: list[str] = []
-        for metric, rows in series.items():
-            lines.append(f"# TYPE {metric} {'counter' if metric.endswith('_total') else 'gauge'}")
-            lines += rows
-        return "\n".join(lines) + "\n"
+        return scrape.metrics_text(self)
 
     def breakdown(self, elapsed: float) -> dict[str, dict[str, float]]:
-        """Instance-seconds per role: compute / communication / scheduling / imbalance (waiting on the most
-        loaded EP rank) / draft (MTP passes) / idle, which add up to elapsed x instances (the profile evidence)."""
-        out: dict[str, dict[str, float]] = {}
-        for role, insts in (("prefill", self.prefill), ("decode", self.decode)):
-            busy = sum(x.busy_s for x in insts)
-            sched = sum(x.sched_s for x in insts)
-            comm = sum(x.comm_s for x in insts)
-            imb = sum(x.imbalance_s for x in insts)
-            draft = sum(x.draft_s for x in insts)
-            total = elapsed * len(insts)
-            out[role] = {"instances": float(len(insts)), "elapsed_s": elapsed,
-                         "compute_s": busy - sched - comm - imb - draft, "communication_s": comm,
-                         "scheduling_s": sched, "imbalance_s": imb, "draft_s": draft,
-                         "idle_s": max(0.0, total - busy),
-                         "busy_share": busy / total if total > 0 else 0.0}
-        return out
+        return scrape.breakdown(self, elapsed)
