@@ -185,7 +185,8 @@ class Cluster:
         inst = self.prefill[i]
         if inst.busy_until is not None:
             return
-        end = inst.start_step(t, self._noise())
+        self._jit_i += 1
+        end = inst.start_step(t, self._scaled[self._jit_i & 4095])
         if end is not None:
             self._push(end, "p", i)
 

@@ -22,6 +22,7 @@ class PrefillInstance:
         self.long_threshold = long_threshold
         self.cache = cache
         self.queues: list[deque[SimRequest]] = [deque() for _ in range(dp)]
+        self.rank_names = [f"{name}.dp{r}" for r in range(dp)]  # a prefill batch's instance name, per rank
         self.load = [0] * dp  # uncached tokens queued per rank (dispatch balance)
         self.busy_until: float | None = None
         self.current: list[list[tuple[SimRequest, int]]] = []  # batches of the step in flight
@@ -95,8 +96,9 @@ class PrefillInstance:
         self.step_start = t
         self.busy_until = t + dt
         self.busy_s += dt
-        self.sched_s += min(self.cost.sched_s, dt)
-        self.comm_s += (dt - min(self.cost.sched_s, dt)) * self.cost.comm_share
+        sched = min(self.cost.sched_s, dt)
+        self.sched_s += sched
+        self.comm_s += (dt - sched) * self.cost.comm_share
         return self.busy_until
 
     def end_step(self) -> tuple[list[SimRequest], list[tuple[str, list[int]]]]:
@@ -116,8 +118,9 @@ class PrefillInstance:
                     q.remove(req)
                     done.append(req)
                     self.cache.insert(req.hashes)
-            log.append((f"{self.name}.dp{rank}", [n for _, n in batch]))
-            self.iterations[rank].observe(sum(n for _, n in batch))
+            chunks = [n for _, n in batch]
+            log.append((self.rank_names[rank], chunks))
+            self.iterations[rank].observe(sum(chunks))
         self.current = []
         self.busy_until = None
         return done, log

@@ -27,9 +27,9 @@ def snapshot(cl: Cluster) -> list[tuple[str, str, dict[str, float]]]:
         return _mixed_snapshot(cl)
     out = []
     for i, p in enumerate(cl.prefill):
-        waiting = p.waiting()
-        out.append(("prefill", p.name, {
-            "vllm:num_requests_running": float(p.running()),
+        waiting, running = float(p.waiting()), float(p.running())
+        values = {
+            "vllm:num_requests_running": running,
             "vllm:num_requests_waiting": float(waiting),
             'vllm:num_requests_waiting_by_reason{reason="capacity"}': float(waiting),
             'vllm:num_requests_waiting_by_reason{reason="deferred"}': 0.0,
@@ -37,13 +37,25 @@ def snapshot(cl: Cluster) -> list[tuple[str, str, dict[str, float]]]:
             "vllm:prefix_cache_queries_total": float(p.cache.queries),
             "vllm:prefix_cache_hits_total": float(p.cache.hits),
             "vllm:prompt_tokens_total": float(p.prompt_tokens),
-            "sglang:num_running_reqs": float(p.running()),
+            "sglang:num_running_reqs": running,
             "sglang:num_queue_reqs": float(waiting),
             "sglang:num_prefill_bootstrap_queue_reqs": float(waiting),  # SGLang's name (was ..._prealloc_...)
             "sglang:num_prefill_inflight_queue_reqs": float(cl._p_inflight[i]),
             "sglang:cache_hit_rate": p.cache.hits / p.cache.queries if p.cache.queries else 0.0,
-        } | {k: v for r, h in enumerate(p.iterations) for k, v in h.series(f'engine="{r}"').items()}))
-    return out + [("decode", d.name, _decode_values(d) | _handoff_values(cl, d)) for d in cl.decode]
+        }
+        for r, h in enumerate(p.iterations):
+            values.update(h.series(_engine_label(r)))
+        out.append(("prefill", p.name, values))
+    for d in cl.decode:
+        values = _decode_values(d)
+        values.update(_handoff_values(cl, d))
+        out.append(("decode", d.name, values))
+    return out
+
+
+@lru_cache(maxsize=None)
+def _engine_label(rank: int) -> str:
+    return f'engine="{rank}"'
 
 
 def _mixed_snapshot(cl: Cluster) -> list[tuple[str, str, dict[str, float]]]:
@@ -71,8 +83,9 @@ def _decode_values(d: DecodeInstance) -> dict[str, float]:
     gen = d.generated_tokens()
     drafts = steps if d.k else 0
     accepted = max(0.0, gen - d.success - d.batch - steps) if d.k else 0.0
-    per_pos = dict(zip(_per_pos_names(d.k), d.accepted_per_position()))
-    return per_pos | d.iterations.series() | {
+    values = dict(zip(_per_pos_names(d.k), d.accepted_per_position()))
+    values.update(d.iterations.series())
+    values.update({
         "vllm:num_requests_running": float(d.batch),
         # vLLM counts requests waiting for remote KV (deferred) in num_requests_waiting too
         "vllm:num_requests_waiting": float(len(d.waiting) + d.inbound),
@@ -91,7 +104,8 @@ def _decode_values(d: DecodeInstance) -> dict[str, float]:
         "sglang:num_decode_prealloc_queue_reqs": float(len(d.waiting)),
         "sglang:num_decode_transfer_queue_reqs": float(d.inbound),
         "sglang:spec_accept_length": (1 + accepted / drafts) if drafts else 1.0,
-    }
+    })
+    return values
 
 
 def _handoff_values(cl: Cluster, d: DecodeInstance) -> dict[str, float]:
