@@ -21,7 +21,7 @@ from simulator.decode import DecodeInstance
 from simulator.faults import Faults
 from simulator.mixed import MixedEngine
 from simulator.prefill import PrefillInstance
-from simulator.prefix_cache import PrefixCache
+from simulator.prefix_cache import PrefixCache, RequestBlocks
 from simulator.request import Event, SimRequest
 
 
@@ -305,8 +305,10 @@ class Cluster:
     def _route_prefill(self, req: SimRequest) -> int:
         """Cache-aware: the instance holding the longest prefix, then the least queued work."""
         best, key = 0, None
+        h = req.hashes  # a scenario request without a shared prefix matches nowhere (its own blocks are its own)
+        lookup = not req.no_cache and (type(h) is not RequestBlocks or bool(h.shared))
         for i, inst in enumerate(self.prefill):
-            m = 0 if req.no_cache else inst.cache.match(req.hashes, 64)
+            m = inst.cache.match(h, 64) if lookup else 0
             k = (-m, sum(inst.load), i)
             if key is None or k < key:
                 best, key = i, k
