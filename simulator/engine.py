@@ -5,8 +5,6 @@ simulator's own ground truth; `write_run_dir` lays them out per core.records.
 """
 from __future__ import annotations
 
-import functools
-import gc
 import json
 import math
 from collections import deque
@@ -61,22 +59,6 @@ def tokenized(profile: Profile, specs: list[sc.RequestSpec]) -> list[sc.RequestS
             for s in specs]
 
 
-def _without_gc(fn: Callable) -> Callable:
-    """Run fn with the cyclic garbage collector paused (restored after): a run allocates hundreds of thousands of
-    objects and makes no reference cycles, so the collector's passes over them were 7 % of its wall time for nothing."""
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        was = gc.isenabled()
-        gc.disable()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            if was:
-                gc.enable()
-    return run
-
-
-@_without_gc
 def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any], n: int, warmup: int = 0,
              seed: int = 0, faults: Faults | None = None, arrival: str = "constant",
              burstiness: float = 1.0, requests: list[sc.RequestSpec] | None = None,
