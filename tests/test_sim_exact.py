@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ from simulator.cluster import Cluster
 from simulator.construct import construct
 from simulator.drafts import TokenDraws
 from simulator.faults import Faults
-from simulator.prefix_cache import spec_block_hashes
+from simulator.prefix_cache import BLOCK, PrefixCache, spec_block_hashes, spec_blocks
 
 # name: (profile, scenario, knob overrides on the profile's start station, n, warm-up, seed, arrival, faults)
 CASES = {
@@ -176,3 +177,56 @@ def test_construct_is_model_construct(cls, values):
     assert list(fast.__dict__.items()) == list(slow.__dict__.items()) and fast == slow
     assert fast.model_fields_set == slow.model_fields_set and fast.model_extra == slow.model_extra
     assert fast.model_dump_json() == slow.model_dump_json()
+
+
+class ReferenceCache:
+    """The block-by-block LRU prefix cache as it stood before RequestBlocks (9c0a4ca), for the equivalence test."""
+
+    def __init__(self, capacity_blocks: int):
+        self.cap, self.blocks, self.hits = capacity_blocks, OrderedDict(), 0
+
+    def lookup(self, hashes: list[int], n_in: int) -> int:
+        n = 0
+        for h in hashes[: (n_in - 1) // BLOCK]:
+            if h not in self.blocks:
+                break
+            self.blocks.move_to_end(h)
+            n += 1
+        self.hits += n * BLOCK
+        return n * BLOCK
+
+    def insert(self, hashes: list[int]) -> None:
+        for h in hashes:
+            if h in self.blocks:
+                self.blocks.move_to_end(h)
+            else:
+                self.blocks[h] = None
+        for _ in range(max(0, len(self.blocks) - self.cap)):
+            self.blocks.popitem(last=False)
+
+
+@pytest.mark.parametrize("capacity", [40, 200, 5000])
+def test_request_blocks_cache_is_the_block_by_block_cache(capacity):
+    """Random requests of 8 prefix groups (and none), both caches fed the same lookups and inserts: the same hits,
+    matches and size after every step, through evictions that cut a request's own run of blocks in two."""
+    rng = np.random.default_rng(capacity)
+    ref, new, memo = ReferenceCache(capacity), PrefixCache(capacity * BLOCK), {}
+    for rid in range(400):
+        n_in = int(rng.integers(1, 60)) * BLOCK + int(rng.integers(0, BLOCK))
+        group = None if rng.random() < 0.3 else int(rng.integers(0, 8))
+        prefix = int(n_in * rng.random()) if group is not None else 0
+        full, lazy = spec_block_hashes(rid, n_in, group, prefix), spec_blocks(n_in, group, prefix, memo)
+        limit = int(rng.integers(0, 70))
+        assert new.match(lazy, limit) == sum(1 for _ in zip(range(limit), iter_present(full, ref.blocks)))
+        assert new.lookup(lazy, n_in) == ref.lookup(full, n_in)
+        new.insert(lazy)
+        ref.insert(full)
+        assert (new.hits, new.size) == (ref.hits, len(ref.blocks)), rid
+
+
+def iter_present(hashes: list[int], blocks: OrderedDict):
+    """The leading hashes present in a block map (what match counts)."""
+    for h in hashes:
+        if h not in blocks:
+            return
+        yield h
