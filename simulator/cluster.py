@@ -195,8 +195,8 @@ class Cluster:
         t_start = inst.step_start
         done, log = inst.end_step()
         for name, chunks in log:
-            self.batches.append(construct(PrefillBatch, t_start=t_start, t_end=t, instance=name,
-                                                n_reqs=len(chunks), n_tokens=sum(chunks), chunks=chunks))
+            self.batches.append(construct(PrefillBatch, t_start=t_start, t_end=t, instance=name, n_reqs=len(chunks),
+                                          n_tokens=sum(chunks), chunks=chunks))
         tr = self.profile.transfer
         for req in done:
             req.t_prefill_end = t
@@ -242,7 +242,8 @@ class Cluster:
             self._push(end, "d", j)
 
     def _decode_step(self, j: int, t: float) -> None:
-        """A decode step ended: _decode_end and _decode_start in one call (the hot path: one per step)."""
+        """A decode step ended: finish its requests, admit, start the next step, and run ahead while nothing else
+        comes between (the hot path: one call per decode step that another event interrupted)."""
         d = self.decode[j]
         done = d.end_step()
         if done:
@@ -259,10 +260,10 @@ class Cluster:
         lt = heap[0][0] if heap and heap[0][0] < self._lt else self._lt  # a tie goes to the event already queued
         if end < lt and end <= self._le and not (self._batch and self.finished):
             # nothing else happens before this step ends (and batch mode hands no finished request back now)
-            end, done, self._jit_i, last = d.run_ahead(end, lt, self._le, self._scaled, self._jit_i)
-            if done:
+            end, steps, self._jit_i, last = d.run_ahead(end, lt, self._le, self._scaled, self._jit_i)
+            if steps:
                 self.now = last
-                self._seq += done  # the events those steps would have queued
+                self._seq += steps  # the events those steps would have queued
         self._seq += 1
         heapq.heappush(heap, (end, self._seq, "d", j))
 
