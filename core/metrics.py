@@ -112,8 +112,13 @@ def tokens_in(records: Iterable[RequestRecord], a: float, b: float) -> float:
         ts = r.chunk_times
         if not ts or ts[-1] < a or ts[0] > b:
             continue
-        if r.chunk_tokens is not None and len(r.chunk_tokens) == len(ts) and a <= ts[0] and ts[-1] <= b:
-            total += sum(r.chunk_tokens)  # whole counts: exactly the float sum of them, without a float per chunk
+        if r.chunk_tokens is not None and len(r.chunk_tokens) == len(ts):
+            # whole counts, summed as integers: exactly the float sum of them, without a float per chunk
+            if a <= ts[0] and ts[-1] <= b:
+                total += sum(r.chunk_tokens)
+            else:
+                times = np.asarray(ts)
+                total += int(np.asarray(r.chunk_tokens)[(a <= times) & (times <= b)].sum())
             continue
         counts = chunk_token_counts(r)
         if a <= ts[0] and ts[-1] <= b:
