@@ -1,9 +1,10 @@
 """Engine evidence: Prometheus scrapes during a load, and the digest the planner reasons over.
 
 The scraper polls each role=URL endpoint about once a second and appends EngineSamples to
-metrics.jsonl (labels folded into the name). Queues are summed over a role's instances per scrape
-round (a PD deployment has several P and D instances; the planner reads the role's queue), then
-averaged over time. The digest answers the planner's questions: is the
+metrics.jsonl (labels folded into the name), one series per engine instance. Queues are summed over a
+role's instances per scrape round (a PD deployment has several P and D instances; the planner reads the
+role's queue), then averaged over time; counters and KV hand-offs are summed over instances; and each
+instance is also digested apart, with the spread over a role's instances (executor/evidence_instances.py). The digest answers the planner's questions: is the
 prefill queue persistently non-empty, is decode at its batch limit, what is the spec acceptance,
 are prefill batches mostly tails? The names each engine exports are its adapter's (executor/engines/);
 missing evidence is None, never 0.
@@ -25,6 +26,7 @@ from core.knobs import BATCH_CAP, PREFILL_TOKEN_BUDGET, by_role
 from core.records import EngineSample, JsonlWriter, PrefillBatch, RequestRecord, RunInfo
 from executor.engines import metric_names
 from executor.evidence_decode import expert_load, expert_load_spread, spec_accept_per_position
+from executor.evidence_instances import per_instance, spread
 from executor.evidence_kv import kv_transfer
 from executor.promseries import base_value, max_value, series_spec
 
@@ -180,6 +182,13 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
     first measured (not warm-up) request was sent, which splits the KV hand-off's failures (asked only of a run
     with hand-off figures)."""
     knobs = knobs or {}
+    asked: list[float | None] = []
+
+    def since() -> float | None:  # read once, and only for a run with hand-off figures
+        if not asked:
+            asked.append(measured_from() if measured_from is not None else None)
+        return asked[0]
+
     load = expert_load(expert_record)
     pw = [v for _, v in role_series(samples, "prefill", WAITING)]
     dw = [v for _, v in role_series(samples, "decode", WAITING_DECODE)]
@@ -197,6 +206,10 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
     def queue_mean(role: str, names: tuple[str, ...]) -> float | None:
         return _mean([v for _, v in role_series(samples, role, names)])
 
+    limit = by_role(knobs, BATCH_CAP) or knobs.get("max_running_requests")
+    handoff = kv_transfer(samples, since)
+    insts = per_instance(samples, limit, since() if handoff is not None else None)
+
     return Evidence.model_validate({
         # queues: summed over the role's instances at each scrape round, then over time
         "prefill_waiting_mean": _mean(pw),
@@ -213,14 +226,17 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
         "decode_running_max": max(dr) if dr else None,
         "decode_running_total_mean": _mean(dr_total),
         "decode_running_total_max": max(dr_total) if dr_total else None,
-        "decode_batch_limit": by_role(knobs, BATCH_CAP) or knobs.get("max_running_requests"),
+        "decode_batch_limit": limit,
         "decode_busy_slots_mean": _mean(_series(samples, "decode", BUSY_SLOTS)),  # llama.cpp: slots per decode step
         "prefill_instances": len({s.instance for r in _rounds(samples, "prefill") for s in r}) or None,
         "decode_instances": len({s.instance for r in _rounds(samples, "decode") for s in r}) or None,
         "kv_usage_max": max(kv) if kv else None,
         "spec_accept_length": _accept_length(samples),
         "spec_accept_per_position": spec_accept_per_position(samples),
-        "kv_transfer": kv_transfer(samples, measured_from),  # PD: decode's KV hand-off (executor/evidence_kv.py)
+        "kv_transfer": handoff,  # PD: decode's KV hand-off, summed over instances (executor/evidence_kv.py)
+        # every instance's own figures, and the spread over each role's instances (executor/evidence_instances.py)
+        "instances": insts,
+        "instance_spread": spread(insts),
         "expert_load": load,
         "expert_load_spread": expert_load_spread(load),
         "prefill_batch_reqs_mean": _mean([b.n_reqs for b in batches]),
@@ -253,16 +269,30 @@ def first_measured_send(run_dir: Path) -> float | None:
                 if not r.warmup and r.t_send is not None), default=None)
 
 
+ROLES = ("prefill", "decode", "mixed")
+_NAME = re.compile(r"(prefill|decode|mixed)(-[0-9]+)?")
+
+
 def parse_endpoints(specs: Iterable[str]) -> list[tuple[str, str]]:
-    """`role=URL` strings -> [(role, url)]; a bad spec names itself and the reason."""
-    out = []
+    """`NAME=URL` strings -> [(name, url)], NAME a role or one instance of it (`decode-1`, the service's name);
+    a bad spec or a name given twice names itself and the reason."""
+    out: list[tuple[str, str]] = []
     for spec in specs:
-        role, sep, url = spec.partition("=")
-        if not sep or role not in ("prefill", "decode", "mixed") or not url.startswith(("http://", "https://")):
-            raise ValueError(f"--metrics-url {spec!r}: expected role=URL with role prefill|decode|mixed "
-                             "and an http(s) URL")
-        out.append((role, url))
+        name, sep, url = spec.partition("=")
+        if not sep or not _NAME.fullmatch(name) or not url.startswith(("http://", "https://")):
+            raise ValueError(f"--metrics-url {spec!r}: expected NAME=URL with NAME a role (prefill|decode|mixed) "
+                             "or one instance of it (decode-1), and an http(s) URL")
+        if "-" in name and any(n == name for n, _ in out):
+            raise ValueError(f"--metrics-url {spec!r}: instance {name} is given twice")
+        out.append((name, url))
     return out
+
+
+def instance_name(name: str, index: int, url: str) -> tuple[str, str]:
+    """(role, instance) a scrape is recorded under: a named instance keeps its service name (the report names
+    it); a bare role gets its place in the list and its URL, so two URLs of one role stay apart."""
+    role = name.split("-", 1)[0]
+    return role, (name if "-" in name else f"{role}{index}@{url}")
 
 
 async def scrape_loop(endpoints: Sequence[tuple[str, str]], path: Path, t0_ns: int, stop: asyncio.Event,
@@ -277,14 +307,15 @@ async def scrape_loop(endpoints: Sequence[tuple[str, str]], path: Path, t0_ns: i
             closing = False
             while True:
                 tick = time.perf_counter_ns()
-                for i, (role, url) in enumerate(endpoints):
+                for i, (name, url) in enumerate(endpoints):
                     try:
                         r = await client.get(url)
                         r.raise_for_status()
                     except httpx.HTTPError:
                         continue  # a missed scrape is a gap in the series, not a failed load
                     t = (time.perf_counter_ns() - t0_ns) / 1e9
-                    w.write(EngineSample(t=t, role=role, instance=f"{role}{i}@{url}", values=parse_prometheus(r.text)))
+                    role, inst = instance_name(name, i, url)
+                    w.write(EngineSample(t=t, role=role, instance=inst, values=parse_prometheus(r.text)))
                     n += 1
                 if closing:
                     return n

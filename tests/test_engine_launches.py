@@ -73,6 +73,24 @@ def test_rendered_deployment_matches_its_golden_file(name):
     assert text == path.read_text(), f"{name}: the rendering changed; see the module docstring to regenerate"
 
 
+@pytest.mark.parametrize("name", sorted(n for n in CASES if "pd" in n))
+def test_every_golden_pd_launch_scrapes_every_prefill_and_decode_instance(name):
+    """Each engine instance of each role is scraped under its own name, at its own port, and the load run is told
+    every one of them (a role keyed once would keep only its last instance: prefill-0 was never scraped)."""
+    from executor.transports.base import LoadPlan
+    from executor.transports.local import LocalTransport
+
+    golden = json.loads((GOLDEN / f"{name}.json").read_text())
+    engines = [s for s in golden["services"] if s["role"] in ("prefill", "decode")]
+    assert {s["role"] for s in engines} == {"prefill", "decode"} and len(engines) >= 3
+    assert golden["metrics"] == {s["name"]: f"http://{s['host']}:{s['port']}/metrics" for s in engines}
+    r = CASES[name]()
+    plan = LoadPlan(endpoint=r.endpoint, scenario="s", n=1, concurrency=1, request_rate=1.0, metrics=r.metrics)
+    argv = LocalTransport(_pd("vllm")).load_argv("k", plan)  # the argv the load host runs
+    given = [argv[i + 1] for i, a in enumerate(argv) if a == "--metrics-url"]
+    assert given == [f"{s['name']}=http://{s['host']}:{s['port']}/metrics" for s in engines]
+
+
 def _after(argv, flag):
     return argv[argv.index(flag) + 1]
 

@@ -63,7 +63,8 @@ def test_vllm_pd_uses_kv_transfer_config_and_documented_flags():
                                "--vllm-pd-disaggregation")
     assert _after(list(router.argv), "--prefill") == "http://10.0.0.1:8100"
     assert _after(list(router.argv), "--decode") == "http://10.0.0.2:8200"
-    assert r.endpoint == "http://10.0.0.3:8000" and r.metrics["decode"] == "http://10.0.0.2:8200/metrics"
+    assert r.endpoint == "http://10.0.0.3:8000"
+    assert r.metrics == {"prefill-0": "http://10.0.0.1:8100/metrics", "decode-0": "http://10.0.0.2:8200/metrics"}
 
 
 def test_vllm_renders_only_what_differs_from_its_defaults():

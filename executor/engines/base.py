@@ -52,7 +52,9 @@ class Rendered(BaseModel):
     model_config = ConfigDict(frozen=True)
     services: tuple[ServiceSpec, ...]  # in start order: prefill, decode, then router
     endpoint: str  # base URL the load generator sends to
-    metrics: dict[str, str] = {}  # role -> Prometheus URL scraped during the load
+    # service name (prefill-0, decode-1, ...) -> Prometheus URL scraped during the load: every engine instance of
+    # every role, each kept apart in the run's samples (its role is the name's prefix)
+    metrics: dict[str, str] = {}
     engine: str
     relayout: tuple[RelayoutStep, ...] = ()  # run before the services start, when the layout changes
     # what the operator must still provide for this deployment to work as measured (the deploy phase records
@@ -148,8 +150,9 @@ RouterArgv = Callable[[Target, Host, list[ServiceSpec], list[ServiceSpec]], list
 
 
 def with_router(target: Target, services: list[ServiceSpec], engine: str, router_argv: RouterArgv) -> Rendered:
-    """A PD deployment gets its router (on the host with the role 'router'); the endpoint is the router."""
-    metrics = {s.role: f"http://{s.host}:{s.port}/metrics" for s in services}
+    """A PD deployment gets its router (on the host with the role 'router'); the endpoint is the router. Every
+    engine instance is scraped under its own service name (a P8 + D8 deployment has 16 scrape targets)."""
+    metrics = {s.name: f"http://{s.host}:{s.port}/metrics" for s in services}
     if target.pd:
         routers = target.hosts_for("router")
         if not routers:

@@ -129,7 +129,7 @@ class MindIE(Adapter):
                                         argv=("mindieservice_daemon",), env=env, files={"config.json": text},
                                         file_modes={"config.json": CONFIG_MODE}, health_path=HEALTH_PATH,
                                         health_port=management_port(host), cards=host.cards))
-            metrics[role] = f"http://{host.host}:{metrics_port(host)}{METRICS_PATH}"
+            metrics[name] = f"http://{host.host}:{metrics_port(host)}{METRICS_PATH}"
         url = f"http://{services[0].host}:{services[0].port}"
         return Rendered(services=tuple(services), endpoint=url, metrics=metrics, engine="mindie")
 

@@ -91,6 +91,9 @@ class Vllm(Adapter):
         "waiting_deferred": ('vllm:num_requests_waiting_by_reason{reason="deferred"}',),
         "kv_usage": ("vllm:kv_cache_usage_perc",),  # vllm:gpu_cache_usage_perc was removed (vllm#29330)
         "iteration_tokens": ("vllm:iteration_tokens_total",),  # histogram: tokens per engine step
+        # requests finished, per finished_reason (vllm/v1/metrics/loggers.py): per instance, the router's balance
+        # (under vllm-router a prefill instance finishes its one-token half of each request too)
+        "requests": ("vllm:request_success_total",),
         "spec_drafts": ("vllm:spec_decode_num_drafts_total",),
         "spec_accepted": ("vllm:spec_decode_num_accepted_tokens_total",),
         # KV hand-off (checked on a real NIXL P/D pair, tests/test_vllm_pd.py): where decode's prompt tokens came

@@ -1,0 +1,83 @@
+"""Per-instance evidence: each engine instance's own figures, and how unevenly a role's instances carry the load.
+
+A role's queue summed over its instances (executor/evidence.py) hides an instance that lags: on P8 + D8 one decode
+instance whose batch is full while seven idle reads as a fine average. So every instance is digested apart (its
+queue, batch, batch fill, KV use, requests served and KV hand-off, as counter deltas over its own scrapes) and a role
+with two or more instances gets its spread per figure: max over mean and the instances at both ends. A spread in
+requests served is the router's balance; in KV use or queue, an instance that falls behind.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from core.records import EngineSample
+from executor.engines import metric_names
+from executor.evidence_kv import FAILURES, counter_delta
+from executor.promseries import base_value, max_value
+
+RUNNING = metric_names("running")
+WAITING = metric_names("waiting")
+WAITING_DECODE = metric_names("waiting_capacity") + WAITING
+KV_USAGE = metric_names("kv_usage")
+REQUESTS = metric_names("requests")
+# the figures whose spread over a role's instances is evidence (counters as deltas, gauges as means or maxima)
+SPREAD = ("requests", "running_mean", "waiting_mean", "batch_fill", "kv_usage_max", "kv_tokens_remote",
+          "kv_transfers")
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _one(ss: Sequence[EngineSample], role: str, limit: float | None, since: float | None) -> dict[str, Any]:
+    """One instance's figures over its own scrapes (None where it exported nothing)."""
+    waiting_names = WAITING_DECODE if role == "decode" else WAITING
+    running = [v for s in ss if (v := base_value(s.values, RUNNING)) is not None]
+    per_engine = [v for s in ss if (v := max_value(s.values, RUNNING)) is not None]
+    waiting = [v for s in ss if (v := base_value(s.values, waiting_names)) is not None]
+    kv = [v for s in ss if (v := max_value(s.values, KV_USAGE)) is not None]
+    fill = _mean(per_engine)
+    out: dict[str, Any] = {
+        "role": role,
+        "scrapes": len(ss),
+        "requests": counter_delta(ss, role, REQUESTS),
+        "running_mean": _mean(running),
+        "running_max": max(running) if running else None,
+        "waiting_mean": _mean(waiting),
+        # the batch against its limit (per engine): decode's fill; a prefill instance runs one-token requests
+        "batch_fill": fill / limit if fill is not None and limit and role != "prefill" else None,
+        "kv_usage_max": max(kv) if kv else None,
+    }
+    for key in ("kv_tokens_remote", "kv_transfers", "kv_bytes"):
+        out[key] = counter_delta(ss, role, metric_names(key))
+    failed = [v for k in FAILURES if (v := counter_delta(ss, role, metric_names(k), since)) is not None]
+    out["kv_failed"] = float(sum(failed)) if failed else None
+    return out
+
+
+def per_instance(samples: Sequence[EngineSample], batch_limit: float | None,
+                 since: float | None = None) -> dict[str, dict[str, Any]] | None:
+    """{instance: its figures} for every instance scraped, or None without samples. `since`: the first measured
+    send, from which an instance's hand-off failures count (as in executor/evidence_kv.py)."""
+    groups: dict[str, list[EngineSample]] = {}
+    for s in sorted(samples, key=lambda s: s.t):
+        groups.setdefault(s.instance, []).append(s)
+    if not groups:
+        return None
+    return {inst: _one(ss, ss[0].role, batch_limit, since) for inst, ss in sorted(groups.items())}
+
+
+def spread(instances: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
+    """{role: {figure: {"max_over_mean", "max": instance, "min": instance}}} for each role with two or more
+    instances reporting the figure (a mean of 0 has no spread); None when no role has one."""
+    out: dict[str, dict[str, Any]] = {}
+    for role in sorted({f["role"] for f in (instances or {}).values()}):
+        mine = {i: f for i, f in (instances or {}).items() if f["role"] == role}
+        for fig in SPREAD:
+            got = {i: f[fig] for i, f in mine.items() if f.get(fig) is not None}
+            mean = _mean(list(got.values()))
+            if len(got) < 2 or not mean:
+                continue
+            hi, lo = max(got, key=got.__getitem__), min(got, key=got.__getitem__)
+            out.setdefault(role, {})[fig] = {"max_over_mean": got[hi] / mean, "max": hi, "min": lo}
+    return out or None
