@@ -23,7 +23,7 @@ from executor.templates import render
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 RELAYOUT = Relayout(collect=("tuneloop-eplb", "collect", "--out", "{stats}"),
-                    fit=("tuneloop-eplb", "fit", "{stats}", "{layout}"))
+                    fit=("tuneloop-eplb", "fit", "{stats}", "--ranks", "{ep}", "{layout}"))
 
 
 def _station(engine: str, knobs: dict, key: str | None = None) -> Station:
@@ -140,7 +140,7 @@ def test_two_mooncake_instances_on_one_host_get_their_own_kv_port():
     t = _pd("vllm-ascend", router_command=("python3", "proxy.py"))
     p0, p1, d = render(t, _station("vllm-ascend", {}, "vllm")).services[:3]
     ports = [json.loads(_after(list(s.argv), "--kv-transfer-config"))["kv_port"] for s in (p0, p1, d)]
-    assert ports == ["30000", "30100", "30000"]  # d is alone on its host
+    assert ports == ["36000", "36100", "36000"]  # d is alone on its host; above AscendDirectTransport's ports
     extra = json.loads(_after(list(d.argv), "--kv-transfer-config"))["kv_connector_extra_config"]
     assert extra == {"prefill": {"tp_size": 4, "dp_size": 1}, "decode": {"tp_size": 8, "dp_size": 1}}
     # the target's extra keys join the P/D sizes Mooncake asserts on instead of replacing them
