@@ -123,3 +123,20 @@ def test_the_pd_router_waits_for_its_workers_as_long_as_the_target_says(engine):
     assert _after(list(router.argv), "--worker-startup-timeout-secs") == "1800"  # the executor's health budget
     router = render(_pd(engine, worker_start_s=3600), _station(engine, {})).services[-1]
     assert _after(list(router.argv), "--worker-startup-timeout-secs") == "3600"
+
+
+def test_the_pd_demo_target_sets_the_kv_lease_the_tests_found_necessary(tmp_path):
+    """`tuneloop vllm prepare --pd` (make demo-real ENGINE=vllm-pd) fills examples/targets-vllm-pd.yaml: both of its
+    targets hold NIXL's KV lease at 300 s, as tests/test_vllm_pd.py does (vLLM's 30 s expired under load here)."""
+    from executor.engines.vllm_cli import EXAMPLE_PD, render_targets
+    from executor.targets import load_targets
+
+    text = render_targets(EXAMPLE_PD.read_text(), vllm="/v/bin/vllm", model="/m", run_root=str(tmp_path), port=8391,
+                          python="/usr/bin/python3", router="/v/bin/vllm-router")
+    (tmp_path / "targets.yaml").write_text(text)
+    targets = load_targets(tmp_path / "targets.yaml")
+    assert {"vllm-pd-local", "vllm-pd-ssh"} <= set(targets)  # (load_targets adds the built-in sim target)
+    for t in (targets["vllm-pd-local"], targets["vllm-pd-ssh"]):
+        for s in render(t, _station("vllm", {})).services[:2]:
+            kv = json.loads(_after(list(s.argv), "--kv-transfer-config"))
+            assert kv["kv_connector_extra_config"] == {"kv_lease_duration": 300} and kv["kv_buffer_device"] == "cpu"
