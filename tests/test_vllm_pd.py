@@ -138,7 +138,10 @@ def test_a_real_pd_deployment_with_two_decode_instances_hands_kv_to_each(engine,
     instances of a role), the broken pair on this host: two starts cover both launchers, the hand-off to each
     decode instance, the warm flush of all three and the fault."""
     tg = pd_target(engine, tmp_path / "remote", name="pd-ssh", kind="ssh", decodes=2,
-                   ssh=SshOptions(port=sshd["port"], known_hosts=sshd["known_hosts"], client_keys=(sshd["key"],)))
+                   ssh=SshOptions(port=sshd["port"], known_hosts=sshd["known_hosts"], client_keys=(sshd["key"],)),
+                   # the ssh session does not carry this process's environment: its load generator is this checkout's
+                   tuneloop=("env", f"PYTHONPATH={Path(__file__).resolve().parents[1]}", sys.executable, "-m",
+                             "tuneloop_cli"))
     bad = pd_target(engine, tmp_path / "bad", name="pd-bad", decode_extra=("--block-size", "64"))
     store, ex = _executor(tmp_path, tg, bad)
     try:

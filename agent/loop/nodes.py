@@ -382,6 +382,10 @@ class Loop:
     def stop(self, state: LoopState) -> dict[str, Any]:
         status = state.get("stop_status") or "done"
         reason = state.get("stop_reason") or "stopped"
+        faults = self.store.budget(self.goal_id).tooling_faults
+        if faults and "tooling fault" not in reason:  # a stop says what the tooling's faults cost, and what not
+            reason += (f"; {faults} run{'s' if faults != 1 else ''} ended in a tooling fault, retried on their own "
+                       "line and not counted in the experiments")
         ins = self.store.current_instruction(self.goal_id)
         if ins is not None and ins.kind == "one_more_round" and (ins.remaining or 0) > 0:
             # the loop ended before the rounds asked for ran (the budget, the planner, a fault): say so
