@@ -12,8 +12,8 @@ from typing import Any, Sequence
 
 from core.records import EngineSample
 from executor.engines import metric_names
-from executor.evidence_kv import FAILURES, counter_delta
-from executor.promseries import base_value, max_value
+from executor.evidence_kv import FAILURES
+from executor.promseries import series_spec
 
 RUNNING = metric_names("running")
 WAITING = metric_names("waiting")
@@ -29,30 +29,66 @@ def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+GAUGES = {"running": (RUNNING, sum), "engine_running": (RUNNING, max), "kv": (KV_USAGE, max)}
+COUNTERS = ("requests", "kv_tokens_remote", "kv_transfers", "kv_bytes", *FAILURES)
+
+
+def _index(values: dict[str, float]) -> dict[str, list[tuple[str, float]]]:
+    """A sample's series by metric name, so each figure reads only its own metric's series."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for k, v in values.items():
+        out.setdefault(k.split("{", 1)[0], []).append((k, v))
+    return out
+
+
+def _pick(index: dict[str, list[tuple[str, float]]], names: tuple[str, ...], reduce: Any) -> float | None:
+    """As executor.promseries.first_value, over an indexed sample."""
+    for name in names:
+        base, want = series_spec(name)
+        found = [v for k, v in index.get(base, ()) if not want or want.items() <= series_spec(k)[1].items()]
+        if found:
+            return float(reduce(found))
+    return None
+
+
+def _delta(rows: list[tuple[float, dict[str, float | None]]], key: str, since: float | None) -> float | None:
+    """last - first of one counter over the instance's scrapes (from its last scrape at or before `since`)."""
+    seen = [(t, v[key]) for t, v in rows if v[key] is not None]
+    if not seen:
+        return None
+    base = [v for t, v in seen if since is not None and t <= since]
+    return max(seen[-1][1] - (base[-1] if base else seen[0][1]), 0.0)
+
+
 def _one(ss: Sequence[EngineSample], role: str, limit: float | None, since: float | None) -> dict[str, Any]:
     """One instance's figures over its own scrapes (None where it exported nothing)."""
     waiting_names = WAITING_DECODE if role == "decode" else WAITING
-    running = [v for s in ss if (v := base_value(s.values, RUNNING)) is not None]
-    per_engine = [v for s in ss if (v := max_value(s.values, RUNNING)) is not None]
-    waiting = [v for s in ss if (v := base_value(s.values, waiting_names)) is not None]
-    kv = [v for s in ss if (v := max_value(s.values, KV_USAGE)) is not None]
-    fill = _mean(per_engine)
-    out: dict[str, Any] = {
+    rows = []
+    for s in ss:
+        ix = _index(s.values)
+        got: dict[str, float | None] = {k: _pick(ix, names, red) for k, (names, red) in GAUGES.items()}
+        got["waiting"] = _pick(ix, waiting_names, sum)
+        got |= {k: _pick(ix, metric_names(k), sum) for k in COUNTERS}
+        rows.append((s.t, got))
+
+    def col(key: str) -> list[float]:
+        return [v[key] for _, v in rows if v[key] is not None]
+
+    running, fill, kv = col("running"), _mean(col("engine_running")), col("kv")
+    failed = [d for k in FAILURES if (d := _delta(rows, k, since)) is not None]
+    return {
         "role": role,
         "scrapes": len(ss),
-        "requests": counter_delta(ss, role, REQUESTS),
+        "requests": _delta(rows, "requests", None),
         "running_mean": _mean(running),
         "running_max": max(running) if running else None,
-        "waiting_mean": _mean(waiting),
+        "waiting_mean": _mean(col("waiting")),
         # the batch against its limit (per engine): decode's fill; a prefill instance runs one-token requests
         "batch_fill": fill / limit if fill is not None and limit and role != "prefill" else None,
         "kv_usage_max": max(kv) if kv else None,
+        **{k: _delta(rows, k, None) for k in ("kv_tokens_remote", "kv_transfers", "kv_bytes")},
+        "kv_failed": float(sum(failed)) if failed else None,
     }
-    for key in ("kv_tokens_remote", "kv_transfers", "kv_bytes"):
-        out[key] = counter_delta(ss, role, metric_names(key))
-    failed = [v for k in FAILURES if (v := counter_delta(ss, role, metric_names(k), since)) is not None]
-    out["kv_failed"] = float(sum(failed)) if failed else None
-    return out
 
 
 def per_instance(samples: Sequence[EngineSample], batch_limit: float | None,
