@@ -114,6 +114,7 @@ def spread(instances: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, A
             mean = _mean(list(got.values()))
             if len(got) < 2 or not mean:
                 continue
-            hi, lo = max(got, key=got.__getitem__), min(got, key=got.__getitem__)
+            hi = max(got, key=got.__getitem__)
+            lo = min((i for i in got if i != hi), key=got.__getitem__)  # on a tie, another instance than the max
             out.setdefault(role, {})[fig] = {"max_over_mean": got[hi] / mean, "max": hi, "min": lo}
     return out or None

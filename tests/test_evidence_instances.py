@@ -93,6 +93,10 @@ def test_each_instance_is_digested_apart_and_the_hand_off_is_their_sum():
     spread = ev.instance_spread["decode"]
     assert spread["requests"] == {"max_over_mean": 1.5, "max": "decode-1", "min": "decode-0"}
     assert spread["kv_usage_max"]["max"] == "decode-1" and "prefill" not in ev.instance_spread  # one P: no spread
+    even = digest([s for s in _pd_samples() if s.instance == "decode-0"]
+                  + [s.model_copy(update={"instance": "decode-1"}) for s in _pd_samples() if s.instance == "decode-0"],
+                  [], {}, None, {})
+    assert even.instance_spread["decode"]["requests"] == {"max_over_mean": 1.0, "max": "decode-0", "min": "decode-1"}
     words = evidence_words(ev)
     assert "decode instances: requests served decode-1 1.50x the mean (least decode-0)" in words, words
 
