@@ -57,6 +57,15 @@ def tooling_fault(run: Run) -> bool:
     return run.stage != "restore" and run.status in ("done", "failed") and run.status_reason in TOOLING_FAULTS
 
 
+def tooling_note(budget: BudgetState, reason: str) -> str:
+    """What a stop reason adds about runs that ended in a tooling fault (empty without one, or when it says so)."""
+    n = budget.tooling_faults
+    if not n or "tooling fault" in reason:
+        return ""
+    return (f"; {n} run{'s' if n != 1 else ''} ended in a tooling fault, retried on their own line and not counted "
+            "in the experiments")
+
+
 def budget_state(goal: Goal, entries: Iterable[LedgerEntry], runs: Iterable[Run], now: datetime | None = None,
                  extensions: Iterable[Any] = ()) -> BudgetState:
     """Used and left; the limits are the goal's budget plus every extension a person granted. A run that ended in a

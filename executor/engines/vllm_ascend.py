@@ -2,7 +2,8 @@
 
 PD goes through MooncakeConnectorV1, which asserts on `kv_connector_extra_config` carrying the prefill and the
 decode side's tp_size and dp_size and listens from `kv_port` (+ DP rank x TP, + device index), so instances on
-one host get kv_port bases 100 apart, all above the ports Mooncake's AscendDirectTransport picks at random (vllm_ascend/distributed/kv_transfer/kv_p2p/mooncake_connector.py,
+one host get kv_port bases 100 apart, all above the ports Mooncake's AscendDirectTransport picks at random
+(vllm_ascend/distributed/kv_transfer/kv_p2p/mooncake_connector.py,
 docs/source/tutorials/features/pd_disaggregation_mooncake_single_node.md). The proxy in front is the example
 the vllm-ascend source ships (examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py): the
 target names it in `router_command`; it answers `GET /healthcheck` (it has no /health). A static expert map loads by
