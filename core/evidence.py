@@ -79,6 +79,11 @@ class Evidence(BaseModel):
     spec_accept_length: Num = None
     spec_accept_per_position: list[float] | None = None  # share of drafts whose position i+1 was accepted
     kv_transfer: KvTransfer | None = None
+    # per engine instance ({instance: {role, requests, running_mean, waiting_mean, batch_fill, kv_usage_max,
+    # kv_tokens_remote, kv_transfers, kv_failed, ...}}) and the spread over each role's instances
+    # ({role: {figure: {max_over_mean, max, min}}}): executor/evidence_instances.py
+    instances: dict[str, dict[str, Any]] | None = None
+    instance_spread: dict[str, dict[str, Any]] | None = None
     # MoE expert load: {role: {"per_rank": [shares], "max_over_mean": x}}
     expert_load: dict[str, dict[str, Any]] | None = None
     expert_load_spread: Num = None

@@ -208,6 +208,18 @@ class Catalog(BaseModel):
         return out
 
 
+def drafts_nothing(values: Mapping[str, Any]) -> str | None:
+    """Why a station with a draft method and a draft width of 0 is refused (None when it is not one): vLLM refuses
+    that speculative config at start, SGLang silently runs no draft. `values`: the full knobs (defaults filled in),
+    read by role, so any engine's names for the two count."""
+    cat = catalog()
+    method, width = cat.named(DRAFT_METHOD, values), cat.named(DRAFT_WIDTH, values)
+    if method is None or width is None or values[method] in (None, "none") or values[width]:
+        return None
+    return (f"{method}: {values[method]} with {width} 0 drafts nothing (vLLM refuses that speculative config at "
+            f"start, SGLang silently runs no draft); set {width} to 1 or more, or {method} to none")
+
+
 CATALOG_ENV = "TUNELOOP_KNOB_CATALOG"  # a site's own catalog file (an in-house engine's knob names and roles)
 
 

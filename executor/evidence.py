@@ -1,32 +1,34 @@
-"""Engine evidence: Prometheus scrapes during a load, and the digest the planner reasons over.
+"""Engine evidence: the digest the planner reasons over, from the Prometheus scrapes of a load.
 
-The scraper polls each role=URL endpoint about once a second and appends EngineSamples to
-metrics.jsonl (labels folded into the name). Queues are summed over a role's instances per scrape
-round (a PD deployment has several P and D instances; the planner reads the role's queue), then
-averaged over time. The digest answers the planner's questions: is the
-prefill queue persistently non-empty, is decode at its batch limit, what is the spec acceptance,
-are prefill batches mostly tails? The names each engine exports are its adapter's (executor/engines/);
-missing evidence is None, never 0.
+The scraper (executor/scrape.py) polls every engine instance about once a second and appends EngineSamples to
+metrics.jsonl, one series per instance. Queues are summed over a role's instances per scrape round (a PD
+deployment has several P and D instances; the planner reads the role's queue), then averaged over time; counters
+and KV hand-offs are summed over instances; and each instance is also digested apart, with the spread over a
+role's instances (executor/evidence_instances.py). The digest answers the planner's questions: is the prefill
+queue persistently non-empty, is decode at its batch limit, what is the spec acceptance, are prefill batches
+mostly tails? The names each engine exports are its adapter's (executor/engines/); missing evidence is None,
+never 0.
 """
 from __future__ import annotations
 
-import asyncio
 import json
-import re
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
-
-import httpx
 
 from core import records as rec
 from core.evidence import Evidence
 from core.knobs import BATCH_CAP, PREFILL_TOKEN_BUDGET, by_role
-from core.records import EngineSample, JsonlWriter, PrefillBatch, RequestRecord, RunInfo
+from core.records import EngineSample, PrefillBatch, RequestRecord, RunInfo
 from executor.engines import metric_names
 from executor.evidence_decode import expert_load, expert_load_spread, spec_accept_per_position
+from executor.evidence_instances import per_instance, spread
 from executor.evidence_kv import kv_transfer
 from executor.promseries import base_value, max_value, series_spec
+# the scraper and its parsing live in executor/scrape.py; named here too, where the load generator and tests find them
+from executor.scrape import instance_name, parse_endpoints, parse_prometheus, scrape_loop
+
+__all__ = ["digest", "digest_run", "first_measured_send", "instance_name", "parse_endpoints", "parse_prometheus",
+           "role_series", "scrape_loop"]
 
 # metric names per evidence key come from the engine adapters (executor/engines/<engine>.py `metrics`)
 RUNNING = metric_names("running")
@@ -43,25 +45,6 @@ PREFILL_BOOTSTRAP = metric_names("prefill_bootstrap")  # SGLang PD queues
 PREFILL_INFLIGHT = metric_names("prefill_inflight")
 DECODE_PREALLOC = metric_names("decode_prealloc")
 ITERATION_TOKENS = metric_names("iteration_tokens")  # vLLM histogram: tokens per engine step
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Prometheus text exposition -> {name{labels}: value}; comments and malformed lines are skipped."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE.match(line)
-        if not m:
-            continue
-        try:
-            out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-        except ValueError:
-            continue
-    return out
-
-
 def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
@@ -180,6 +163,13 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
     first measured (not warm-up) request was sent, which splits the KV hand-off's failures (asked only of a run
     with hand-off figures)."""
     knobs = knobs or {}
+    asked: list[float | None] = []
+
+    def since() -> float | None:  # read once, and only for a run with hand-off figures
+        if not asked:
+            asked.append(measured_from() if measured_from is not None else None)
+        return asked[0]
+
     load = expert_load(expert_record)
     pw = [v for _, v in role_series(samples, "prefill", WAITING)]
     dw = [v for _, v in role_series(samples, "decode", WAITING_DECODE)]
@@ -197,6 +187,10 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
     def queue_mean(role: str, names: tuple[str, ...]) -> float | None:
         return _mean([v for _, v in role_series(samples, role, names)])
 
+    limit = by_role(knobs, BATCH_CAP) or knobs.get("max_running_requests")
+    handoff = kv_transfer(samples, since)
+    insts = per_instance(samples, limit, since() if handoff is not None else None)
+
     return Evidence.model_validate({
         # queues: summed over the role's instances at each scrape round, then over time
         "prefill_waiting_mean": _mean(pw),
@@ -213,14 +207,17 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
         "decode_running_max": max(dr) if dr else None,
         "decode_running_total_mean": _mean(dr_total),
         "decode_running_total_max": max(dr_total) if dr_total else None,
-        "decode_batch_limit": by_role(knobs, BATCH_CAP) or knobs.get("max_running_requests"),
+        "decode_batch_limit": limit,
         "decode_busy_slots_mean": _mean(_series(samples, "decode", BUSY_SLOTS)),  # llama.cpp: slots per decode step
         "prefill_instances": len({s.instance for r in _rounds(samples, "prefill") for s in r}) or None,
         "decode_instances": len({s.instance for r in _rounds(samples, "decode") for s in r}) or None,
         "kv_usage_max": max(kv) if kv else None,
         "spec_accept_length": _accept_length(samples),
         "spec_accept_per_position": spec_accept_per_position(samples),
-        "kv_transfer": kv_transfer(samples, measured_from),  # PD: decode's KV hand-off (executor/evidence_kv.py)
+        "kv_transfer": handoff,  # PD: decode's KV hand-off, summed over instances (executor/evidence_kv.py)
+        # every instance's own figures, and the spread over each role's instances (executor/evidence_instances.py)
+        "instances": insts,
+        "instance_spread": spread(insts),
         "expert_load": load,
         "expert_load_spread": expert_load_spread(load),
         "prefill_batch_reqs_mean": _mean([b.n_reqs for b in batches]),
@@ -251,46 +248,3 @@ def first_measured_send(run_dir: Path) -> float | None:
     """When the run's first measured (not warm-up) request was sent, on the load's clock; None without records."""
     return min((r.t_send for r in rec.read_jsonl(run_dir / rec.REQUESTS, RequestRecord)
                 if not r.warmup and r.t_send is not None), default=None)
-
-
-def parse_endpoints(specs: Iterable[str]) -> list[tuple[str, str]]:
-    """`role=URL` strings -> [(role, url)]; a bad spec names itself and the reason."""
-    out = []
-    for spec in specs:
-        role, sep, url = spec.partition("=")
-        if not sep or role not in ("prefill", "decode", "mixed") or not url.startswith(("http://", "https://")):
-            raise ValueError(f"--metrics-url {spec!r}: expected role=URL with role prefill|decode|mixed "
-                             "and an http(s) URL")
-        out.append((role, url))
-    return out
-
-
-async def scrape_loop(endpoints: Sequence[tuple[str, str]], path: Path, t0_ns: int, stop: asyncio.Event,
-                      interval_s: float = 1.0) -> int:
-    """Poll every endpoint each interval until `stop` is set, then once more (the closing sample: counters read
-    over the whole load, as `vllm bench serve` reads its before/after pair); returns samples written."""
-    n = 0
-    if not endpoints:
-        return 0
-    async with httpx.AsyncClient(timeout=max(interval_s, 0.5)) as client:
-        with JsonlWriter(path) as w:
-            closing = False
-            while True:
-                tick = time.perf_counter_ns()
-                for i, (role, url) in enumerate(endpoints):
-                    try:
-                        r = await client.get(url)
-                        r.raise_for_status()
-                    except httpx.HTTPError:
-                        continue  # a missed scrape is a gap in the series, not a failed load
-                    t = (time.perf_counter_ns() - t0_ns) / 1e9
-                    w.write(EngineSample(t=t, role=role, instance=f"{role}{i}@{url}", values=parse_prometheus(r.text)))
-                    n += 1
-                if closing:
-                    return n
-                left = interval_s - (time.perf_counter_ns() - tick) / 1e9
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=max(left, 0.0))
-                    closing = True
-                except asyncio.TimeoutError:
-                    pass

@@ -103,8 +103,8 @@ def expert_load(raw: dict[str, Any] | None) -> dict[str, dict[str, Any]] | None:
         if not isinstance(insts, dict):
             continue
         total: list[float] = []
-        worst = None
-        for rec in insts.values():
+        worst, worst_at, each = None, None, {}
+        for name, rec in insts.items():
             load = [float(x) for x in (rec or {}).get("per_rank_tokens") or []]
             if not load or sum(load) <= 0:
                 continue
@@ -112,11 +112,13 @@ def expert_load(raw: dict[str, Any] | None) -> dict[str, dict[str, Any]] | None:
                 total += [0.0] * (len(load) - len(total))
             for r, x in enumerate(load):
                 total[r] += x
-            mom = max(load) / (sum(load) / len(load))
-            worst = mom if worst is None else max(worst, mom)
+            mom = each[name] = max(load) / (sum(load) / len(load))
+            if worst is None or mom > worst:
+                worst, worst_at = mom, name
         if worst is not None:
             s = sum(total)
-            out[role] = {"per_rank": [x / s for x in total], "max_over_mean": worst}
+            out[role] = {"per_rank": [x / s for x in total], "max_over_mean": worst, "worst_instance": worst_at,
+                         "per_instance": each}
     return out or None
 
 

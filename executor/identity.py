@@ -53,17 +53,37 @@ def parse_version(engine: str, out: str) -> str | None:
     return a.parse_version(out) if a else None
 
 
+# (host, probe, the binary file's path, size, mtime and inode) -> the version its probe printed, for this process:
+# `vllm --version` imports torch, over two minutes on a loaded host (it timed out a demo's second run), and the
+# binary's own file says whether anything changed since it answered (a reinstall rewrites it)
+_VERSIONS: dict[tuple[str, tuple[str, ...], str], str] = {}
+
+
+async def _binary_stat(transport: Any, binary: str, host: str) -> str | None:
+    res = await transport.run(["sh", "-c", 'p=$(command -v "$1") && stat -L -c "%n %s %Y %i" "$p"', "sh", binary],
+                              host=host)
+    return (res.stdout.strip() or None) if res.rc == 0 else None
+
+
 async def source_identity(transport: Any, engine: str, svc: ServiceSpec, python: str,
                           image_digest: str | None = None) -> str:
     if image_digest:
         return f"{engine}:image={image_digest}"
     probe = version_probe(engine, svc.argv, python)
+    binary = (engine_argv(svc.argv) or svc.argv)[0]
     if probe:
+        # a probe that runs the engine's binary itself is asked once per unchanged binary file (a probe through
+        # python reads a package's metadata, which the interpreter's file does not track)
+        stat = await _binary_stat(transport, binary, svc.host) if probe[0] == binary else None
+        key = (svc.host, tuple(probe), stat or "")
+        if stat and key in _VERSIONS:
+            return f"{engine}:version={_VERSIONS[key]}"
         res = await transport.run(probe, timeout=120.0, host=svc.host)
         ver = parse_version(engine, f"{res.stdout}\n{res.stderr}") if res.rc == 0 else None
         if ver:
+            if stat:
+                _VERSIONS[key] = ver
             return f"{engine}:version={ver}"
-    binary = (engine_argv(svc.argv) or svc.argv)[0]
     res = await transport.run(["sh", "-c", 'p=$(command -v "$1") && sha256sum "$p"', "sh", binary], host=svc.host)
     digest = res.stdout.split()[0][:16] if res.rc == 0 and res.stdout else "unknown"
     return f"{engine}:{binary}:sha256={digest}"

@@ -37,7 +37,8 @@ def run_cmd(
     model: Optional[str] = typer.Option(None, help="model name; default: the first of /v1/models"),
     cards: int = typer.Option(1, help="cards in use (P + D), for per-card figures"),
     seed: int = typer.Option(0, help="seed of the arrival process"),
-    metrics_url: List[str] = typer.Option([], help="role=URL of an engine /metrics (role prefill|decode|mixed)"),
+    metrics_url: List[str] = typer.Option([], help="NAME=URL of an engine /metrics, once per instance; NAME a role "
+                                          "(prefill|decode|mixed) or one instance of it (decode-1)"),
     timeout_s: float = typer.Option(3600.0, help="per-request timeout (s)"),
     continuous_usage: bool = typer.Option(True, help="ask for usage in every chunk (vLLM continuous_usage_stats)"),
     procs: int = typer.Option(1, help="client processes sharing one schedule and one budget of C (no warm-up)"),

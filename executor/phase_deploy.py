@@ -14,7 +14,7 @@ from core import scenarios
 from core.knobs import KnobError
 from core.station import Station, change_cost, content_hash, full_knobs, needs_restart
 from executor.phases import PhaseFailure, crashpoint, load_resume_action
-from executor.templates import ENGINE_KEY, ServiceSpec, layout_files, render
+from executor.templates import ENGINE_KEY, ServiceSpec, render, service_layout
 from executor.transports.base import PROBE_S, AlreadyClaimed
 
 log = logging.getLogger("tuneloop.executor")
@@ -77,7 +77,12 @@ class DeployPhases:
             cost = "relayout"  # also from a cold start: the engine cannot start without its layout file
             await self.transport.run(["mkdir", "-p", f"{self.target.root_for(None)}/layout"])
             steps = [await self.relayout_step(st.name, st.argv) for st in self.rendered.relayout] + ["load_layout"]
-            await self.transport.spread_file(layout_files(self.target, self.station)["{layout}"], self.rendered.services)
+            maps: dict[str, list[ServiceSpec]] = {}  # one fitted map per role and rank count, to its own engines
+            for svc in self.rendered.services:
+                if svc.role != "router":
+                    maps.setdefault(service_layout(self.target, self.station, svc)["{layout}"], []).append(svc)
+            for path, svcs in maps.items():
+                await self.transport.spread_file(path, svcs)
         elif cost == "relayout":  # virtual or undeclared: the restart alone changes the layout
             steps = ["collect_expert_stats", "fit_layout", "load_layout"]
         if not warm:  # else started by the crashed invocation: do not start it twice

@@ -93,6 +93,10 @@ class Target(BaseModel):
     # level of nesting): merged into the rendered --kv-transfer-config, a nested table key by key
     pd_connector_config: dict[str, str | int | float | bool | dict[str, str | int | float | bool]] = {}
     router_command: tuple[str, ...] | None = None  # how to call the PD router / proxy (default: the engine's own)
+    # how long the PD router waits for its engine instances to start (vllm-router's and sglang-router's
+    # --worker-startup-timeout-secs, 600 s by default there): the executor's own health budget (ExecSettings
+    # timeouts_s["health"], 1800 s), since a large MoE loads for longer than 10 minutes and the router then dies
+    worker_start_s: int = Field(1800, ge=1)
     extra_args: dict[str, tuple[str, ...]] = {}  # per role, appended verbatim as argv
     relayout: Relayout | None = None  # expert-layout steps; without it a relayout is a plain restart
     env: dict[str, str] = {}

@@ -11,11 +11,12 @@ from typing import Callable
 
 from core.station import Station
 from executor.engines import ADAPTERS
-from executor.engines.base import RelayoutStep, Rendered, ServiceSpec, knob_flags, layout_files, svc_dir
+from executor.engines.base import (RelayoutStep, Rendered, ServiceSpec, knob_flags, layout_files, service_layout,
+                                   svc_dir)
 from executor.targets import Target, check_safe
 
 __all__ = ["ENGINE_KEY", "RENDERERS", "RelayoutStep", "Rendered", "ServiceSpec", "knob_flags", "layout_files",
-           "render", "svc_dir", "with_relayout"]
+           "render", "service_layout", "svc_dir", "with_relayout"]
 
 
 def _fill(argv: tuple[str, ...], files: dict[str, str]) -> tuple[str, ...]:
@@ -28,16 +29,25 @@ def _fill(argv: tuple[str, ...], files: dict[str, str]) -> tuple[str, ...]:
 
 
 def with_relayout(target: Target, station: Station, rendered: Rendered) -> Rendered:
-    """A static expert layout declared by the target: collect / fit steps, and the engines load it."""
+    """A static expert layout declared by the target: collect once, fit one map per role and expert-parallel rank
+    count (a step per map, `{role}`, `{ep}` and that map's `{layout}` filled in), and each engine loads its own."""
     if target.relayout is None or station.server_knobs.get("expert_layout") != "static_eplb":
         return rendered
-    files = layout_files(target, station)
-    steps = tuple(RelayoutStep(name=n, argv=_fill(getattr(target.relayout, n), files))
-                  for n in ("collect", "fit") if getattr(target.relayout, n))
-    extra = _fill(target.relayout.load, files)
-    services = tuple(s.model_copy(update={"argv": s.argv + extra}) if s.role != "router" and extra else s
-                     for s in rendered.services)
-    return rendered.model_copy(update={"services": services, "relayout": steps})
+    engines = [s for s in rendered.services if s.role != "router"]
+    steps = [RelayoutStep(name="collect", argv=_fill(target.relayout.collect, layout_files(target, station)))
+             ] if target.relayout.collect else []
+    if target.relayout.fit:
+        maps: dict[str, dict[str, str]] = {}
+        for s in engines:
+            files = service_layout(target, station, s)
+            maps.setdefault(files["{layout}"], files)
+        for files in maps.values():
+            name = f"fit-{files['{role}']}-ep{files['{ep}']}" if "{role}" in files else "fit"
+            steps.append(RelayoutStep(name=name, argv=_fill(target.relayout.fit, files)))
+    services = tuple(s.model_copy(update={"argv": s.argv + _fill(target.relayout.load,
+                                                                 service_layout(target, station, s))})
+                     if s.role != "router" and target.relayout.load else s for s in rendered.services)
+    return rendered.model_copy(update={"services": services, "relayout": tuple(steps)})
 
 
 RENDERERS: dict[str, Callable[..., Rendered]] = {name: a.render for name, a in ADAPTERS.items()}

@@ -28,7 +28,7 @@ from pydantic import (
 from core import datafiles, profiles, scenarios
 from core.bounded import BoundsError, excerpt, load_json, load_yaml
 from core.datafiles import DataFileError, read_text
-from core.knobs import KnobError, catalog
+from core.knobs import KnobError, catalog, drafts_nothing
 from core.summary import Contract, Summary
 from state.errors import GoalError
 from state.space import default_space
@@ -232,9 +232,13 @@ class GoalSpec(_Frozen):
     @classmethod
     def _start_valid(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         try:
-            return catalog().validate(v, engine=info.data.get("engine"))
+            out = catalog().validate(v, engine=info.data.get("engine"))
         except KnobError as e:
             raise ValueError(f"{e.knob}: {e.reason}") from None
+        why = drafts_nothing(catalog().defaults(info.data.get("engine") or "sim") | out)  # a draft of width 0
+        if why:
+            raise ValueError(why)
+        return out
 
     @field_validator("search_space")
     @classmethod

@@ -30,6 +30,10 @@ class BudgetState(BaseModel):
     by_kind: dict[str, float] = {}  # card-hours per cost item
     extended_card_hours: float = 0.0  # granted by people on top of the goal's own budget (included in the limits)
     extended_experiments: int = 0
+    # runs that ended in a tooling fault (the executor or the engine's plumbing failed, not the station): each is
+    # retried as a new attempt on this line of its own, bounded per experiment by the planner's MAX_ATTEMPTS, and
+    # never counted in `experiments_used` (their card-hours are charged: the cards were held)
+    tooling_faults: int = 0
 
     @property
     def card_hours_left(self) -> float:
@@ -45,10 +49,28 @@ class BudgetState(BaseModel):
                 and estimated_card_hours <= self.card_hours_left + 1e-12)
 
 
+TOOLING_FAULTS = ("orchestration_fault", "collection_fault")  # verdicts that are the tooling's, not the station's
+
+
+def tooling_fault(run: Run) -> bool:
+    """Whether a run ended in a tooling fault (its final status reason is such a verdict, agent/loop/nodes.py)."""
+    return run.stage != "restore" and run.status in ("done", "failed") and run.status_reason in TOOLING_FAULTS
+
+
+def tooling_note(budget: BudgetState, reason: str) -> str:
+    """What a stop reason adds about runs that ended in a tooling fault (empty without one, or when it says so)."""
+    n = budget.tooling_faults
+    if not n or "tooling fault" in reason:
+        return ""
+    return (f"; {n} run{'s' if n != 1 else ''} ended in a tooling fault, retried on their own line and not counted "
+            "in the experiments")
+
+
 def budget_state(goal: Goal, entries: Iterable[LedgerEntry], runs: Iterable[Run], now: datetime | None = None,
                  extensions: Iterable[Any] = ()) -> BudgetState:
-    """Used and left; the limits are the goal's budget plus every extension a person granted."""
-    entries = list(entries)
+    """Used and left; the limits are the goal's budget plus every extension a person granted. A run that ended in a
+    tooling fault is on its own line (`tooling_faults`), not one of the person's experiments."""
+    entries, runs = list(entries), list(runs)
     granted = [x for x in extensions if x.decision == "grant"]
     ext_h, ext_n = sum(x.card_hours for x in granted), sum(x.experiments for x in granted)
     by_kind: dict[str, float] = {}
@@ -64,7 +86,8 @@ def budget_state(goal: Goal, entries: Iterable[LedgerEntry], runs: Iterable[Run]
         card_hours_limit=goal.spec.budget.card_hours + ext_h,
         card_hours_used=sum(e.card_hours for e in entries),
         experiments_limit=goal.spec.budget.experiments + ext_n,
-        experiments_used=sum(1 for r in runs if r.stage != "restore"),
+        experiments_used=sum(1 for r in runs if r.stage != "restore" and not tooling_fault(r)),
+        tooling_faults=sum(1 for r in runs if tooling_fault(r)),
         deadline=deadline, deadline_passed=passed, by_kind=by_kind, extended_card_hours=ext_h,
         extended_experiments=ext_n,
     )

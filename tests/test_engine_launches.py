@@ -23,7 +23,7 @@ from executor.templates import render
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 RELAYOUT = Relayout(collect=("tuneloop-eplb", "collect", "--out", "{stats}"),
-                    fit=("tuneloop-eplb", "fit", "{stats}", "{layout}"))
+                    fit=("tuneloop-eplb", "fit", "{stats}", "--ranks", "{ep}", "{layout}"))
 
 
 def _station(engine: str, knobs: dict, key: str | None = None) -> Station:
@@ -71,6 +71,24 @@ def test_rendered_deployment_matches_its_golden_file(name):
         pytest.fail(f"regenerated {path}; rerun without TUNELOOP_REGEN_GOLDEN and read the diff")
     assert path.exists(), f"{path} is missing: run with TUNELOOP_REGEN_GOLDEN=1 once"
     assert text == path.read_text(), f"{name}: the rendering changed; see the module docstring to regenerate"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in CASES if "pd" in n))
+def test_every_golden_pd_launch_scrapes_every_prefill_and_decode_instance(name):
+    """Each engine instance of each role is scraped under its own name, at its own port, and the load run is told
+    every one of them (a role keyed once would keep only its last instance: prefill-0 was never scraped)."""
+    from executor.transports.base import LoadPlan
+    from executor.transports.local import LocalTransport
+
+    golden = json.loads((GOLDEN / f"{name}.json").read_text())
+    engines = [s for s in golden["services"] if s["role"] in ("prefill", "decode")]
+    assert {s["role"] for s in engines} == {"prefill", "decode"} and len(engines) >= 3
+    assert golden["metrics"] == {s["name"]: f"http://{s['host']}:{s['port']}/metrics" for s in engines}
+    r = CASES[name]()
+    plan = LoadPlan(endpoint=r.endpoint, scenario="s", n=1, concurrency=1, request_rate=1.0, metrics=r.metrics)
+    argv = LocalTransport(_pd("vllm")).load_argv("k", plan)  # the argv the load host runs
+    given = [argv[i + 1] for i, a in enumerate(argv) if a == "--metrics-url"]
+    assert given == [f"{s['name']}=http://{s['host']}:{s['port']}/metrics" for s in engines]
 
 
 def _after(argv, flag):
@@ -122,7 +140,7 @@ def test_two_mooncake_instances_on_one_host_get_their_own_kv_port():
     t = _pd("vllm-ascend", router_command=("python3", "proxy.py"))
     p0, p1, d = render(t, _station("vllm-ascend", {}, "vllm")).services[:3]
     ports = [json.loads(_after(list(s.argv), "--kv-transfer-config"))["kv_port"] for s in (p0, p1, d)]
-    assert ports == ["30000", "30100", "30000"]  # d is alone on its host
+    assert ports == ["36000", "36100", "36000"]  # d is alone on its host; above AscendDirectTransport's ports
     extra = json.loads(_after(list(d.argv), "--kv-transfer-config"))["kv_connector_extra_config"]
     assert extra == {"prefill": {"tp_size": 4, "dp_size": 1}, "decode": {"tp_size": 8, "dp_size": 1}}
     # the target's extra keys join the P/D sizes Mooncake asserts on instead of replacing them

@@ -88,7 +88,7 @@ def test_mindie_is_scraped_on_its_metrics_port_with_the_monitor_mode_on():
     server = cfg["ServerConfig"]
     assert svc.env["MIES_SERVICE_MONITOR_MODE"] == "1"  # without it /metrics is not served
     assert server["metricsPort"] not in (server["port"], server["managementPort"])
-    assert rendered.metrics == {"mixed": f"http://10.0.0.1:{server['metricsPort']}/metrics"}
+    assert rendered.metrics == {"mixed-0": f"http://10.0.0.1:{server['metricsPort']}/metrics"}
     assert rendered.endpoint == f"http://10.0.0.1:{server['port']}"  # requests still go to the business port
     user = _mindie().model_copy(update={"env": {"MIES_SERVICE_MONITOR_MODE": "0"}})  # the scrape depends on it
     assert render(user, _station("mindie", {})).services[0].env["MIES_SERVICE_MONITOR_MODE"] == "1"

@@ -48,6 +48,8 @@ def _knobs(knob, value) -> dict:
         out[dep.knob] = "mtp" if dep.knob == "speculative_method" else dep.value
     if knob.name == "attn_dp_size" and value is not None:
         out["tensor_parallel_size"] = value  # attention DP groups divide the TP width
+    if knob.name == "expert_layout" and value == "dynamic":
+        out["enable_expert_parallel"] = True  # SGLang's --enable-eplb asserts an EP size above 1
     return out
 
 
@@ -73,7 +75,8 @@ def test_every_knob_and_value_class_parses(parser):
     argvs, labels = [], []
     for knob in KNOBS:
         for value in _value_classes(knob):
-            for argv in _engine_argvs(_knobs(knob, value)):
+            dynamic = knob.name == "expert_layout" and value == "dynamic"
+            for argv in _engine_argvs(_knobs(knob, value), 2 if dynamic else 0):  # EP over 2 cards
                 argvs.append(argv)
                 labels.append(f"{knob.name}={value!r}")
     for cards in (1, 8):  # sizes rendered from the cards of each instance

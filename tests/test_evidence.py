@@ -101,9 +101,12 @@ def test_parse_endpoints_names_bad_spec():
 class _Metrics(BaseHTTPRequestHandler):
     hits = 0
 
-    def do_GET(self):  # noqa: N802
+    def body(self) -> bytes:
         type(self).hits += 1
-        body = f"vllm:num_requests_running {type(self).hits}\n".encode()
+        return f"vllm:num_requests_running {type(self).hits}\n".encode()
+
+    def do_GET(self):  # noqa: N802
+        body = self.body()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

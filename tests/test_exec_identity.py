@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import sys
+import time
 
 import pytest
 
@@ -74,3 +76,15 @@ def test_image_digest_in_the_target_wins(tmp_path):
 def test_parse_version_refuses_noise():
     assert parse_version("vllm", "Traceback (most recent call last):\nImportError: x") is None
     assert parse_version("llamacpp", "no version here") is None
+
+
+def test_an_unchanged_binary_states_its_version_once_per_process(tmp_path):
+    """`vllm --version` imports torch (over two minutes on a loaded host): a binary whose file is unchanged is not
+    asked again; a rewritten one (a reinstall) is."""
+    asked = tmp_path / "asked"
+    exe = _engine(tmp_path, "vllm", f"echo x >> {asked}; echo 0.32.0+cpu")
+    assert _ident(tmp_path, "vllm", exe) == _ident(tmp_path, "vllm", exe) == "vllm:version=0.32.0+cpu"
+    assert asked.read_text().count("x") == 1
+    exe = _engine(tmp_path, "vllm", f"echo x >> {asked}; echo 0.33.0+cpu")  # rewritten in place
+    os.utime(exe, (time.time() + 5, time.time() + 5))  # a later mtime even within the filesystem's resolution
+    assert _ident(tmp_path, "vllm", exe) == "vllm:version=0.33.0+cpu" and asked.read_text().count("x") == 2

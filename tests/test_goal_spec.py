@@ -50,6 +50,11 @@ def test_json_and_yaml_give_the_same_goal(tmp_path: Path):
     (lambda d: d["search_space"].update(parallel=[1, 2]), "search_space.parallel", "not a knob of engine 'sim'"),
     (lambda d: d["start_knobs"].update(speculative_method="none", num_speculative_tokens=2), "start_knobs.num_speculative_tokens",
      "needs speculative_method != 'none' first"),
+    # a draft method of width 0: vLLM refuses it at start, SGLang runs no draft; refused naming both knobs
+    (lambda d: d["start_knobs"].update(speculative_method="mtp", num_speculative_tokens=0),
+     "start_knobs.speculative_method", "mtp with num_speculative_tokens 0 drafts nothing"),
+    (lambda d: d["start_knobs"].pop("num_speculative_tokens"), "start_knobs.speculative_method",
+     "set num_speculative_tokens to 1 or more, or speculative_method to none"),
     (lambda d: d["constraints"].update(tpot_mean_ms_lt=-1), "constraints.tpot_mean_ms_lt", "must be a finite number in (0, 3600000] ms"),
     (lambda d: d["constraints"].update(tpot_avg_ms_lt=20), "constraints.tpot_avg_ms_lt", "Extra inputs are not permitted"),
     (lambda d: d["constraints"].update(output_len=512), "constraints", "output_len 512 differs from scenario"),

@@ -137,3 +137,21 @@ def test_the_loop_never_stops_with_an_infeasible_best_while_budget_remains(tmp_p
         assert any("meets the SLO the reference breaks" in d.text for d in ds)
     finally:
         st.close()
+
+
+def test_a_tooling_fault_is_retried_on_its_own_line_and_the_stop_reason_says_so(tmp_path):
+    """A baseline whose deployment never becomes healthy (an orchestration fault, the tooling's, not the station's)
+    is retried as a new attempt and does not take one of the person's two experiments; the stop says what it cost."""
+    spec = load_goal(goal_file(tmp_path, budget={"experiments": 2}))
+    res = run_session(spec, url(tmp_path), auto_approve=True, faults=lambda card, n: ["never_healthy"] if n == 0 else [])
+    st = Store(url(tmp_path))
+    try:
+        runs = st.runs(res.goal_id)
+        b = st.budget(res.goal_id)
+        assert [r.status for r in runs][0] == "failed" and runs[0].status_reason == "orchestration_fault"
+        assert len(runs) == 3 and b.tooling_faults == 1 and b.experiments_used == 2  # both experiments measured
+        assert sum(st.get_result(r.id).verdict == "valid" for r in runs[1:]) == 2
+        assert "1 run ended in a tooling fault, retried on their own line and not counted in the experiments" \
+            in res.reason, res.reason
+    finally:
+        st.close()

@@ -63,7 +63,8 @@ def test_vllm_pd_uses_kv_transfer_config_and_documented_flags():
                                "--vllm-pd-disaggregation")
     assert _after(list(router.argv), "--prefill") == "http://10.0.0.1:8100"
     assert _after(list(router.argv), "--decode") == "http://10.0.0.2:8200"
-    assert r.endpoint == "http://10.0.0.3:8000" and r.metrics["decode"] == "http://10.0.0.2:8200/metrics"
+    assert r.endpoint == "http://10.0.0.3:8000"
+    assert r.metrics == {"prefill-0": "http://10.0.0.1:8100/metrics", "decode-0": "http://10.0.0.2:8200/metrics"}
 
 
 def test_vllm_renders_only_what_differs_from_its_defaults():
@@ -80,7 +81,7 @@ def test_vllm_ascend_uses_mooncake_with_both_sides_sizes_and_its_proxy():
     kp = json.loads(_after(list(p.argv), "--kv-transfer-config"))
     kd = json.loads(_after(list(d.argv), "--kv-transfer-config"))
     assert kp["kv_role"] == "kv_producer" and kd["kv_role"] == "kv_consumer"
-    assert kd["kv_connector"] == "MooncakeConnectorV1" and kp["kv_port"] == "30000" and kp["engine_id"] != kd["engine_id"]
+    assert kd["kv_connector"] == "MooncakeConnectorV1" and kp["kv_port"] == "36000" and kp["engine_id"] != kd["engine_id"]
     sizes = {"prefill": {"tp_size": 4, "dp_size": 2}, "decode": {"tp_size": 4, "dp_size": 2}}
     assert kp["kv_connector_extra_config"] == sizes == kd["kv_connector_extra_config"]
     assert p.env["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"

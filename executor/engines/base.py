@@ -33,6 +33,9 @@ class ServiceSpec(BaseModel):
     health_path: str = "/health"
     cards: int = 0
     profile_dir: str | None = None  # where the engine's profiler writes traces (/start_profile../stop_profile)
+    # the expert-parallel rank count a static expert map is fitted for (one map per role and count); left out of
+    # dumps while unset
+    expert_ranks: int | None = Field(None, exclude_if=lambda v: v is None)
     # the port the health route answers on when it is not `port` (MindIE: its management port); left out of
     # dumps while unset, so the rendered launch (and the service key hashed from it) of other engines stays as it was
     health_port: int | None = Field(None, exclude_if=lambda v: v is None)
@@ -52,7 +55,9 @@ class Rendered(BaseModel):
     model_config = ConfigDict(frozen=True)
     services: tuple[ServiceSpec, ...]  # in start order: prefill, decode, then router
     endpoint: str  # base URL the load generator sends to
-    metrics: dict[str, str] = {}  # role -> Prometheus URL scraped during the load
+    # service name (prefill-0, decode-1, ...) -> Prometheus URL scraped during the load: every engine instance of
+    # every role, each kept apart in the run's samples (its role is the name's prefix)
+    metrics: dict[str, str] = {}
     engine: str
     relayout: tuple[RelayoutStep, ...] = ()  # run before the services start, when the layout changes
     # what the operator must still provide for this deployment to work as measured (the deploy phase records
@@ -63,18 +68,33 @@ class Rendered(BaseModel):
 ENGINE_ROLES = ("prefill", "decode", "mixed")  # roles whose services hold cards and a KV cache
 
 
-def layout_files(target: Target, station: Station) -> dict[str, str]:
-    """Where a station's expert statistics and placement live on the target (keyed by its server hash)."""
+def layout_files(target: Target, station: Station, role: str | None = None,
+                 ranks: int | None = None) -> dict[str, str]:
+    """Where a station's expert statistics and placement live on the target (keyed by its server hash). With a
+    role: that role's own map, fitted for its expert-parallel rank count (`{ep}`): prefill at EP 4 and decode at EP 8
+    cannot load one map, since the map places each expert on a rank of that role's instance."""
     base = f"{target.root_for(None)}/layout/{station.server_hash}"  # relayout steps run on the load host
-    return {"{stats}": f"{base}.stats.json", "{layout}": f"{base}.layout.json"}
+    out = {"{stats}": f"{base}.stats.json", "{layout}": f"{base}.layout.json"}
+    if role is not None:
+        out |= {"{layout}": f"{base}.{role}-ep{ranks}.layout.json", "{role}": role, "{ep}": str(ranks)}
+    return out
 
 
-def static_layout_path(target: Target, station: Station, engine: str) -> str:
-    """The fitted expert map a static layout loads; the target's relayout steps must produce it."""
+def static_layout_path(target: Target, station: Station, engine: str, role: str, ranks: int) -> str:
+    """The fitted expert map one role's instances load (one per role and rank count); the target's relayout
+    steps must produce it."""
     if target.relayout is None or not (target.relayout.collect or target.relayout.fit):
         raise ValueError(f"expert_layout: static_eplb on {engine} loads a fitted expert map, so the target needs "
                          "relayout.collect / relayout.fit steps that write {layout}")
-    return layout_files(target, station)["{layout}"]
+    return layout_files(target, station, role, ranks)["{layout}"]
+
+
+def service_layout(target: Target, station: Station, svc: "ServiceSpec") -> dict[str, str]:
+    """The layout files of one service: its role's map at its rank count, or the station's one map where the
+    adapter named no rank count (an engine loading the map only through the target's relayout.load)."""
+    if svc.expert_ranks is None:
+        return layout_files(target, station)
+    return layout_files(target, station, svc.role, svc.expert_ranks)
 
 
 def svc_dir(target: Target, name: str, host: str | None = None) -> str:
@@ -147,9 +167,12 @@ def instances(target: Target) -> list[tuple[str, int, Host]]:
 RouterArgv = Callable[[Target, Host, list[ServiceSpec], list[ServiceSpec]], list[str]]
 
 
-def with_router(target: Target, services: list[ServiceSpec], engine: str, router_argv: RouterArgv) -> Rendered:
-    """A PD deployment gets its router (on the host with the role 'router'); the endpoint is the router."""
-    metrics = {s.role: f"http://{s.host}:{s.port}/metrics" for s in services}
+def with_router(target: Target, services: list[ServiceSpec], engine: str, router_argv: RouterArgv,
+                router_health: str = "/health") -> Rendered:
+    """A PD deployment gets its router (on the host with the role 'router'), polled at `router_health` (the
+    route its router serves); the endpoint is the router. Every engine instance is scraped under its own service
+    name (a P8 + D8 deployment has 16 scrape targets)."""
+    metrics = {s.name: f"http://{s.host}:{s.port}/metrics" for s in services}
     if target.pd:
         routers = target.hosts_for("router")
         if not routers:
@@ -158,7 +181,8 @@ def with_router(target: Target, services: list[ServiceSpec], engine: str, router
         ps = [s for s in services if s.role == "prefill"]
         ds = [s for s in services if s.role == "decode"]
         services.append(ServiceSpec(name="router-0", role="router", host=r.host, port=r.port,
-                                    argv=tuple(router_argv(target, r, ps, ds)), env=dict(target.env)))
+                                    argv=tuple(router_argv(target, r, ps, ds)), env=dict(target.env),
+                                    health_path=router_health))
         endpoint = f"http://{r.host}:{r.port}"
     else:
         endpoint = f"http://{services[0].host}:{services[0].port}"

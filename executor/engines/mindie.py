@@ -45,7 +45,9 @@ REQUIRED: dict[str, tuple[str, ...]] = {
                        "maxQueueDelayMicroseconds"),
 }
 CONFIG_MODE = 0o640  # MindIE checks its config file's permission: at most 0640
-MAX_LINK_NUM = 1000  # ServerConfig.maxLinkNum: required, documented default 1000 (concurrent REST requests)
+# ServerConfig.maxLinkNum: required, documented default 1000, the most concurrent REST requests MindIE serves (MindIE
+# Benchmark's MAX_LINK_NUM note: "当前最大支持1000"); a station's C above it is refused at rendering
+MAX_LINK_NUM = 1000
 # Readiness: MindIE's Triton-style `GET /v2/health/ready` on the management port (hiascend.com MindIE docs
 # mindie_service0079 / mindie_llm0030 "健康检查"; MindIE Motor's own deployer probes readiness there too). The
 # native `/health/timed-N` runs a probe inference that may take up to N seconds, longer than one health probe.
@@ -61,19 +63,38 @@ SCHEDULE_DEFAULTS = {"templateType": "Standard", "templateName": "Standard_LLM",
                      "maxQueueDelayMicroseconds": 5000}
 
 
+def world_size(host: Host) -> int:
+    """The instance's NPU count: its cards. `npuDeviceIds` and `worldSize` both come from it (a host that names its
+    devices must name as many as its cards), so MindIE never runs a world of 8 on device list [[0]]."""
+    cards = max(host.cards, 1)
+    if host.devices is not None and len(host.devices.split(",")) != cards:
+        raise ValueError(f"hosts: {host.host}:{host.port} names devices {host.devices!r} "
+                         f"({len(host.devices.split(','))}) but has {cards} card(s); MindIE's npuDeviceIds and "
+                         "worldSize must agree")
+    return cards
+
+
 def mindie_config(target: Target, station: Station, role: str, host: Host) -> dict[str, Any]:
+    concurrency = station.knobs.get("concurrency")
+    if concurrency is not None and int(concurrency) > MAX_LINK_NUM:
+        raise ValueError(f"concurrency: {concurrency} clients exceed MindIE's ServerConfig.maxLinkNum, at most "
+                         f"{MAX_LINK_NUM} concurrent requests (mindie_service0285); requests above it are refused")
+    world = world_size(host)
     model: dict[str, Any] = {"modelInstanceType": "Standard", "modelName": str(target.model).rstrip("/").split("/")[-1],
-                             "modelWeightPath": target.model, "worldSize": max(host.cards, 1), "cpuMemSize": 5,
+                             "modelWeightPath": target.model, "worldSize": world, "cpuMemSize": 5,
                              "npuMemSize": -1, "backendType": "atb", "trustRemoteCode": False}
     cfg: dict[str, Any] = {
         "Version": "1.0.0",
         "LogConfig": {"dynamicLogLevel": "", "dynamicLogLevelValidHours": 2, "dynamicLogLevelValidTime": ""},
-        "ServerConfig": {"ipAddress": "0.0.0.0", "allowAllZeroIpListening": True, "port": host.port,
+        # managementIpAddress is rendered: its documented default is 127.0.0.2 (else ipAddress, mindie_service0285),
+        # unreachable from the executor's host; the management port serves the health probe
+        "ServerConfig": {"ipAddress": "0.0.0.0", "managementIpAddress": "0.0.0.0", "allowAllZeroIpListening": True,
+                         "port": host.port,
                          "managementPort": management_port(host), "metricsPort": metrics_port(host),
                          "maxLinkNum": MAX_LINK_NUM, "httpsEnabled": False, "inferMode": "standard",
                          "interCommTLSEnabled": False, "distDPServerEnabled": False},
         "BackendConfig": {"backendName": "mindieservice_llm_engine", "modelInstanceNumber": 1,
-                          "npuDeviceIds": [list(range(len((host.devices or "0").split(","))))],
+                          "npuDeviceIds": [list(range(world))],  # logical ids after ASCEND_RT_VISIBLE_DEVICES
                           "tokenizerProcessNumber": 8, "multiNodesInferEnabled": False, "interNodeTLSEnabled": False,
                           "ModelDeployConfig": {"truncation": False, "ModelConfig": [model]},
                           "ScheduleConfig": dict(SCHEDULE_DEFAULTS)},
@@ -129,7 +150,7 @@ class MindIE(Adapter):
                                         argv=("mindieservice_daemon",), env=env, files={"config.json": text},
                                         file_modes={"config.json": CONFIG_MODE}, health_path=HEALTH_PATH,
                                         health_port=management_port(host), cards=host.cards))
-            metrics[role] = f"http://{host.host}:{metrics_port(host)}{METRICS_PATH}"
+            metrics[name] = f"http://{host.host}:{metrics_port(host)}{METRICS_PATH}"
         url = f"http://{services[0].host}:{services[0].port}"
         return Rendered(services=tuple(services), endpoint=url, metrics=metrics, engine="mindie")
 

@@ -19,10 +19,16 @@ BOOTSTRAP_PORT = 8998  # SGLang's default --disaggregation-bootstrap-port
 MAX_PREFILL_TOKENS = 16384  # SGLang's default --max-prefill-tokens
 
 
+def ep_size(station: Station, tp: int) -> int:
+    """The instance's --ep-size: experts over its TP group with expert parallelism on, else SGLang's default 1."""
+    return tp if station.server_knobs.get("enable_expert_parallel") else 1
+
+
 def router_argv(target: Target, router: Host, ps: list[ServiceSpec], ds: list[ServiceSpec],
                 bootstrap: dict[str, int]) -> list[str]:
     argv = [*(target.router_command or ("python", "-m", "sglang_router.launch_router")), "--pd-disaggregation",
-            "--host", "0.0.0.0", "--port", str(router.port)]
+            "--host", "0.0.0.0", "--port", str(router.port),
+            "--worker-startup-timeout-secs", str(target.worker_start_s)]  # 600 s there (router_args.py)
     for s in ps:
         argv += ["--prefill", f"http://{s.host}:{s.port}", str(bootstrap[s.name])]
     for s in ds:
@@ -61,9 +67,14 @@ class SGLang(Adapter):
                 if value is False:  # the catalog's knob is "enable"; SGLang's flag says "disable"
                     argv.append(flag)
             elif flag == "--init-expert-location":
-                if value == "static_eplb":
-                    argv += [flag, static_layout_path(target, station, self.name)]
+                if value == "static_eplb":  # this role's own map, fitted for its EP size
+                    argv += [flag, static_layout_path(target, station, self.name, role, ep_size(station, tp))]
                 elif value == "dynamic":  # periodic rebalancing from the recorder's per-expert counts
+                    if ep_size(station, tp) <= 1:  # server_args.py _handle_eplb_and_dispatch: assert ep_size > 1
+                        raise ValueError("expert_layout: dynamic is SGLang's --enable-eplb, which asserts an EP size "
+                                         "above 1 (sglang/srt/server_args.py): it needs enable_expert_parallel: "
+                                         f"true on more than one card (this instance's EP size is "
+                                         f"{ep_size(station, tp)})")
                     argv += ["--enable-eplb", "--expert-distribution-recorder-mode", "stat"]
             elif flag == "--speculative-algorithm":
                 spec_method = value
@@ -117,8 +128,10 @@ class SGLang(Adapter):
                     if port != BOOTSTRAP_PORT:
                         argv += ["--disaggregation-bootstrap-port", str(port)]
             argv += self.knob_args(target, station, role, tp, dp) + list(target.extra_args.get(role, ()))
+            static = station.server_knobs.get("expert_layout") == "static_eplb"
             services.append(ServiceSpec(name=f"{role}-{i}", role=role, host=host.host, port=host.port,
-                                        argv=tuple(argv), env=env, cards=host.cards, profile_dir=trace))
+                                        argv=tuple(argv), env=env, cards=host.cards, profile_dir=trace,
+                                        expert_ranks=ep_size(station, tp) if static else None))
         return with_router(target, services, "sglang",
                            lambda t, r, ps, ds: router_argv(t, r, ps, ds, bootstrap))
 

@@ -45,6 +45,15 @@ def merged(kv: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def need_expert_ranks(station: Station, ranks: int, what: str) -> None:
+    """A dynamic expert layout balances experts over expert-parallel ranks: refused, naming the knob and the
+    instance's rank count, without expert parallelism over more than one rank."""
+    if not station.server_knobs.get("enable_expert_parallel") or ranks <= 1:
+        raise ValueError(f"expert_layout: dynamic is {what}, which balances experts over expert-parallel ranks: it "
+                         "needs enable_expert_parallel: true on more than one card "
+                         f"(this instance has {ranks} rank{'s' if ranks != 1 else ''})")
+
+
 def compact(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
@@ -63,9 +72,11 @@ def router_metrics_port(router: Host, services: list[ServiceSpec]) -> int:
 
 
 def router_argv(target: Target, router: Host, ps: list[ServiceSpec], ds: list[ServiceSpec]) -> list[str]:
-    """vllm-router in PD mode (PyPI `vllm-router`, py_src/vllm_router/router_args.py)."""
+    """vllm-router in PD mode (PyPI `vllm-router`, py_src/vllm_router/router_args.py); it waits for its workers
+    `--worker-startup-timeout-secs` (600 s by default there), here the target's `worker_start_s`."""
     argv = [*(target.router_command or ("vllm-router",)), "--host", "0.0.0.0", "--port", str(router.port),
-            "--prometheus-port", str(router_metrics_port(router, ps + ds)), "--vllm-pd-disaggregation"]
+            "--prometheus-port", str(router_metrics_port(router, ps + ds)), "--vllm-pd-disaggregation",
+            "--worker-startup-timeout-secs", str(target.worker_start_s)]
     for s in ps:
         argv += ["--prefill", f"http://{s.host}:{s.port}"]
     for s in ds:
@@ -81,6 +92,7 @@ class Vllm(Adapter):
     profile_routes = ("/start_profile", "/stop_profile")
     visible = "CUDA_VISIBLE_DEVICES"
     connector = "NixlConnector"
+    router_health = "/health"  # vllm-router's health route
     defaults = {"gpu_memory_utilization": 0.9, "enable_prefix_caching": True, "long_prefill_token_threshold": 0,
                 "enable_expert_parallel": False, "expert_layout": "none", "speculative_method": "none"}
     metrics = {
@@ -91,6 +103,9 @@ class Vllm(Adapter):
         "waiting_deferred": ('vllm:num_requests_waiting_by_reason{reason="deferred"}',),
         "kv_usage": ("vllm:kv_cache_usage_perc",),  # vllm:gpu_cache_usage_perc was removed (vllm#29330)
         "iteration_tokens": ("vllm:iteration_tokens_total",),  # histogram: tokens per engine step
+        # requests finished, per finished_reason (vllm/v1/metrics/loggers.py): per instance, the router's balance
+        # (under vllm-router a prefill instance finishes its one-token half of each request too)
+        "requests": ("vllm:request_success_total",),
         "spec_drafts": ("vllm:spec_decode_num_drafts_total",),
         "spec_accepted": ("vllm:spec_decode_num_accepted_tokens_total",),
         # KV hand-off (checked on a real NIXL P/D pair, tests/test_vllm_pd.py): where decode's prompt tokens came
@@ -118,9 +133,9 @@ class Vllm(Adapter):
                 continue  # rendered from the instance's cards below
             elif flag.startswith("--additional-config.eplb_config"):
                 if value == "static_eplb":
-                    self.static_layout(target, station, pairs)
+                    self.static_layout(target, station, pairs, role, tp * dp)
                 elif value == "dynamic":
-                    self.dynamic_layout(station, pairs, tp * dp)
+                    self.dynamic_layout(target, station, pairs, tp * dp)
             else:
                 pairs.append((flag, value))
         argv = generic_argv(pairs)
@@ -132,20 +147,22 @@ class Vllm(Adapter):
             argv += ["--speculative-config", compact({k: v for k, v in spec.items() if v is not None})]
         return argv
 
-    def static_layout(self, target: Target, station: Station, pairs: list[tuple[str, Any]]) -> None:
+    def static_layout(self, target: Target, station: Station, pairs: list[tuple[str, Any]], role: str,
+                      ranks: int) -> None:
         raise ValueError("expert_layout: vLLM 0.32 cannot load a static expert map (its --enable-eplb is dynamic "
                          "EPLB; --eplb-config only tunes that); use dynamic, or a vllm-ascend target")
 
-    def dynamic_layout(self, station: Station, pairs: list[tuple[str, Any]], ranks: int) -> None:
+    def dynamic_layout(self, target: Target, station: Station, pairs: list[tuple[str, Any]], ranks: int) -> None:
         """Dynamic EPLB: `--enable-eplb`, which vLLM refuses without expert parallelism over more than one rank
         (vllm/config/parallel.py: enable_expert_parallel, TP x DP > 1)."""
-        if not station.server_knobs.get("enable_expert_parallel") or ranks <= 1:
-            raise ValueError("expert_layout: dynamic is vLLM's dynamic EPLB (--enable-eplb), which balances experts "
-                             "over expert-parallel ranks: it needs enable_expert_parallel: true on more than one card "
-                             f"(this instance has {ranks} rank{'s' if ranks != 1 else ''})")
+        need_expert_ranks(station, ranks, "vLLM's dynamic EPLB (--enable-eplb)")
         pairs.append(("--enable-eplb", True))
 
-    def kv_transfer(self, role: str, name: str, connector: str, peers: dict[str, tuple[int, int]],
+    def layout_env(self, target: Target, station: Station) -> dict[str, str]:
+        """Environment an expert layout needs on each engine instance (none on vLLM)."""
+        return {}
+
+    def kv_transfer(self, target: Target, role: str, name: str, connector: str, peers: dict[str, tuple[int, int]],
                     slot: int) -> dict[str, Any]:
         """The instance's --kv-transfer-config; `slot` counts the PD instances before it on its host. Prefill
         produces KV, decode consumes it (vLLM 0.32 deprecates kv_both for NIXL: nixl/connector.py)."""
@@ -179,16 +196,19 @@ class Vllm(Adapter):
                 slots[host.host] = slot + 1
                 port = side.get(host.host, nixl_base)
                 side[host.host] = port + dp  # NIXL listens on base + DP rank
-                kv = merged(self.kv_transfer(role, name, connector, peers, slot), target.pd_connector_config)
+                kv = merged(self.kv_transfer(target, role, name, connector, peers, slot), target.pd_connector_config)
                 argv += ["--kv-transfer-config", compact(kv)]
                 env |= self.pd_env(host, connector, port)
             trace = f"{svc_dir(target, name, host.host)}/trace"  # --profiler-config mounts /start_profile
             argv += self.knob_args(target, station, role, host, tp, dp)
+            env |= self.layout_env(target, station)
             argv += ["--profiler-config", compact({"profiler": "torch", "torch_profiler_dir": trace})]
             argv += list(target.extra_args.get(role, ()))
+            static = station.server_knobs.get("expert_layout") == "static_eplb"  # its map is fitted for TP x DP ranks
             services.append(ServiceSpec(name=name, role=role, host=host.host, port=host.port, argv=tuple(argv),
-                                        env=env, cards=host.cards, profile_dir=trace))
-        return with_router(target, services, "vllm", self.router_argv)
+                                        env=env, cards=host.cards, profile_dir=trace,
+                                        expert_ranks=tp * dp if static else None))
+        return with_router(target, services, "vllm", self.router_argv, self.router_health)
 
     def router_argv(self, target: Target, router: Host, ps: list[ServiceSpec], ds: list[ServiceSpec]) -> list[str]:
         return router_argv(target, router, ps, ds)

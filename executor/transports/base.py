@@ -217,8 +217,8 @@ class LauncherTransport(abc.ABC):
             "--concurrency", str(plan.concurrency), "--rate", _rate(plan.request_rate), "--out", out,
             "--warmup", str(plan.warmup), "--arrival", plan.arrival, "--burstiness", repr(plan.burstiness),
             "--cards", str(plan.cards), "--seed", str(plan.seed)]
-        for role, url in sorted(plan.metrics.items()):
-            argv += ["--metrics-url", f"{role}={url}"]
+        for name, url in plan.metrics.items():  # one per engine instance, named by its service
+            argv += ["--metrics-url", f"{name}={url}"]
         return argv
 
     async def launch(self, key: str, plan: LoadPlan, epoch: int) -> int:
