@@ -5,7 +5,8 @@ the goal's values."""
 from __future__ import annotations
 
 import pytest
-from chat_table import ISSUE, NOT_COMMANDS, REF, UNK, rows
+from chat_heldback import HELD_BACK
+from chat_table import ISSUE, NOT_COMMANDS, REF, rows
 from test_api_support import auth, small_goal, wait_until
 from test_chat import client, say  # noqa: F401  (client: the API with a sqlite store, as the chat tests use it)
 
@@ -95,3 +96,10 @@ def test_the_command_shown_back_for_a_reading_parses_to_that_reading(intent):
 def test_what_is_no_command_has_no_command_text():
     assert all(command_text(Intent(kind=k)) is None for k in ("status", "unknown", "why_rejected", "refused"))
     assert command_text(Intent(kind="reject", candidate_id=3)) is None  # a rejection says why
+
+
+@pytest.mark.parametrize("text", HELD_BACK)
+def test_the_held_back_table_acts_on_nothing(text):
+    """Written after the grammar was done (tests/chat_heldback.py): none of it may act."""
+    got = parse(text.format(n=7, m=8))
+    assert got.kind == REF and "nothing changed" in (got.reason or ""), got

@@ -213,11 +213,14 @@ def _view_submission(svc: Service, app: SlackApp, p: dict[str, Any]) -> tuple[di
     return None, []
 
 
-def slash(svc: Service, replays: Replays, headers: Any, body: bytes) -> dict[str, Any]:
+def slash(svc: Service, replays: Replays, headers: Any, body: bytes) -> dict[str, Any] | None:
     """`/tuneloop [goal] <command>`: the REST chat's grammar; a change is announced in the channel, a question, a
-    refusal and help only to the one who typed it."""
-    sig = verify(svc.settings, headers, body)
+    refusal and help only to the one who typed it. Slack's `ssl_check=1` POST (it checks the certificate of a
+    slash command URL, unsigned) gets 200 with an empty body, as Slack's slash-command docs ask; it reads nothing."""
     form = _form(body)
+    if form.get("ssl_check") == "1" and not form.get("command") and not form.get("text"):
+        return None
+    sig = verify(svc.settings, headers, body)
     _first(replays, sig, form.get("trigger_id"))
     text = (form.get("text") or "").strip()
     try:
