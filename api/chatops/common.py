@@ -15,6 +15,7 @@ from api.chat import parse
 from api.service import Service
 from api.settings import Settings
 from state.errors import NotFound, StateError
+from state.reasons import reason_problem
 
 WINDOW_S = 300.0  # a signed request older (or newer) than this is refused: Slack's and our Feishu window
 ACTIVE = ("running", "waiting", "paused")
@@ -92,11 +93,11 @@ def click(svc: Service, platform: str, who: Principal, candidate_id: int, card_h
     """A button: approve or reject exactly the card shown (its hash), recorded `via` the platform. Refused (nothing
     changed) below the role, without a reason to reject, on a changed card (Stale) and on a decided one (Conflict)."""
     may(who, decision)
-    reason = " ".join((reason or "").split())[:500] or None
-    if decision == "reject" and reason is None:
-        raise Refused("not done: say why it is rejected (type a reason, then press Reject); nothing changed")
+    said = " ".join((reason or "").split()) or None
+    if (why := reason_problem(said)) is not None and (decision == "reject" or said is not None):
+        raise Refused(f"not done: {why} (type a reason, then press Reject); nothing changed")
     try:
-        return actions.decide(svc, candidate_id, card_hash, decision, who, reason, via=platform)
+        return actions.decide(svc, candidate_id, card_hash, decision, who, said, via=platform)
     except StateError as e:  # Stale, Conflict (already decided, not waiting), NotFound
         raise Refused(f"not done: {e}; nothing changed") from None
 
