@@ -74,6 +74,8 @@ class Loop:
             return "stopped", f"run {unknown[0].id} is in an UNKNOWN state: no new work until a person resolves it"
         ins = self.store.current_instruction(self.goal_id)
         effect = instruction_effect(ins)
+        if effect in ("restore", "pause", "stop") and self._awaiting_person():
+            return None  # given while a card waits for a person: it takes effect after that decision, not instead
         if effect == "restore":
             return "restore", f"go back to the best, asked by {ins.who}"
         if effect == "pause":
@@ -88,6 +90,16 @@ class Loop:
         if ins is not None and ins.kind == "resume":
             self.store.settle_instruction(ins.id, "done: the loop resumed")
         return None
+
+    def _awaiting_person(self) -> bool:
+        """The goal waits for a person: a card asked about and not decided, or a budget extension."""
+        goal = self.store.get_goal(self.goal_id)
+        if goal.status != "waiting":
+            return False
+        if (goal.status_reason or "").startswith("waiting for a budget extension"):
+            return True
+        return any(c.status in OPEN_STATUSES and self.store.approval(c.id) is None and not self._started(c)
+                   for c in self.store.candidates(self.goal_id))
 
     # -- nodes ---------------------------------------------------------------------------------------
     def observe(self, state: LoopState) -> Command[Literal["diagnose", "restore", "stop"]]:
@@ -115,14 +127,9 @@ class Loop:
         carry_diagnosis(history, dict(state))
         ins = self.store.current_instruction(self.goal_id)
         instructed = ins is not None and ins.kind == "one_more_round" and bool(ins.knobs)
+        # a card already proposed (perhaps waiting for a person, perhaps approved) is carried out first: an
+        # instruction runs after it, never instead of it
         open_ = [c for c in self.store.candidates(self.goal_id) if c.status in OPEN_STATUSES]
-        if instructed and open_ and not self._started(open_[0]) and open_[0].card.get("planner") != "instruction":
-            # "one more round at C90" replaces a card that was proposed but not started
-            self.store.set_candidate_status(open_[0].id, "cancelled", f"superseded by instruction {ins.id} by {ins.who}")
-            self.store.record_decision(self.goal_id, "note", candidate_id=open_[0].id,
-                                       text=f"{card_of(open_[0].card).title()} not run: superseded by instruction "
-                                            f"{ins.id} by {ins.who}")
-            open_ = open_[1:]
         if open_:  # an experiment was started before a restart: finish it, never plan a second one
             cand = open_[0]
             self.event("propose", card=cand.card, resumed=True)
@@ -130,7 +137,7 @@ class Loop:
         card, plan = None, None
         if instructed:
             card, refusal = self._instructed_card(history)
-            if card is None:
+            if card is None and refusal:
                 self.store.close_instruction(ins.id, f"refused: {refusal}")
                 return Command(goto="stop", update={"stop_status": "stopped", "stop_reason": refusal})
         if card is None:
@@ -170,7 +177,9 @@ class Loop:
 
     def _instructed_card(self, history: History) -> tuple[CandidateCard | None, str]:
         """"One more round at C90": that one change from the best station, screened or confirmed as the protocol
-        says; (None, why) when it cannot run (the loop stops and says so rather than run something else)."""
+        says, after the reference it is judged against when that was never measured at its N; (None, why) when it
+        cannot run (the loop stops and says so rather than run something else); (None, "") once its screen and
+        confirm both ran (the rounds left are the planner's)."""
         ins = self.store.current_instruction(self.goal_id)
         knob, value = next(iter(sorted(ins.knobs.items())))
         proto = history.goal.protocol
@@ -185,6 +194,16 @@ class Loop:
             if card.experiment_key in history.finished_keys:
                 why.append(f"the {stage} of {knob}={value!r} from the best station already ran")
                 continue
+            if history.reference(history.best_knobs, n) is None:
+                # a round is judged against its parent at the same N: measure that reference first (once)
+                ref = build_card(self.goal_id, history.goal.scenario, history.best_knobs, None, None, stage="baseline",
+                                 n=n, planner="instruction",
+                                 note=f"the reference at N={n} for instruction {ins.id} by {ins.who}, measured first")
+                if ref.experiment_key in history.finished_keys:
+                    why.append(f"no valid reference of the best station at N={n} (its measurement ran and was not "
+                               "valid): the round could not be judged")
+                    break
+                return ref.model_copy(update={"est_card_hours": round(estimate(ref, history), 4)}), ""
             # a person's say-so covers the budget and what the loop would not repeat by itself (a known negative,
             # an earlier veto); not a card that breaks the protocol or the search space
             said = ("affordable", "known_negative", "rejected:", "predicted_negative")
@@ -195,6 +214,8 @@ class Loop:
                 return card.model_copy(update={"est_card_hours": round(estimate(card, history), 4), "note": note}), ""
             why.append(f"{card.title()}: " + "; ".join(refusals))
             break
+        if all(w.endswith("already ran") for w in why):
+            return None, ""  # its screen and confirm ran: the rounds left are the planner's, counted all the same
         return None, f"instruction {ins.id} by {ins.who} cannot be carried out: " + "; ".join(why)
 
     def authorise(self, state: LoopState) -> Command[Literal["execute", "observe", "authorise", "stop"]]:
@@ -372,9 +393,14 @@ class Loop:
     def decide(self, state: LoopState) -> Command[Literal["observe"]]:
         ins = self.store.current_instruction(self.goal_id)
         if ins is not None and ins.kind == "one_more_round":
-            planner = self.store.get_candidate(state["candidate_id"]).card.get("planner") \
-                if state.get("candidate_id") else None
-            if not ins.knobs or planner == "instruction":  # a round at C90 counts only the experiment at C90
+            cand = self.store.get_candidate(state["candidate_id"]) if state.get("candidate_id") else None
+            planner = cand.card.get("planner") if cand is not None else None
+            # a round at C90 counts the experiments at C90 and, once they ran, the planner's changes after it (not a
+            # reference measured for it); a plain round, any experiment proposed after the instruction (never a card
+            # that waited for a person before it)
+            changed = cand is not None and bool(cand.card.get("change") or cand.card.get("knob"))
+            if (ins.knobs and changed and (planner == "instruction" or _after(cand.created_at, ins.created_at))) or (
+                    not ins.knobs and cand is not None and _after(cand.created_at, ins.created_at)):
                 self.store.consume_round(self.goal_id)
         self.event("decide")
         return Command(goto="observe", update={"candidate_id": None, "run_id": None})
@@ -396,3 +422,10 @@ class Loop:
         self.store.record_decision(self.goal_id, "stop", text=reason, data={"status": status})
         self.event("stop", reason=reason, status=status)
         return {"stop_reason": reason, "stop_status": status}
+
+
+def _after(a: Any, b: Any) -> bool:
+    """a >= b, comparing naive and aware datetimes as the store hands them back (SQLite drops the zone)."""
+    if a.tzinfo is None or b.tzinfo is None:
+        a, b = a.replace(tzinfo=None), b.replace(tzinfo=None)
+    return a >= b
