@@ -11,14 +11,15 @@ from typing import Any, Callable, Literal
 from langgraph.types import Command
 
 from agent.loop import approval
-from agent.planner.candidates import CandidateCard, Change, build_card, direction_of
-from agent.planner.checks import check, estimate, with_attempt
+from agent.planner.candidates import CandidateCard
+from agent.planner.checks import estimate, with_attempt
 from agent.planner.history import Figures, History
 from agent.planner.judgement import decide as judge_run
 from agent.planner.deterministic import DeterministicPlanner, carry_diagnosis, closes_hypothesis, diagnosis_for
 from agent.planner.diagnosis import wants_profile
 from agent.planner.prediction import observed, predict
 from agent.loop.record import CHANGED, KIND, OPEN_STATUSES, build_history, card_of, card_record, conditions, outcome_data
+from agent.loop.instructed import awaiting_person, counts_as_round, instructed_card, started
 from agent.loop.restore import go_back
 from agent.loop.state import LoopState
 from core.station import Station
@@ -74,7 +75,7 @@ class Loop:
             return "stopped", f"run {unknown[0].id} is in an UNKNOWN state: no new work until a person resolves it"
         ins = self.store.current_instruction(self.goal_id)
         effect = instruction_effect(ins)
-        if effect in ("restore", "pause", "stop") and self._awaiting_person():
+        if effect in ("restore", "pause", "stop") and awaiting_person(self.store, self.goal_id):
             return None  # given while a card waits for a person: it takes effect after that decision, not instead
         if effect == "restore":
             return "restore", f"go back to the best, asked by {ins.who}"
@@ -90,16 +91,6 @@ class Loop:
         if ins is not None and ins.kind == "resume":
             self.store.settle_instruction(ins.id, "done: the loop resumed")
         return None
-
-    def _awaiting_person(self) -> bool:
-        """The goal waits for a person: a card asked about and not decided, or a budget extension."""
-        goal = self.store.get_goal(self.goal_id)
-        if goal.status != "waiting":
-            return False
-        if (goal.status_reason or "").startswith("waiting for a budget extension"):
-            return True
-        return any(c.status in OPEN_STATUSES and self.store.approval(c.id) is None and not self._started(c)
-                   for c in self.store.candidates(self.goal_id))
 
     # -- nodes ---------------------------------------------------------------------------------------
     def observe(self, state: LoopState) -> Command[Literal["diagnose", "restore", "stop"]]:
@@ -136,7 +127,7 @@ class Loop:
             return Command(goto="authorise", update={"candidate_id": cand.id})
         card, plan = None, None
         if instructed:
-            card, refusal = self._instructed_card(history)
+            card, refusal = instructed_card(self.store, self.goal_id, history)
             if card is None and refusal:
                 self.store.close_instruction(ins.id, f"refused: {refusal}")
                 return Command(goto="stop", update={"stop_status": "stopped", "stop_reason": refusal})
@@ -172,51 +163,7 @@ class Loop:
         return Command(goto="authorise", update={"candidate_id": cand.id})
 
     def _started(self, cand: Any) -> bool:
-        return cand.status in ("running", "failed", "unknown") or any(r.candidate_id == cand.id
-                                                                       for r in self.store.runs(self.goal_id))
-
-    def _instructed_card(self, history: History) -> tuple[CandidateCard | None, str]:
-        """"One more round at C90": that one change from the best station, screened or confirmed as the protocol
-        says, after the reference it is judged against when that was never measured at its N; (None, why) when it
-        cannot run (the loop stops and says so rather than run something else); (None, "") once its screen and
-        confirm both ran (the rounds left are the planner's)."""
-        ins = self.store.current_instruction(self.goal_id)
-        knob, value = next(iter(sorted(ins.knobs.items())))
-        proto = history.goal.protocol
-        old = history.best_knobs.get(knob)
-        direction = direction_of(Change(knob=knob, old=old, new=value)) if knob in history.goal.space() else "up"
-        why: list[str] = []
-        for stage, n in (("screen", proto.screen_n), ("confirm", proto.confirm_n)):
-            if stage == "screen" and history.best_at_confirm_only():
-                continue  # the best station was measured at confirm N only: the comparison that exists is there
-            card = build_card(self.goal_id, history.goal.scenario, history.best_knobs, knob, value, stage=stage, n=n,
-                              direction=direction, planner="instruction", note=f"instruction {ins.id} by {ins.who}")
-            if card.experiment_key in history.finished_keys:
-                why.append(f"the {stage} of {knob}={value!r} from the best station already ran")
-                continue
-            if history.reference(history.best_knobs, n) is None:
-                # a round is judged against its parent at the same N: measure that reference first (once)
-                ref = build_card(self.goal_id, history.goal.scenario, history.best_knobs, None, None, stage="baseline",
-                                 n=n, planner="instruction",
-                                 note=f"the reference at N={n} for instruction {ins.id} by {ins.who}, measured first")
-                if ref.experiment_key in history.finished_keys:
-                    why.append(f"no valid reference of the best station at N={n} (its measurement ran and was not "
-                               "valid): the round could not be judged")
-                    break
-                return ref.model_copy(update={"est_card_hours": round(estimate(ref, history), 4)}), ""
-            # a person's say-so covers the budget and what the loop would not repeat by itself (a known negative,
-            # an earlier veto); not a card that breaks the protocol or the search space
-            said = ("affordable", "known_negative", "rejected:", "predicted_negative")
-            refusals = [r for r in check(card, history) if not r.startswith(said)]
-            if not refusals:
-                overridden = [r for r in check(card, history) if r.startswith(said[1:])]
-                note = card.note + ("; run although " + "; ".join(overridden) if overridden else "")
-                return card.model_copy(update={"est_card_hours": round(estimate(card, history), 4), "note": note}), ""
-            why.append(f"{card.title()}: " + "; ".join(refusals))
-            break
-        if all(w.endswith("already ran") for w in why):
-            return None, ""  # its screen and confirm ran: the rounds left are the planner's, counted all the same
-        return None, f"instruction {ins.id} by {ins.who} cannot be carried out: " + "; ".join(why)
+        return started(self.store, self.goal_id, cand)
 
     def authorise(self, state: LoopState) -> Command[Literal["execute", "observe", "authorise", "stop"]]:
         cand = self.store.get_candidate(state["candidate_id"])
@@ -394,13 +341,7 @@ class Loop:
         ins = self.store.current_instruction(self.goal_id)
         if ins is not None and ins.kind == "one_more_round":
             cand = self.store.get_candidate(state["candidate_id"]) if state.get("candidate_id") else None
-            planner = cand.card.get("planner") if cand is not None else None
-            # a round at C90 counts the experiments at C90 and, once they ran, the planner's changes after it (not a
-            # reference measured for it); a plain round, any experiment proposed after the instruction (never a card
-            # that waited for a person before it)
-            changed = cand is not None and bool(cand.card.get("change") or cand.card.get("knob"))
-            if (ins.knobs and changed and (planner == "instruction" or _after(cand.created_at, ins.created_at))) or (
-                    not ins.knobs and cand is not None and _after(cand.created_at, ins.created_at)):
+            if counts_as_round(ins, cand):
                 self.store.consume_round(self.goal_id)
         self.event("decide")
         return Command(goto="observe", update={"candidate_id": None, "run_id": None})
@@ -423,9 +364,3 @@ class Loop:
         self.event("stop", reason=reason, status=status)
         return {"stop_reason": reason, "stop_status": status}
 
-
-def _after(a: Any, b: Any) -> bool:
-    """a >= b, comparing naive and aware datetimes as the store hands them back (SQLite drops the zone)."""
-    if a.tzinfo is None or b.tzinfo is None:
-        a, b = a.replace(tzinfo=None), b.replace(tzinfo=None)
-    return a >= b
