@@ -21,34 +21,13 @@ model; what the model reads from other text is shown back as a command of this g
 """
 from __future__ import annotations
 
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
-
+from api.chat_intent import ACTING, BECAUSE, W, Intent, with_reason
 from api.chat_near import not_a_command
-from api.chat_words import Cursor, normalise, phrases, tokens
-from state.reasons import reason_problem
+from api.chat_rounds import budget, rounds
+from api.chat_words import Cursor, normalise, tokens
 
-IntentKind = Literal["approve", "reject", "pause", "resume", "stop", "one_more_round", "restore_best", "status",
-                     "why_rejected", "extend_budget", "refuse_extension", "refused", "unknown"]
-ACTING = ("approve", "reject", "pause", "resume", "stop", "one_more_round", "restore_best", "extend_budget",
-          "refuse_extension")
+__all__ = ["ACTING", "HELP", "Intent", "command_text", "parse"]  # Intent and ACTING are used from here
 
-
-class Intent(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    kind: IntentKind
-    candidate_id: int | None = Field(None, ge=1)
-    card_hash: str | None = Field(None, pattern=r"^[0-9a-f]{16}$")
-    reason: str | None = Field(None, max_length=2000)
-    count: int | None = Field(None, ge=1, le=20)
-    knobs: dict[str, Any] = Field(default_factory=dict)
-    card_hours: float | None = Field(None, ge=0, le=1e6)  # extend_budget
-    experiments: int | None = Field(None, ge=0, le=10_000)
-    suggest: str | None = Field(None, max_length=300)  # refused: the exact command it may have meant
-
-
-W = phrases
 APPROVE = W("approve", "accept", "lgtm", "go ahead with", "批准", "同意", "通过", "可以跑")
 REJECT = W("reject", "decline", "deny", "拒绝", "否决", "驳回")
 PAUSE, RESUME = W("pause", "hold", "暂停", "先停一下"), W("resume", "continue", "carry on", "unpause", "继续", "恢复")
@@ -59,11 +38,7 @@ BEST = W("go back to the best", "go back to best", "restore the best", "restore 
 STATUS = W("status", "progress", "how's it going", "how is it going", "where are we", "状态", "进度", "现在怎么样", "情况")
 PREFIX = W("candidate", "card", "experiment", "#", "no.", "no", "number", "候选", "卡片", "卡", "实验", "编号", "第")
 SUFFIX = W("号", "个")
-BECAUSE = W("because", ":", "因为", "原因:", "原因是")
 PLEASE = W("please", "pls", "请")
-_NUM = {"one": 1, "a": 1, "another": 1, "two": 2, "three": 3, "four": 4, "five": 5,
-        "一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5}
-COUNT_WORDS = W(*(w for w in _NUM if w.isascii()))
 HEAD = 48  # tokens: the longest sentence before a reason ("extend the budget by 10 card-hours and 3 experiments")
 
 
@@ -74,7 +49,6 @@ def _without_please(said: str) -> str:
         if low.endswith(word) and len(said) > len(word):
             return said[:-len(word)].rstrip(" ,")
     return said
-CN_COUNT = W(*(w for w in _NUM if not w.isascii()))
 
 
 def target(c: Cursor) -> int | None:
@@ -103,16 +77,8 @@ def _decision(c: Cursor) -> Intent | None:
     if c.done():
         return Intent(kind=kind, candidate_id=n, card_hash=h)
     if kind == "reject" and c.take(BECAUSE):
-        return _with_reason(Intent(kind=kind, candidate_id=n, card_hash=h), c.rest())
+        return with_reason(Intent(kind=kind, candidate_id=n, card_hash=h), c.rest())
     return None  # an approval carries nothing after its target
-
-
-def _with_reason(intent: Intent, said: str) -> Intent:
-    """A decision with its reason, or refused (with the words every channel uses) when the reason says nothing."""
-    if (why := reason_problem(said)) is not None:
-        return Intent(kind="refused", reason=f"not done: {why}; nothing changed",
-                      suggest=None)
-    return intent.model_copy(update={"reason": " ".join(said.split())[:500]})
 
 
 def _mode(c: Cursor) -> Intent | None:
@@ -141,8 +107,6 @@ def _why(c: Cursor) -> Intent | None:
 def parse(text: str) -> Intent:
     """The intent of one chat message: one exact sentence of the grammar, else `refused` with the command it may
     have meant (when it mentions a command word or a candidate), else `unknown` (never a guess)."""
-    from api.chat_rounds import budget, rounds  # the sentences with numbers of their own
-
     said = normalise(text)
     body = _without_please(said)
     toks = tokens(body, HEAD + 1)  # a sentence takes at most HEAD tokens before its reason

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from api.chat_intent import Intent
+
 # each an alternation of literals searched in the case-folded message (no look-behind before the literal, which
 # would defeat the regex engine's literal scan): a fixed number of searches, linear in the message's length. A word
 # that merely contains one ("nonstop") counts as a mention: it only turns "unknown" into "refused" (neither acts).
@@ -49,8 +51,6 @@ def _mentions(said: str) -> tuple[list[str], list[int], bool, bool]:
 def not_a_command(said: str) -> Any:
     """`refused` with why and the command it may have meant, when the message names a command or a candidate;
     `unknown` otherwise (the reply is the help, or a configured language model is asked)."""
-    from api.chat import Intent  # api.chat imports this module
-
     kinds, nums, negated, question = _mentions(said)
     if not kinds and not nums:
         return Intent(kind="unknown")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from api.chat import BECAUSE, CN_COUNT, COUNT_WORDS, W, Intent, _with_reason
+from api.chat_intent import BECAUSE, CN_COUNT, COUNT_WORDS, NUMBERS, W, Intent, with_reason
 from api.chat_words import Cursor
 
 MORE_ROUNDS = W("more rounds", "more round")
@@ -41,8 +41,7 @@ def _count(c: Cursor) -> int | None:
     if n is not None:
         return n
     w = c.take(COUNT_WORDS) or c.take(CN_COUNT)
-    return {"one": 1, "a": 1, "another": 1, "two": 2, "three": 3, "four": 4, "five": 5, "一": 1, "两": 2, "二": 2,
-            "三": 3, "四": 4, "五": 5}[w[0]] if w else None
+    return NUMBERS[w[0]] if w else None
 
 
 def _knobs(c: Cursor) -> dict[str, Any] | None:
@@ -99,7 +98,7 @@ def budget(c: Cursor) -> Intent | None:
     if c.take(REFUSE):
         if c.done():
             return Intent(kind="refuse_extension")
-        return _with_reason(Intent(kind="refuse_extension"), c.rest()) if c.take(BECAUSE) else None
+        return with_reason(Intent(kind="refuse_extension"), c.rest()) if c.take(BECAUSE) else None
     if c.take(EXTEND):
         c.take(W("by"))
         hours = c.decimal()
