@@ -14,6 +14,8 @@ from chat_table import NOT_COMMANDS
 from chatops_support import Platform, env, feishu_request, message_event, slack_headers, slash
 from test_api_support import ServerProcess, auth, service_env, small_goal, wait_until
 
+from api.chat import parse
+
 
 @pytest.fixture
 def served(tmp_path, monkeypatch):
@@ -53,6 +55,23 @@ def test_no_message_but_an_exact_command_acts_through_rest_slack_and_feishu(serv
     assert http.get(f"/goals/{gid}/instructions", headers=auth("viewer")).json() == []
     assert http.get(f"/goals/{gid}", headers=auth("viewer")).json()["status"] == "waiting"
     assert n in [c["id"] for c in http.get(f"/goals/{gid}/candidates?awaiting=true", headers=auth("viewer")).json()]
+    # a near miss is offered the card it may have meant, with its buttons bound to the hash the loop showed
+    shown = next(c for c in http.get(f"/goals/{gid}/candidates?awaiting=true", headers=auth("viewer")).json()
+                 if c["id"] == n)["card_hash"]
+    body = slash("UALICE", f"approve {n} later", platform)
+    r = http.post("/chatops/slack/commands", content=body, headers=slack_headers(body)).json()
+    assert f"'approve {n}'" in r["text"] and f"{n}:{shown}" in json.dumps(r["blocks"])
+    assert not [b for b in (slash("UALICE", f"don't approve {n}", platform),)
+                if "blocks" in http.post("/chatops/slack/commands", content=b, headers=slack_headers(b)).json()]
+    body, headers = feishu_request(message_event("ou_fay", f"批准 {n} 吗"))
+    http.post("/chatops/feishu/events", content=body, headers=headers)
+    # every Feishu message that meant "approve N" (and this one) was offered the card; the first is the loop's ask
+    meant = sum(parse(t).suggest == f"approve {n}" for t in messages) + 1
+    assert meant > 100
+    offered = platform.wait(lambda c: c["path"] == "/open-apis/im/v1/messages" and c["body"]["msg_type"] == "interactive"
+                            and f'"card_hash": "{shown}"' in c["body"]["content"], 1 + meant)
+    assert len(offered) == 1 + meant
+    assert http.get(f"/candidates/{n}/approval", headers=auth("viewer")).json() is None  # an offer does nothing
     body = slash("UALICE", f"approve {n}", platform)
     r = http.post("/chatops/slack/commands", content=body, headers=slack_headers(body))
     assert r.json()["response_type"] == "in_channel" and f"candidate {n}" in r.json()["text"], r.text

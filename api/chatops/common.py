@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from api import actions, permissions
+from api.chatops import cards
 from api.auth import Principal
 from api.chat import parse
 from api.service import Service
@@ -149,3 +150,20 @@ def command(svc: Service, platform: str, who: Principal, text: str) -> tuple[str
     except (StateError, ValueError) as e:  # Stale, Conflict, NotFound, a restore the goal cannot take
         return f"not done: {e}; nothing changed", False
     return reply, done is not None
+
+
+def offered_card(svc: Service, text: str) -> Any | None:
+    """The card a refused message may have meant ("approve 7?", "approve 7 later"), to show with its Approve /
+    Reject buttons (bound to the hash the loop showed: a click acts on exactly that card), while the loop waits
+    for it; else None. A negated message is offered none (api/chat_near.py)."""
+    intent = parse(" ".join(_goal(svc, text.split())[1]))
+    meant = (intent.suggest or "").split()
+    if intent.kind != "refused" or len(meant) != 2 or meant[0] != "approve":
+        return None
+    try:
+        cand = svc.store.get_candidate(int(meant[1]))
+    except NotFound:
+        return None
+    if cand.id not in {c.id for c in actions.pending(svc, cand.goal_id)}:
+        return None
+    return cards.view(svc.store, cand.id, actions.shown_hash(svc, cand.id))

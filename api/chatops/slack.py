@@ -19,7 +19,8 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.webhook import WebhookClient
 
 from api.chatops import cards
-from api.chatops.common import Refused, Replays, Unverified, click, command, decided, fresh, may, principal
+from api.chatops.common import (Refused, Replays, Unverified, click, command, decided, fresh, may, offered_card,
+                                 principal)
 from api.service import Service
 from api.settings import Settings
 from state.approvals import PAST
@@ -228,4 +229,8 @@ def slash(svc: Service, replays: Replays, headers: Any, body: bytes) -> dict[str
     except Refused as e:
         return {"response_type": "ephemeral", "text": str(e)}
     reply, changed = command(svc, "slack", who, text)
-    return {"response_type": "in_channel" if changed else "ephemeral", "text": reply}
+    out: dict[str, Any] = {"response_type": "in_channel" if changed else "ephemeral", "text": reply}
+    if not changed and (v := offered_card(svc, text)) is not None:  # the command it may have meant, as buttons
+        out["blocks"] = [{"type": "section", "text": {"type": "mrkdwn", "text": cards.esc(reply)}},
+                         *cards.slack_blocks(v)]
+    return out
