@@ -45,7 +45,7 @@ class Instructions:
             row = InstructionRow(goal_id=goal_id, kind=kind, count=count, remaining=count, knobs=canon(knobs or {}),
                                  restore=restore, who=who, text=text, active=first is None, created_at=now)
             if first is not None:
-                row.outcome, row.outcome_at = f"refused: {_pending(first)}; it goes first and this one changes nothing", now
+                row.outcome, row.outcome_at = f"refused: {_pending(first)}", now
             s.add(row)
             s.flush()
             for old in older if first is None else ():
@@ -108,7 +108,12 @@ def _unfinished(row: InstructionRow) -> bool:
 
 
 def _pending(row: InstructionRow) -> str:
-    what = {"one_more_round": f"{row.count} more round(s)" + (f" at {', '.join(f'{k}={v}' for k, v in sorted(row.knobs.items()))}"
-                                                             if row.knobs else "") + f", {row.remaining} left",
-            "restore": f"go back to {f'station {row.restore}' if row.restore else 'the best station'}, still waiting"}.get(row.kind, f"{row.kind}, in force")
-    return f"instruction {row.id} by {row.who} ({what}) is not finished"
+    """Why a second instruction of this one's kind changes nothing, naming this one."""
+    if row.kind == "one_more_round":
+        at = f" at {', '.join(f'{k}={v}' for k, v in sorted(row.knobs.items()))}" if row.knobs else ""
+        what = f"{row.count} more round(s){at}, {row.remaining} left"
+    elif row.kind == "restore":
+        what = f"go back to {f'station {row.restore}' if row.restore else 'the best station'}, still waiting"
+    else:
+        return f"instruction {row.id} by {row.who} ({row.kind}) is already in force; this one changes nothing"
+    return f"instruction {row.id} by {row.who} ({what}) is not finished; it goes first and this one changes nothing"
