@@ -55,7 +55,7 @@ def target(c: Cursor) -> int | None:
     """A candidate as people name it: '7', 'candidate #7', 'no. 7', '第 7 个', '57号'; None when there is none."""
     c.take(PREFIX)
     c.take(W("#"))
-    n = c.number()
+    n = c.number(64)  # any length: a number no candidate has is answered "no such candidate" (404)
     if n is not None:
         c.take(SUFFIX)
     return n
