@@ -101,7 +101,9 @@ class Loop:
         if gate:
             return Command(goto="stop", update={"stop_status": gate[0], "stop_reason": gate[1]})
         goal = self.store.get_goal(self.goal_id)
-        if goal.status != "running":
+        if goal.status != "running" and not awaiting_person(self.store, self.goal_id):
+            # woken while a person owes a decision (an instruction queued behind it): the goal stays "waiting",
+            # so that person's approval is never refused as "not waiting" while the loop asks again
             self.store.set_goal_status(self.goal_id, "running", "loop running")
         self.event("observe")
         return Command(goto="diagnose")
