@@ -21,12 +21,12 @@ model; what the model reads from other text is shown back as a command of this g
 """
 from __future__ import annotations
 
-from api.chat_intent import ACTING, BECAUSE, W, Intent, with_reason
+from api.chat_intent import ACTING, BECAUSE, W, Intent, IntentKind, with_reason
 from api.chat_near import not_a_command
 from api.chat_rounds import budget, rounds
 from api.chat_words import Cursor, normalise, tokens
 
-__all__ = ["ACTING", "HELP", "Intent", "command_text", "parse"]  # Intent and ACTING are used from here
+__all__ = ["ACTING", "HELP", "Intent", "IntentKind", "command_text", "parse"]  # the grammar's public names
 
 APPROVE = W("approve", "accept", "lgtm", "go ahead with", "批准", "同意", "通过", "可以跑")
 REJECT = W("reject", "decline", "deny", "拒绝", "否决", "驳回")
