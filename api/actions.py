@@ -29,10 +29,26 @@ def decide(svc: Service, candidate_id: int, card_hash: str, decision: str, who: 
 
 
 def instruct(svc: Service, goal_id: str, kind: str, who: Principal, *, count: int | None = None,
-             knobs: dict[str, Any] | None = None, restore: str | None = None, text: str | None = None) -> Any:
-    ins = svc.store.add_instruction(goal_id, kind, who.name, count=count, knobs=knobs, restore=restore, text=text)
+             knobs: dict[str, Any] | None = None, restore: str | None = None, text: str | None = None,
+             via: str = "api") -> tuple[Any, str]:
+    """Record an instruction `via` a channel; (it, what the person is told at once: what it replaced, that it waits
+    for a decision a person owes). Conflict (409) when it was refused: it is recorded with that outcome."""
+    ins = svc.store.add_instruction(goal_id, kind, f"{who.name} ({via})", count=count, knobs=knobs, restore=restore,
+                                    text=text)
+    if (ins.outcome or "").startswith("refused"):
+        raise Conflict(f"instruction {ins.id} {ins.outcome}")
     svc.wake(goal_id, who.name)
-    return ins
+    return ins, standing(svc, goal_id, ins)
+
+
+def standing(svc: Service, goal_id: str, ins: Any) -> str:
+    """What a new instruction did to earlier ones and when it takes effect, in words ('' when nothing to say)."""
+    said = [f"it replaces instruction {i.id} ({i.kind.replace('_', ' ')} by {i.who}), which had not taken effect"
+            for i in svc.store.instructions(goal_id) if (i.outcome or "").startswith(f"superseded by {ins.id} ")]
+    waiting = pending(svc, goal_id)
+    if waiting:
+        said.append(f"queued: candidate {waiting[0].id} waits for a person's decision; this takes effect after it")
+    return "; ".join(said)
 
 
 def shown_hash(svc: Service, candidate_id: int) -> str:
@@ -179,17 +195,46 @@ def act(svc: Service, goal_id: str, intent: Intent, who: Principal,
         decide(svc, cand.id, shown, k, who, intent.reason, via=via)
         return (f"candidate {cand.id} ({_title(cand.card)}) {'approved' if k == 'approve' else 'rejected'} by {who.name}, bound to card hash {shown}"
                 + (f": {intent.reason}" if intent.reason else ""), {"candidate_id": cand.id, "decision": k})
+    if (out := _budget(svc, goal_id, intent, who, via)) is not None:
+        return out
+    try:
+        return _instruct(svc, goal_id, intent, who, said, via)
+    except Conflict as e:  # a second instruction of a kind still to be carried out: recorded refused
+        return f"not done: {e}", None
+
+
+def _instruct(svc: Service, goal_id: str, intent: Intent, who: Principal, said: str | None,
+              via: str) -> tuple[str, dict[str, Any] | None]:
+    """The chat intents that are instructions; the reply says what each replaced and whether it waits."""
+    st, k = svc.store, intent.kind
     if k in ("pause", "resume", "stop"):
-        ins = instruct(svc, goal_id, k, who, text=_said(said, k, via))
-        return f"{k} recorded for goal {goal_id} (instruction {ins.id} by {who.name})", {"instruction": ins.id}
+        ins, note = instruct(svc, goal_id, k, who, text=_said(said, k, via), via=via)
+        return (f"{k} recorded for goal {goal_id} (instruction {ins.id} by {who.name})" + (f"; {note}" if note else ""),
+                {"instruction": ins.id})
     if k == "one_more_round":
         if (bad := off_space(st.get_goal(goal_id).spec.space(), intent.knobs)) is not None:
             return f"not done: {bad}; nothing changed", None
-        ins = instruct(svc, goal_id, "one_more_round", who, count=intent.count or 1, knobs=intent.knobs,
-                       text=_said(said, "one more round", via))
+        ins, note = instruct(svc, goal_id, "one_more_round", who, count=intent.count or 1, knobs=intent.knobs,
+                             text=_said(said, "one more round", via), via=via)
         at = ", ".join(f"{a}={b}" for a, b in intent.knobs.items()) or "the planner's next candidate"
-        return (f"{ins.count} more round(s) at {at}, then the loop stops (instruction {ins.id} by {who.name})",
-                {"instruction": ins.id})
+        return (f"{ins.count} more round(s) at {at}, then the loop stops (instruction {ins.id} by {who.name})"
+                + (f"; {note}" if note else ""), {"instruction": ins.id})
+    if k == "restore_best":
+        best = st.best(goal_id)
+        if best is None or not best.station_hash:
+            return f"goal {goal_id} has no best station yet", None
+        ins, note = queue_restore(svc, goal_id, best.station_hash, who, _said(said, "go back to the best", via), via)
+        return (f"queued: go back to the best station {best.station_hash} (from experiment {best.run_id}: "
+                f"{figures(svc, best.run_id)}). The loop re-deploys it, checks its health and stops; the decision "
+                f"log shows the result (instruction {ins.id} by {who.name})" + (f"; {note}" if note else ""),
+                {"instruction": ins.id, "station": best.station_hash})
+    return HELP, None
+
+
+def _budget(svc: Service, goal_id: str, intent: Intent, who: Principal,
+            via: str) -> tuple[str, dict[str, Any] | None] | None:
+    """The chat's budget answers (grant, refuse), else None."""
+    k = intent.kind
     if k == "extend_budget":
         ext = extend_budget(svc, goal_id, who, intent.card_hours or 0.0, intent.experiments, "chat", via=via)
         return (f"budget of goal {goal_id} extended by {ext.card_hours:g} card-hours and {ext.experiments} "
@@ -199,16 +244,7 @@ def act(svc: Service, goal_id: str, intent: Intent, who: Principal,
         ext = refuse_extension(svc, goal_id, who, intent.reason, via=via)
         return (f"budget extension refused by {who.name}" + (f": {intent.reason}" if intent.reason else "")
                 + f"; goal {goal_id} stops (extension {ext.id})", {"extension": ext.id, "decision": "refuse"})
-    if k == "restore_best":
-        best = st.best(goal_id)
-        if best is None or not best.station_hash:
-            return f"goal {goal_id} has no best station yet", None
-        ins = queue_restore(svc, goal_id, best.station_hash, who, _said(said, "go back to the best", via))
-        return (f"queued: go back to the best station {best.station_hash} (from experiment {best.run_id}: "
-                f"{figures(svc, best.run_id)}). The loop re-deploys it, checks its health and stops; the decision "
-                f"log shows the result (instruction {ins.id} by {who.name})",
-                {"instruction": ins.id, "station": best.station_hash})
-    return HELP, None
+    return None
 
 
 def _said(said: str | None, what: str, via: str = "chat") -> str:
@@ -227,12 +263,13 @@ def off_space(space: dict[str, tuple[Any, ...]], knobs: dict[str, Any]) -> str |
     return None
 
 
-def queue_restore(svc: Service, goal_id: str, station_hash: str, who: Principal, text: str) -> Any:
+def queue_restore(svc: Service, goal_id: str, station_hash: str, who: Principal, text: str,
+                  via: str = "api") -> tuple[Any, str]:
     """'Go back to a station' has one path: an instruction the goal's loop carries out (agent/loop/restore.py),
     so it runs once, under the target's lease, and lands in the decision log with who asked."""
     svc.store.get_station(station_hash)  # NotFound (404) for a station nobody froze
     check_restore(svc, goal_id, station_hash)
-    return instruct(svc, goal_id, "restore", who, restore=station_hash, text=text)
+    return instruct(svc, goal_id, "restore", who, restore=station_hash, text=text, via=via)
 
 
 def check_restore(svc: Service, goal_id: str, station_hash: str) -> None:

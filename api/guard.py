@@ -6,7 +6,8 @@
    buffer or parse its body.
 3. The body is then read up to the limit (a chunked body that goes beyond it gets 413 the moment it does);
    a JSON body nested deeper than core/bounded.py allows gets 422 naming the limit before any parser recurses
-   into it; the rest is handed to the app.
+   into it, and one that repeats a key (at any depth) 422 naming the key and its line; the rest is handed to
+   the app.
 uvicorn reads a body only as fast as the app asks for it (its flow control pauses the socket), so a refused
 100 MB upload costs the server a few socket buffers, not 100 MB.
 """
@@ -18,7 +19,7 @@ from starlette.responses import JSONResponse
 
 from api import permissions
 from api.settings import ROLE_RANK
-from core.bounded import BoundsError, check_json
+from core.bounded import BoundsError, load_json
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -78,12 +79,14 @@ class RequestGuard:
         body = b"".join(chunks)
         kind = headers.get("content-type", "application/json").split(";")[0].strip().lower()
         if body and (kind == "application/json" or kind.endswith("+json")):
-            try:  # before any parser recurses into it (YAML goals are bounded where they are read)
-                check_json(body)
+            try:  # before any parser recurses into it (YAML goals are bounded where they are read); a key
+                load_json(body)  # repeated at any depth is refused here for every JSON body, naming it and its line
             except BoundsError as e:
                 await _refuse(scope, receive, send, 422, [{"loc": ["body"], "msg": f"request body {e}",
                                                           "type": "value_error"}])
                 return
+            except ValueError:
+                pass  # not JSON at all: the route refuses it in its own words
         sent = False
 
         async def replay() -> Message:

@@ -4,10 +4,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from agent.loop.progress import Progress, Ranking
 from state import snapshots
+from state.reasons import check_reason
 
 
 class _In(BaseModel):
@@ -16,7 +17,8 @@ class _In(BaseModel):
 
 # a person's reason: surrounding white space is dropped and what is left must say something (a blank reason is
 # refused with 422, never recorded as a decision with nothing behind it)
-Reason = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
+# refused with the words every channel uses (state/reasons.py): blank, punctuation-only and emoji-only say nothing
+Reason = Annotated[str, StringConstraints(strip_whitespace=True, max_length=500), AfterValidator(check_reason)]
 
 
 class GoalOut(BaseModel):
@@ -88,7 +90,10 @@ class InstructionIn(_In):
 
 
 class InstructionOut(snapshots.Instruction):
-    """An instruction as the store keeps it (state/snapshots.py: one field list for both)."""
+    """An instruction as the store keeps it (state/snapshots.py: one field list for both); on the answer to a new
+    one, `note` tells the person at once what it replaced and whether it waits for a person's decision."""
+
+    note: str | None = None
 
 
 class DecisionOut(BaseModel):
@@ -101,6 +106,10 @@ class DecisionOut(BaseModel):
     text: str
     data: dict[str, Any] = {}
     created_at: datetime
+    who: str | None = Field(None, description="the person behind it: who rejected, who asked for a restore, who "
+                                              "approved the card it is about; null for the loop's own")
+    via: str | None = Field(None, description="where that person said it: api | dashboard | chat | slack | feishu | "
+                                              "cli; null where the record does not say")
 
 
 class ExperimentOut(BaseModel):

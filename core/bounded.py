@@ -7,6 +7,10 @@ value becomes tens of megabytes. So: the nesting depth is counted on the raw tex
 strings; YAML: the parser's events, which PyYAML produces without recursing), the YAML size is counted as it
 would expand (an alias counts the nodes of its anchor), and a refusal names the limit. `excerpt` bounds how
 much of a value any error message repeats.
+
+A key repeated in one mapping, at any depth, is refused naming the key and its line: JSON and YAML parsers keep
+the last value silently, so `hot: ask` then `hot: auto` would run `auto` while a reviewer reading top-down sees
+`ask`. (JSON: an object_pairs_hook; YAML: a SafeLoader whose mappings check their keys as they are built.)
 """
 from __future__ import annotations
 
@@ -23,6 +27,10 @@ EXCERPT = 120  # characters of a value an error message repeats
 
 class BoundsError(ValueError):
     """A document beyond a parsing bound; the message names the bound."""
+
+
+class RepeatedKey(BoundsError):
+    """A mapping that names one key twice; the message names the key and the line of its second use."""
 
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
@@ -45,8 +53,80 @@ def check_json(raw: bytes, max_depth: int = MAX_DEPTH) -> None:
 
 
 def load_json(raw: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
+    """JSON within the depth bound, each object's keys once (RepeatedKey naming the key and its line)."""
     check_json(raw.encode() if isinstance(raw, str) else raw, max_depth)
-    return json.loads(raw)
+    try:
+        return json.loads(raw, object_pairs_hook=_unique_pairs)
+    except _Repeat as e:
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        line, first = _json_key_lines(text, e.key)
+        raise RepeatedKey(f"key {excerpt(e.key)!r} is repeated at line {line} (first at line {first}); each key "
+                          "once") from None
+
+
+class _Repeat(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Repeat(k)
+        out[k] = v
+    return out
+
+
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},]')
+
+
+def _json_key_lines(text: str, key: str) -> tuple[int, int]:
+    """(line of the repeat, line of the first use) of `key` in one object: a linear scan of strings and brackets
+    (only after the decoder found the repeat, so the text is valid JSON)."""
+    stack: list[tuple[bool, dict[str, int]]] = []  # (an object, its keys -> line)
+    expect_key = False
+    for m in _JSON_TOKEN.finditer(text):
+        tok = m.group()
+        if tok in ("{", "["):
+            stack.append((tok == "{", {}))
+            expect_key = tok == "{"
+        elif tok in ("}", "]"):
+            stack.pop()
+            expect_key = False
+        elif tok == ",":
+            expect_key = bool(stack) and stack[-1][0]
+        elif expect_key:
+            expect_key = False
+            line = text.count("\n", 0, m.start()) + 1
+            keys = stack[-1][1]
+            if json.loads(tok) == key and key in keys:
+                return line, keys[key]
+            keys.setdefault(json.loads(tok), line)
+    return 0, 0
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """PyYAML's SafeLoader, except that a mapping naming a key twice is refused (merge keys `<<` may be
+    overridden, as YAML says)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue  # an unhashable key: the constructor refuses it with its own words
+                if first is not None:
+                    raise RepeatedKey(f"key {excerpt(str(key))!r} is repeated at line {line} (first at line {first}); "
+                                      "each key once")
+                seen[key] = line
+        return super().construct_mapping(node, deep)
 
 
 def check_yaml(text: str, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> None:
@@ -77,7 +157,7 @@ def check_yaml(text: str, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES
 
 def load_yaml(text: str, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> Any:
     check_yaml(text, max_depth, max_nodes)
-    return yaml.safe_load(text)
+    return yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 (a SafeLoader subclass)
 
 
 def excerpt(value: Any, limit: int = EXCERPT) -> str:

@@ -16,6 +16,7 @@ from state.db import Database, canon, dumps, get_row, snap, utcnow
 from state.errors import Conflict, InvalidTransition, Stale
 from state.snapshots import Approval, Candidate
 from state.tables import ApprovalRow, CandidateRow, GoalRow
+from state.reasons import check_reason
 
 PAST = {"approve": "approved", "reject": "rejected"}
 
@@ -104,6 +105,7 @@ class Candidates:
                 if row.card_hash != shown_hash:
                     raise Stale(f"candidate {candidate_id} changed since it was shown "
                                 f"(hash {shown_hash} -> {row.card_hash}); review it again")
+                reason = check_reason(reason, required=decision == "reject")  # one validator for every channel
                 lifecycle.check("candidate", row.status, "approved" if decision == "approve" else "rejected")
                 row.status = "approved" if decision == "approve" else "rejected"
                 row.status_reason, row.updated_at = reason, utcnow()

@@ -2,10 +2,12 @@
 
 Two kinds. A mode (pause, resume, stop, one more round) is in force until the next mode replaces it; "go back to
 the best" (restore) is carried out once, in the order given: a pause sent after it does not cancel it (the
-restore runs, then the pause holds), a later restore replaces an earlier one still waiting, and a restore
-replaces a resume or rounds given before it (going back to the best ends the tuning they asked for). Nothing a person
-said is dropped silently: every instruction ends with an outcome, set once: "done: …" when the loop carried it
-out, "superseded by N (…) before it took effect" when a later one replaced it first, "refused: …" when it could
+restore runs, then the pause holds), and a restore replaces a resume or rounds given before it (going back to
+the best ends the tuning they asked for). A second instruction of the same kind while the first is still to be
+carried out (rounds left, a restore waiting, the same mode in force) is refused, recorded with why: it never
+replaces a person's earlier word. Nothing a person said is dropped silently: every instruction ends with an
+outcome, set once: "done: …" when the loop carried it out, "superseded by N (…) before it took effect" when a
+later one of another kind replaced it first (the reply to the later one says so), "refused: …" when it could
 not be carried out. A round count is consumed one round at a time under a row lock, so "one more round" runs
 exactly that many rounds even with several workers.
 """
@@ -29,20 +31,24 @@ class Instructions:
     def add_instruction(self, goal_id: str, kind: str, who: str, *, count: int | None = None,
                         knobs: dict[str, Any] | None = None, restore: str | None = None,
                         text: str | None = None) -> Instruction:
-        """A person's instruction: a mode replaces the mode in force, a restore the restore still waiting; what it
-        replaces before that took effect records "superseded by" this one."""
+        """A person's instruction: a mode replaces a mode of another kind in force; what it replaces before that
+        took effect records "superseded by" this one. The same kind as one still to be carried out is recorded
+        refused (not in force, its outcome says which one goes first)."""
 
         count = validate_instruction(kind, count, knobs)
         now = utcnow()
         with self._db.write() as s:
             get_row(s, GoalRow, goal_id, "goal", lock=True)  # one writer per goal: the order is the ids' order
+            older = list(s.execute(select(InstructionRow).where(InstructionRow.goal_id == goal_id,
+                                                                InstructionRow.active)).scalars())
+            first = next((o for o in older if o.kind == kind and _unfinished(o)), None)
             row = InstructionRow(goal_id=goal_id, kind=kind, count=count, remaining=count, knobs=canon(knobs or {}),
-                                 restore=restore, who=who, text=text, active=True, created_at=now)
+                                 restore=restore, who=who, text=text, active=first is None, created_at=now)
+            if first is not None:
+                row.outcome, row.outcome_at = f"refused: {_pending(first)}", now
             s.add(row)
             s.flush()
-            older = s.execute(select(InstructionRow).where(InstructionRow.goal_id == goal_id, InstructionRow.active,
-                                                           InstructionRow.id < row.id)).scalars()
-            for old in older:
+            for old in older if first is None else ():
                 if (old.kind == "restore") != (kind == "restore") and not (
                         kind == "restore" and old.kind in ("resume", "one_more_round")):
                     # a restore waits its turn whatever mode follows; a pause or a stop holds past a restore;
@@ -95,3 +101,19 @@ class Instructions:
             row.remaining = max(0, row.remaining - 1)
             return snap(Instruction, row)
 
+
+def _unfinished(row: InstructionRow) -> bool:
+    """Still to be carried out or in force: rounds left, a restore waiting, a mode (pause, resume, stop) in force."""
+    return row.kind != "one_more_round" or row.remaining is None or row.remaining > 0
+
+
+def _pending(row: InstructionRow) -> str:
+    """Why a second instruction of this one's kind changes nothing, naming this one."""
+    if row.kind == "one_more_round":
+        at = f" at {', '.join(f'{k}={v}' for k, v in sorted(row.knobs.items()))}" if row.knobs else ""
+        what = f"{row.count} more round(s){at}, {row.remaining} left"
+    elif row.kind == "restore":
+        what = f"go back to {f'station {row.restore}' if row.restore else 'the best station'}, still waiting"
+    else:
+        return f"instruction {row.id} by {row.who} ({row.kind}) is already in force; this one changes nothing"
+    return f"instruction {row.id} by {row.who} ({what}) is not finished; it goes first and this one changes nothing"

@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from state.db import Database, get_row, snap, utcnow
 from state.memory import value_key
+from state.reasons import check_reason
 from state.snapshots import Conditions, Extension, Veto
 from state.tables import ExtensionRow, GoalRow, VetoRow
 
@@ -74,6 +75,7 @@ class Steering:
 
     def _extension(self, goal_id: str, decision: str, card_hours: float, experiments: int, who: str,
                    reason: str | None) -> Extension:
+        reason = check_reason(reason, required=False)  # given, it must say something (state/reasons.py)
         with self._db.write() as s:
             get_row(s, GoalRow, goal_id, "goal")
             row = ExtensionRow(goal_id=goal_id, decision=decision, card_hours=card_hours, experiments=experiments,

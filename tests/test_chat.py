@@ -76,7 +76,7 @@ def test_chat_drives_the_loop_and_cites_ids_and_figures(client):
     assert r.status_code == 404 and f"no such candidate in goal {other}" in r.json()["detail"], r.text
     out = say(c, gid, "one more round at C90")
     ins = c.get(f"/goals/{gid}/instructions", headers=auth("viewer")).json()[-1]
-    assert (ins["kind"], ins["count"], ins["knobs"], ins["who"]) == ("one_more_round", 1, {"concurrency": 90}, "approver1")
+    assert (ins["kind"], ins["count"], ins["knobs"], ins["who"]) == ("one_more_round", 1, {"concurrency": 90}, "approver1 (chat)")
     assert "concurrency=90" in out["reply"]
     assert say(c, gid, "暂停")["action"]["instruction"] > ins["id"]
     assert c.get(f"/goals/{gid}/instructions", headers=auth("viewer")).json()[-1]["kind"] == "pause"
@@ -102,11 +102,11 @@ def test_go_back_to_the_best_is_queued_once_run_by_the_loop_and_logged_with_who_
         return ds if ds and c.get(f"/goals/{gid}", headers=auth("viewer")).json()["worker_state"] == "idle" else None
 
     [rec] = wait_until(restored, what="the loop to carry the restore out")
-    assert rec["station_hash"] == best["hash"] and rec["data"]["asked_by"] == "admin1"
+    assert rec["station_hash"] == best["hash"] and rec["data"]["asked_by"] == "admin1 (chat)"
     assert rec["data"]["result"]["healthy"] and rec["data"]["result"]["identical"]
     assert "as asked by admin1" in rec["text"]
     ins = c.get(f"/goals/{gid}/instructions", headers=auth("viewer")).json()[-1]
-    assert (ins["kind"], ins["restore"], ins["who"], ins["active"]) == ("restore", best["hash"], "admin1", False)
+    assert (ins["kind"], ins["restore"], ins["who"], ins["active"]) == ("restore", best["hash"], "admin1 (chat)", False)
     # a later wake (e.g. a restart of the service) does not restore again: the instruction was carried out
     svc = c.app.state.service
     svc.store.wake(gid, "test")
@@ -116,7 +116,7 @@ def test_go_back_to_the_best_is_queued_once_run_by_the_loop_and_logged_with_who_
 
     # the station endpoint takes the same path: a queued instruction of the goal that ran it (202)
     r = c.post(f"/stations/{best['hash']}/restore", headers=auth("admin"))
-    assert r.status_code == 202 and (r.json()["kind"], r.json()["who"]) == ("restore", "admin1")
+    assert r.status_code == 202 and (r.json()["kind"], r.json()["who"]) == ("restore", "admin1 (api)")
     wait_until(lambda: len([d for d in c.get(f"/goals/{gid}/decisions", headers=auth("viewer")).json()
                             if d["kind"] == "restore"]) == 2, what="the second, separately asked restore")
     assert len(list((tmp_path / "runs").glob(f"restore-{best['hash']}-*"))) == 2

@@ -163,7 +163,7 @@ def test_post_goal_approve_in_browser_and_see_the_decision(tmp_path):
 
         ap = httpx.get(f"{srv.url}/candidates/{cid}/approval",
                        headers={"Authorization": f"Bearer {TOKENS['viewer']}"}).json()
-        assert ap["decision"] == "approve" and ap["who"] == "admin1 (api)"
+        assert ap["decision"] == "approve" and ap["who"] == "admin1 (dashboard)"
         assert external == []  # no CDN, nothing outside the service (dashboard and report pages)
         assert TOKENS["admin"] not in page.content()
 
@@ -190,7 +190,7 @@ def test_reject_in_place_needs_a_reason_and_records_it(tmp_path):
         expect(page.locator(f'#pending .card[data-candidate="{cid}"]')).to_have_count(0, timeout=60_000)
         ap = httpx.get(f"{srv.url}/candidates/{cid}/approval", headers={"Authorization": f"Bearer {TOKENS['viewer']}"}).json()
         assert ap["decision"] == "reject" and ap["reason"] == "not today: the cluster is shared"
-        assert ap["who"] == "admin1 (api)"
+        assert ap["who"] == "admin1 (dashboard)"
 
 
 DRIFT = {"profile": "wrong.yaml", "threshold": 0.15, "predicted": {"output_tok_s": 130.0, "tpot_mean_ms": 21.0},

@@ -283,7 +283,7 @@ def test_restore_is_admins_on_every_path_and_only_for_a_station_of_that_goal(env
     assert not [i for i in httpx.get(f"{url}/goals/{b}/instructions", headers=auth("viewer")).json()
                 if i["kind"] == "restore"]
     r = httpx.post(f"{url}/goals/{a}/instructions", json={"kind": "restore", "restore": station}, headers=auth("admin"))
-    assert r.status_code == 201 and r.json()["who"] == "admin1"
+    assert r.status_code == 201 and r.json()["who"] == "admin1 (api)"  # where it came from, recorded
     # pause stays an approver's action on both paths
     assert httpx.post(f"{url}/goals/{b}/instructions", json={"kind": "pause"}, headers=auth("approver")).status_code == 201
 

@@ -94,7 +94,7 @@ def test_profile_capture_is_requested_when_queues_cannot_separate_and_authorised
         st.close()
 
 
-KINDS = ("pause", "resume", "stop", "one_more_round", "restore")
+KINDS = ("pause", "resume", "stop", "one_more_round", "round_at", "restore")  # round_at: one more round at a value
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,9 @@ def ended_goal(tmp_path_factory):
 @pytest.mark.parametrize("first,second", [(a, b) for a in KINDS for b in KINDS])
 def test_every_pair_of_instructions_ends_with_both_recorded(ended_goal, tmp_path, monkeypatch, first, second):
     """Two instructions sent one after the other to an ended goal, then the loop runs: each has an outcome (done,
-    superseded by the other, refused, not done with why) or is the mode still in force; none is dropped."""
+    superseded by the other, refused, not done with why); none is dropped, and none is superseded silently: the
+    moment the second is given, either it is refused (the same kind, the first still to be carried out) or what it
+    replaced already says so (what the person is told at once, api/actions.py `standing`)."""
     import shutil
 
     base, gid = ended_goal
@@ -124,8 +126,16 @@ def test_every_pair_of_instructions_ends_with_both_recorded(ended_goal, tmp_path
     spec = load_goal(tmp_path / "w" / "goal.yaml")
     st = Store(url(tmp_path / "w"))
     try:
-        sent = [st.add_instruction(gid, k, f"person-{n}", count=1 if k == "one_more_round" else None)
+        at = {"concurrency": spec.space()["concurrency"][-1]}
+        sent = [st.add_instruction(gid, "one_more_round" if k == "round_at" else k, f"person-{n}",
+                                   count=1 if k in ("one_more_round", "round_at") else None,
+                                   knobs=at if k == "round_at" else None)
                 for n, k in enumerate((first, second))]
+        told = {i.id: i.outcome for i in st.instructions(gid)}  # right after the second was given
+        same = sent[0].kind == sent[1].kind
+        assert (told[sent[1].id] or "").startswith(f"refused: instruction {sent[0].id} ") == same, told
+        if not same and (told[sent[0].id] or "").startswith("superseded"):
+            assert told[sent[0].id].startswith(f"superseded by {sent[1].id} ")
     finally:
         st.close()
     run_session(spec, url(tmp_path / "w"), auto_approve=True)

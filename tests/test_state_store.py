@@ -238,12 +238,16 @@ def test_no_instruction_is_dropped_a_restore_waits_its_turn_and_what_is_replaced
     store.consume_round(g.id)
     store.add_instruction(g.id, "stop", "dave")
     later = store.add_instruction(g.id, "restore", "erin")
-    store.add_instruction(g.id, "restore", "frank")  # replaces erin's, which never ran
+    frank = store.add_instruction(g.id, "restore", "frank")  # erin's still waits: refused, never a silent replace
+    assert not frank.active and frank.outcome == (f"refused: instruction {later.id} by erin (go back to the best station, "
+                                                  "still waiting) is not finished; it goes first and this one changes "
+                                                  "nothing")
     got = {i.id: i for i in store.instructions(g.id)}
     assert got[restore.id].outcome == "done: went back to station abc" and not got[restore.id].active
     assert got[pause.id].outcome == "done: the goal paused"  # carried out, then replaced: its outcome stands
     assert got[rounds.id].outcome == "superseded by %d (stop by dave) after 1 of 3 round(s)" % (rounds.id + 1)
-    assert got[later.id].outcome == "superseded by %d (restore by frank) before it took effect" % (later.id + 1)
+    assert got[later.id].outcome is None and got[later.id].active  # erin's is what the loop carries out next
+    assert store.current_instruction(g.id).id == later.id
     assert all(i.outcome_at is not None for i in got.values() if i.outcome)
     store.settle_instruction(pause.id, "done: something else")  # an outcome is set once
     assert store.instructions(g.id)[1].outcome == "done: the goal paused"

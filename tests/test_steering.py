@@ -42,7 +42,7 @@ def test_rejections_by_rest_chat_and_cli_are_vetoes_the_loop_moves_on_and_waits_
     vetoes = [d for d in log if d["kind"] == "rejected"]
     assert [d["candidate_id"] for d in vetoes] == [c["id"] for c in rejected]
     assert [d["data"]["reason"] for d in vetoes] == [r for _, r in ways]
-    assert [d["data"]["who"] for d in vetoes] == ["approver1 (api)", "approver1 (chat)", "approver1 (chat)", "carol"]
+    assert [d["data"]["who"] for d in vetoes] == ["approver1 (api)", "approver1 (chat)", "approver1 (chat)", "carol (cli)"]
     assert all(d["data"]["source"] == "person" and "not a measurement" in d["text"] for d in vetoes)
     ran = {e["candidate_id"] for e in get(srv, f"/goals/{gid}/experiments")}
     assert ran == {ref["id"]}
@@ -50,7 +50,7 @@ def test_rejections_by_rest_chat_and_cli_are_vetoes_the_loop_moves_on_and_waits_
     assert "这个改动风险太大" in why
     assert not [d for d in log if d["kind"] == "negative"]  # a veto is not a measurement
     state_md = (tmp_path / "runs" / gid / "STATE.md").read_text()
-    assert state_md.count("- vetoed: ") == 4 and "rejected by carol: not during business hours" in state_md
+    assert state_md.count("- vetoed: ") == 4 and "rejected by carol (cli): not during business hours" in state_md
 
     # a decision on a card the goal is not waiting for: 409
     r = post(srv, f"/candidates/{ref['id']}/approve", {"card_hash": ref["card_hash"]})
@@ -112,14 +112,18 @@ def test_rejecting_everything_ends_with_nothing_left_that_was_not_rejected(tmp_p
 
 def test_one_more_round_at_c90_on_a_waiting_goal_by_chat_and_on_a_finished_goal_by_rest(served, tmp_path):
     srv = served
-    # a goal waiting for approval of its next card: the instruction replaces that card, runs C90 once, stops
+    # a goal waiting for approval of its next card: the instruction waits for that decision (a person's card is
+    # never replaced by it), then runs C90 once and stops
     gid = post(srv, "/goals", small_goal("c90-running", experiments=6), role="admin", code=201).json()["id"]
     ref = wait_until(lambda: awaiting(srv, gid), what="the reference card")[0]
     post(srv, f"/candidates/{ref['id']}/approve", {"card_hash": ref["card_hash"]}, code=200)
     pending = wait_until(lambda: awaiting(srv, gid, {ref["id"]}), what="a second card")[0]
     best = get(srv, f"/goals/{gid}/best")
     out = say(srv, gid, "one more round at C90")
-    assert "concurrency=90" in out["reply"]
+    assert "concurrency=90" in out["reply"] and f"queued: candidate {pending['id']} waits" in out["reply"]
+    wait_until(lambda: get(srv, f"/goals/{gid}")["worker_state"] == "idle", what="the woken goal to be given back")
+    assert pending["id"] in [c["id"] for c in awaiting(srv, gid)]  # still the person's to decide
+    assert say(srv, gid, f"reject {pending['id']} because C90 first")["action"]["decision"] == "reject"
     g = wait_until(lambda: (x := get(srv, f"/goals/{gid}"))["status"] == "stopped" and x, what="the round to end")
     assert "instruction fulfilled: 1 more round(s) ran" in g["status_reason"]
     runs = get(srv, f"/goals/{gid}/experiments")
@@ -128,7 +132,7 @@ def test_one_more_round_at_c90_on_a_waiting_goal_by_chat_and_on_a_finished_goal_
     # the best station was measured at confirm N only: the instructed change is compared there
     assert card["change"] == {"knob": "concurrency", "old": 128, "new": 90} and card["stage"] == "confirm"
     assert all(best["knobs"].get(k) == v for k, v in card["parent_knobs"].items())  # from the best station
-    assert get(srv, f"/candidates/{pending['id']}")["status"] == "cancelled"  # superseded, never run
+    assert get(srv, f"/candidates/{pending['id']}")["status"] == "rejected"  # decided by the person, never run
 
     # a finished goal (its budget spent): the instruction reopens it for exactly that round
     gid = post(srv, "/goals", small_goal("c90-done", ask=False, experiments=2), role="admin", code=201).json()["id"]

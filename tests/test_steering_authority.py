@@ -166,32 +166,36 @@ def test_an_approval_given_before_the_deadline_and_used_after_it_is_asked_again(
 
 
 def test_pause_resume_and_stop_by_chat_and_rest_do_what_they_say(served, tmp_path):
+    """Each does what it says, after the decision a person owes (issue 44): a pause or stop given while a card
+    waits leaves that card to the person, then takes effect; the answer says it is queued."""
     srv = served
     gid = post(srv, "/goals", small_goal("pause-goal", experiments=4), role="admin", code=201).json()["id"]
     ref = wait_until(lambda: awaiting(srv, gid), what="the reference card")[0]
-    assert say(srv, gid, "暂停")["action"]["instruction"]
+    out = say(srv, gid, "暂停")
+    assert out["action"]["instruction"] and f"queued: candidate {ref['id']} waits" in out["reply"]
+    wait_until(lambda: get(srv, f"/goals/{gid}")["worker_state"] == "idle", what="the woken goal to be given back")
+    assert get(srv, f"/goals/{gid}")["status"] == "waiting"  # the person's card is not paused over
+    post(srv, f"/candidates/{ref['id']}/approve", {"card_hash": ref["card_hash"]}, code=200)
     g = wait_until(lambda: (x := get(srv, f"/goals/{gid}"))["status"] == "paused" and x, what="the pause")
     assert "paused by approver1" in g["status_reason"] and get(srv, f"/goals/{gid}/experiments") == []
-    r = post(srv, f"/candidates/{ref['id']}/approve", {"card_hash": ref["card_hash"]})
-    assert r.status_code == 409  # a paused goal waits for no card
-    post(srv, f"/goals/{gid}/resume", code=200)
-    again = wait_until(lambda: awaiting(srv, gid), what="the resumed loop to ask again")[0]
-    assert again["id"] == ref["id"] and get(srv, f"/goals/{gid}/experiments") == []  # nothing ran while paused
-    post(srv, f"/candidates/{ref['id']}/approve", {"card_hash": ref["card_hash"]}, code=200)
+    post(srv, f"/goals/{gid}/resume", code=200)  # the approved reference runs, then the next card asks
     nxt = wait_until(lambda: awaiting(srv, gid, {ref["id"]}), what="the next card after the reference ran")[0]
     assert [e["candidate_id"] for e in get(srv, f"/goals/{gid}/experiments")] == [ref["id"]]
-    post(srv, f"/goals/{gid}/pause", code=200)  # REST pause, chat resume
-    wait_until(lambda: get(srv, f"/goals/{gid}")["status"] == "paused", what="the REST pause")
-    assert say(srv, gid, "resume")["action"]["instruction"]
-    assert wait_until(lambda: awaiting(srv, gid), what="the chat resume")[0]["id"] == nxt["id"]
-    assert say(srv, gid, "停止")["action"]["instruction"]
-    g = wait_until(lambda: (x := get(srv, f"/goals/{gid}"))["status"] == "stopped" and x, what="the chat stop")
+    r = post(srv, f"/goals/{gid}/stop", code=200)  # REST stop: queued behind the card, then chat rejects it
+    assert f"queued: candidate {nxt['id']} waits" in r.json()["note"]
+    assert say(srv, gid, f"reject {nxt['id']} because stopping anyway")["action"]["decision"] == "reject"
+    g = wait_until(lambda: (x := get(srv, f"/goals/{gid}"))["status"] == "stopped" and x, what="the stop")
     assert "stopped by approver1" in g["status_reason"]
-    post(srv, f"/goals/{gid}/resume", code=200)
-    wait_until(lambda: awaiting(srv, gid), what="the resumed goal")
-    post(srv, f"/goals/{gid}/stop", code=200)  # REST stop
-    wait_until(lambda: get(srv, f"/goals/{gid}")["status"] == "stopped", what="the REST stop")
+    assert say(srv, gid, "resume")["action"]["instruction"]  # chat resume of a stopped goal
+    again = wait_until(lambda: awaiting(srv, gid, {ref["id"], nxt["id"]}), what="the resumed goal")[0]
+    assert say(srv, gid, "停止")["action"]["instruction"]
+    post(srv, f"/candidates/{again['id']}/reject", {"card_hash": again["card_hash"], "reason": "done for today"},
+         code=200)
+    wait_until(lambda: get(srv, f"/goals/{gid}")["status"] == "stopped" and get(srv, f"/goals/{gid}")["worker_state"]
+               == "idle", what="the chat stop")
     assert [e["candidate_id"] for e in get(srv, f"/goals/{gid}/experiments")] == [ref["id"]]  # only the approved ran
+    outcomes = [i["outcome"] for i in get(srv, f"/goals/{gid}/instructions")]
+    assert all(outcomes[:-1]) and outcomes[-1] == "done: the goal stopped"  # every one kept its outcome
 
 
 def test_store_vetoes_extensions_and_waiting_checks_on_both_backends(store):

@@ -41,12 +41,13 @@ def approve(candidate: int = typer.Argument(..., help="candidate id (shown when 
     it up within its poll interval; otherwise the next `tuneloop run` goes on from there."""
     from state.errors import Conflict, NotFound, Stale
 
-    if reject and not (reason or "").strip():
-        raise typer.BadParameter("a rejection needs a reason (it is recorded and shown in the decision log)",
-                                 param_hint="--reason")
-    with steering_store(db, f"candidate {candidate}", (Conflict, NotFound, Stale, LookupError)) as st:
+    from state.reasons import reason_problem
+
+    if (why := reason_problem(reason)) is not None and (reject or reason is not None):
+        raise typer.BadParameter(why, param_hint="--reason")
+    with steering_store(db, f"candidate {candidate}", (Conflict, NotFound, Stale, LookupError, ValueError)) as st:
         cand = st.check_waiting(candidate)  # refused unless its goal waits for this card
-        (st.reject if reject else st.approve)(candidate, cand.card_hash, who, reason)
+        (st.reject if reject else st.approve)(candidate, cand.card_hash, f"{who} (cli)", reason)
         st.wake(cand.goal_id, who)  # a serving worker claims it at its next poll
     typer.echo(f"candidate {candidate} {'rejected' if reject else 'approved'} by {who}")
 
@@ -71,7 +72,7 @@ def instruct(goal: str = typer.Argument(..., help="goal id"),
             raise typer.BadParameter(f"{kv!r}: expected KNOB=VALUE, e.g. concurrency=90", param_hint="--knob")
         knobs[name] = yaml.safe_load(value)
     with steering_store(db, f"goal {goal}", (NotFound, ValueError)) as st:
-        ins = st.add_instruction(goal, kind, who, count=count, knobs=knobs or None, text=f"cli: {kind}")
+        ins = st.add_instruction(goal, kind, f"{who} (cli)", count=count, knobs=knobs or None, text=f"cli: {kind}")
         st.wake(goal, who)
     at = ", ".join(f"{k}={v}" for k, v in knobs.items())
     typer.echo(f"goal {goal}: {kind}{' at ' + at if at else ''} recorded (instruction {ins.id} by {who})")
@@ -111,7 +112,7 @@ def budget_refuse(goal: str = typer.Argument(..., help="goal id"),
     """Refuse the extension the loop asks for: the goal stops with the reason."""
     from state.errors import NotFound
 
-    with steering_store(db, f"goal {goal}", (NotFound,)) as st:
+    with steering_store(db, f"goal {goal}", (NotFound, ValueError)) as st:
         g = st.get_goal(goal)
         if g.status != "waiting" or not (g.status_reason or "").startswith("waiting for a budget extension"):
             typer.echo(f"goal {goal}: not waiting for a budget extension ({g.status})", err=True)

@@ -11,14 +11,15 @@ from typing import Any, Callable, Literal
 from langgraph.types import Command
 
 from agent.loop import approval
-from agent.planner.candidates import CandidateCard, Change, build_card, direction_of
-from agent.planner.checks import check, estimate, with_attempt
+from agent.planner.candidates import CandidateCard
+from agent.planner.checks import estimate, with_attempt
 from agent.planner.history import Figures, History
 from agent.planner.judgement import decide as judge_run
 from agent.planner.deterministic import DeterministicPlanner, carry_diagnosis, closes_hypothesis, diagnosis_for
 from agent.planner.diagnosis import wants_profile
 from agent.planner.prediction import observed, predict
 from agent.loop.record import CHANGED, KIND, OPEN_STATUSES, build_history, card_of, card_record, conditions, outcome_data
+from agent.loop.instructed import awaiting_person, counts_as_round, instructed_card, started
 from agent.loop.restore import go_back
 from agent.loop.state import LoopState
 from core.station import Station
@@ -75,6 +76,8 @@ class Loop:
             return "stopped", f"run {unknown[0].id} is in an UNKNOWN state: no new work until a person resolves it"
         ins = self.store.current_instruction(self.goal_id)
         effect = instruction_effect(ins)
+        if effect in ("restore", "pause", "stop") and awaiting_person(self.store, self.goal_id):
+            return None  # given while a card waits for a person: it takes effect after that decision, not instead
         if effect == "restore":
             return "restore", f"go back to the best, asked by {ins.who}"
         if effect == "pause":
@@ -99,7 +102,9 @@ class Loop:
         if gate:
             return Command(goto="stop", update={"stop_status": gate[0], "stop_reason": gate[1]})
         goal = self.store.get_goal(self.goal_id)
-        if goal.status != "running":
+        if goal.status != "running" and not awaiting_person(self.store, self.goal_id):
+            # woken while a person owes a decision (an instruction queued behind it): the goal stays "waiting",
+            # so that person's approval is never refused as "not waiting" while the loop asks again
             self.store.set_goal_status(self.goal_id, "running", "loop running")
         self.event("observe")
         return Command(goto="diagnose")
@@ -116,22 +121,17 @@ class Loop:
         carry_diagnosis(history, dict(state))
         ins = self.store.current_instruction(self.goal_id)
         instructed = ins is not None and ins.kind == "one_more_round" and bool(ins.knobs)
+        # a card already proposed (perhaps waiting for a person, perhaps approved) is carried out first: an
+        # instruction runs after it, never instead of it
         open_ = [c for c in self.store.candidates(self.goal_id) if c.status in OPEN_STATUSES]
-        if instructed and open_ and not self._started(open_[0]) and open_[0].card.get("planner") != "instruction":
-            # "one more round at C90" replaces a card that was proposed but not started
-            self.store.set_candidate_status(open_[0].id, "cancelled", f"superseded by instruction {ins.id} by {ins.who}")
-            self.store.record_decision(self.goal_id, "note", candidate_id=open_[0].id,
-                                       text=f"{card_of(open_[0].card).title()} not run: superseded by instruction "
-                                            f"{ins.id} by {ins.who}")
-            open_ = open_[1:]
         if open_:  # an experiment was started before a restart: finish it, never plan a second one
             cand = open_[0]
             self.event("propose", card=cand.card, resumed=True)
             return Command(goto="authorise", update={"candidate_id": cand.id})
         card, plan = None, None
         if instructed:
-            card, refusal = self._instructed_card(history)
-            if card is None:
+            card, refusal = instructed_card(self.store, self.goal_id, history)
+            if card is None and refusal:
                 self.store.close_instruction(ins.id, f"refused: {refusal}")
                 return Command(goto="stop", update={"stop_status": "stopped", "stop_reason": refusal})
         if card is None:
@@ -166,37 +166,7 @@ class Loop:
         return Command(goto="authorise", update={"candidate_id": cand.id})
 
     def _started(self, cand: Any) -> bool:
-        return cand.status in ("running", "failed", "unknown") or any(r.candidate_id == cand.id
-                                                                       for r in self.store.runs(self.goal_id))
-
-    def _instructed_card(self, history: History) -> tuple[CandidateCard | None, str]:
-        """"One more round at C90": that one change from the best station, screened or confirmed as the protocol
-        says; (None, why) when it cannot run (the loop stops and says so rather than run something else)."""
-        ins = self.store.current_instruction(self.goal_id)
-        knob, value = next(iter(sorted(ins.knobs.items())))
-        proto = history.goal.protocol
-        old = history.best_knobs.get(knob)
-        direction = direction_of(Change(knob=knob, old=old, new=value)) if knob in history.goal.space() else "up"
-        why: list[str] = []
-        for stage, n in (("screen", proto.screen_n), ("confirm", proto.confirm_n)):
-            if stage == "screen" and history.best_at_confirm_only():
-                continue  # the best station was measured at confirm N only: the comparison that exists is there
-            card = build_card(self.goal_id, history.goal.scenario, history.best_knobs, knob, value, stage=stage, n=n,
-                              direction=direction, planner="instruction", note=f"instruction {ins.id} by {ins.who}")
-            if card.experiment_key in history.finished_keys:
-                why.append(f"the {stage} of {knob}={value!r} from the best station already ran")
-                continue
-            # a person's say-so covers the budget and what the loop would not repeat by itself (a known negative,
-            # an earlier veto); not a card that breaks the protocol or the search space
-            said = ("affordable", "known_negative", "rejected:", "predicted_negative")
-            refusals = [r for r in check(card, history) if not r.startswith(said)]
-            if not refusals:
-                overridden = [r for r in check(card, history) if r.startswith(said[1:])]
-                note = card.note + ("; run although " + "; ".join(overridden) if overridden else "")
-                return card.model_copy(update={"est_card_hours": round(estimate(card, history), 4), "note": note}), ""
-            why.append(f"{card.title()}: " + "; ".join(refusals))
-            break
-        return None, f"instruction {ins.id} by {ins.who} cannot be carried out: " + "; ".join(why)
+        return started(self.store, self.goal_id, cand)
 
     def authorise(self, state: LoopState) -> Command[Literal["execute", "observe", "authorise", "stop"]]:
         cand = self.store.get_candidate(state["candidate_id"])
@@ -373,9 +343,8 @@ class Loop:
     def decide(self, state: LoopState) -> Command[Literal["observe"]]:
         ins = self.store.current_instruction(self.goal_id)
         if ins is not None and ins.kind == "one_more_round":
-            planner = self.store.get_candidate(state["candidate_id"]).card.get("planner") \
-                if state.get("candidate_id") else None
-            if not ins.knobs or planner == "instruction":  # a round at C90 counts only the experiment at C90
+            cand = self.store.get_candidate(state["candidate_id"]) if state.get("candidate_id") else None
+            if counts_as_round(ins, cand):
                 self.store.consume_round(self.goal_id)
         self.event("decide")
         return Command(goto="observe", update={"candidate_id": None, "run_id": None})
@@ -398,3 +367,4 @@ class Loop:
         self.store.record_decision(self.goal_id, "stop", text=reason, data={"status": status})
         self.event("stop", reason=reason, status=status)
         return {"stop_reason": reason, "stop_status": status}
+

@@ -114,7 +114,7 @@ def outcome_text(decision: str, who: str, reason: str | None, card_hash: str) ->
 
 # ---- Slack Block Kit ---------------------------------------------------------------------------------------
 
-def _esc(text: str) -> str:
+def esc(text: str) -> str:
     """Slack mrkdwn control characters escaped as Slack asks (&, <, >)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -124,11 +124,11 @@ def slack_blocks(v: CardView, outcome: str | None = None) -> list[dict[str, Any]
     once decided the outcome in their place."""
     blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": v.title[:150]}}]
     for label, value in v.rows:
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"*{label}:* {_esc(value)}"[:3000]}})
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"goal `{_esc(v.goal_id)}` · "
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"*{label}:* {esc(value)}"[:3000]}})
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"goal `{esc(v.goal_id)}` · "
                                                     f"candidate {v.candidate_id} · card hash `{v.card_hash}`"}]})
     if outcome is not None:
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"*{_esc(outcome)}*"[:3000]}})
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"*{esc(outcome)}*"[:3000]}})
         return blocks
     value = button_value(v.candidate_id, v.card_hash)
     blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "*The loop waits for your decision.*"}})
@@ -148,7 +148,7 @@ def slack_modal(v: CardView, metadata: str) -> dict[str, Any]:
     return {"type": "modal", "callback_id": MODAL, "private_metadata": metadata,
             "title": {"type": "plain_text", "text": f"Reject candidate {v.candidate_id}"[:24]},
             "submit": {"type": "plain_text", "text": "Reject"}, "close": {"type": "plain_text", "text": "Cancel"},
-            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": _esc(v.title)[:3000]}},
+            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": esc(v.title)[:3000]}},
                        {"type": "input", "block_id": REASON_BLOCK, "label": {"type": "plain_text", "text": "Why?"},
                         "element": {"type": "plain_text_input", "action_id": REASON_ACTION, "multiline": True,
                                     "max_length": 500}}]}

@@ -10,11 +10,13 @@ import time
 from typing import Any
 
 from api import actions, permissions
+from api.chatops import cards
 from api.auth import Principal
 from api.chat import parse
 from api.service import Service
 from api.settings import Settings
 from state.errors import NotFound, StateError
+from state.reasons import reason_problem
 
 WINDOW_S = 300.0  # a signed request older (or newer) than this is refused: Slack's and our Feishu window
 ACTIVE = ("running", "waiting", "paused")
@@ -92,11 +94,11 @@ def click(svc: Service, platform: str, who: Principal, candidate_id: int, card_h
     """A button: approve or reject exactly the card shown (its hash), recorded `via` the platform. Refused (nothing
     changed) below the role, without a reason to reject, on a changed card (Stale) and on a decided one (Conflict)."""
     may(who, decision)
-    reason = " ".join((reason or "").split())[:500] or None
-    if decision == "reject" and reason is None:
-        raise Refused("not done: say why it is rejected (type a reason, then press Reject); nothing changed")
+    said = " ".join((reason or "").split()) or None
+    if (why := reason_problem(said)) is not None and (decision == "reject" or said is not None):
+        raise Refused(f"not done: {why} (type a reason, then press Reject); nothing changed")
     try:
-        return actions.decide(svc, candidate_id, card_hash, decision, who, reason, via=platform)
+        return actions.decide(svc, candidate_id, card_hash, decision, who, said, via=platform)
     except StateError as e:  # Stale, Conflict (already decided, not waiting), NotFound
         raise Refused(f"not done: {e}; nothing changed") from None
 
@@ -148,3 +150,20 @@ def command(svc: Service, platform: str, who: Principal, text: str) -> tuple[str
     except (StateError, ValueError) as e:  # Stale, Conflict, NotFound, a restore the goal cannot take
         return f"not done: {e}; nothing changed", False
     return reply, done is not None
+
+
+def offered_card(svc: Service, text: str) -> Any | None:
+    """The card a refused message may have meant ("approve 7?", "approve 7 later"), to show with its Approve /
+    Reject buttons (bound to the hash the loop showed: a click acts on exactly that card), while the loop waits
+    for it; else None. A negated message is offered none (api/chat_near.py)."""
+    intent = parse(" ".join(_goal(svc, text.split())[1]))
+    meant = (intent.suggest or "").split()
+    if intent.kind != "refused" or len(meant) != 2 or meant[0] != "approve":
+        return None
+    try:
+        cand = svc.store.get_candidate(int(meant[1]))
+    except NotFound:
+        return None
+    if cand.id not in {c.id for c in actions.pending(svc, cand.goal_id)}:
+        return None
+    return cards.view(svc.store, cand.id, actions.shown_hash(svc, cand.id))

@@ -20,7 +20,8 @@ from functools import lru_cache
 from typing import Any, Callable
 
 from api.chatops import cards
-from api.chatops.common import Refused, Replays, Unverified, click, command, decided, fresh, principal
+from api.chatops.common import (Refused, Replays, Unverified, click, command, decided, fresh, offered_card,
+                                 principal)
 from api.logfilter import SecretFilter
 from api.service import Service
 from api.settings import Settings
@@ -216,9 +217,10 @@ def message(svc: Service, app: FeishuApp, event: dict[str, Any]) -> list[Later]:
     text = " ".join(_MENTION.sub(" ", str(text)).split())
     try:
         who = principal(svc.settings, "feishu", *_ids(sender.get("sender_id")))
-        reply, _ = command(svc, "feishu", who, text)
+        reply, changed = command(svc, "feishu", who, text)
+        offer = None if changed else offered_card(svc, text)  # the command it may have meant, as buttons
     except Refused as e:
-        reply = str(e)
+        reply, offer = str(e), None
     chat = msg.get("chat_id")
     if not isinstance(chat, str) or not _ID.match(chat):
         return []
@@ -229,6 +231,8 @@ def message(svc: Service, app: FeishuApp, event: dict[str, Any]) -> list[Later]:
     def send() -> None:
         try:
             app.send(chat, "text", {"text": reply})
+            if offer is not None:
+                app.send(chat, "interactive", cards.feishu_card(offer))
         except Exception as e:  # Feishu's error may quote the request: the error class only
             log.warning("feishu: reply not sent: %s", type(e).__name__)
     return [send]

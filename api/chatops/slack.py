@@ -19,7 +19,8 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.webhook import WebhookClient
 
 from api.chatops import cards
-from api.chatops.common import Refused, Replays, Unverified, click, command, decided, fresh, may, principal
+from api.chatops.common import (Refused, Replays, Unverified, click, command, decided, fresh, may, offered_card,
+                                 principal)
 from api.service import Service
 from api.settings import Settings
 from state.approvals import PAST
@@ -213,11 +214,14 @@ def _view_submission(svc: Service, app: SlackApp, p: dict[str, Any]) -> tuple[di
     return None, []
 
 
-def slash(svc: Service, replays: Replays, headers: Any, body: bytes) -> dict[str, Any]:
+def slash(svc: Service, replays: Replays, headers: Any, body: bytes) -> dict[str, Any] | None:
     """`/tuneloop [goal] <command>`: the REST chat's grammar; a change is announced in the channel, a question, a
-    refusal and help only to the one who typed it."""
-    sig = verify(svc.settings, headers, body)
+    refusal and help only to the one who typed it. Slack's `ssl_check=1` POST (it checks the certificate of a
+    slash command URL, unsigned) gets 200 with an empty body, as Slack's slash-command docs ask; it reads nothing."""
     form = _form(body)
+    if form.get("ssl_check") == "1" and not form.get("command") and not form.get("text"):
+        return None
+    sig = verify(svc.settings, headers, body)
     _first(replays, sig, form.get("trigger_id"))
     text = (form.get("text") or "").strip()
     try:
@@ -225,4 +229,8 @@ def slash(svc: Service, replays: Replays, headers: Any, body: bytes) -> dict[str
     except Refused as e:
         return {"response_type": "ephemeral", "text": str(e)}
     reply, changed = command(svc, "slack", who, text)
-    return {"response_type": "in_channel" if changed else "ephemeral", "text": reply}
+    out: dict[str, Any] = {"response_type": "in_channel" if changed else "ephemeral", "text": reply}
+    if not changed and (v := offered_card(svc, text)) is not None:  # the command it may have meant, as buttons
+        out["blocks"] = [{"type": "section", "text": {"type": "mrkdwn", "text": cards.esc(reply)}},
+                         *cards.slack_blocks(v)]
+    return out

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api import actions
 from api.auth import Approver, Viewer
-from api.deps import ServiceDep, StoreDep
+from api.deps import ServiceDep, StoreDep, ViaDep
 from api.schemas import BudgetOut, Reason
 from state.steering import MAX_EXTENSION_CARD_HOURS, MAX_EXTENSION_EXPERIMENTS
 
@@ -69,17 +69,17 @@ def list_extensions(goal_id: str, svc: ServiceDep, _: Viewer) -> ExtensionsOut:
 
 
 @router.post("/goals/{goal_id}/budget/extensions", response_model=ExtensionOut, status_code=status.HTTP_201_CREATED)
-def grant_extension(goal_id: str, body: ExtensionIn, svc: ServiceDep, who: Approver) -> ExtensionOut:
+def grant_extension(goal_id: str, body: ExtensionIn, svc: ServiceDep, who: Approver, via: ViaDep) -> ExtensionOut:
     """Add card-hours (and experiments) to the goal's budget, e.g. `{"card_hours": 10}`; the loop waiting for it
     goes on within a poll interval."""
     svc.store.get_goal(goal_id)
-    ext = actions.extend_budget(svc, goal_id, who, body.card_hours, body.experiments, body.reason)
+    ext = actions.extend_budget(svc, goal_id, who, body.card_hours, body.experiments, body.reason, via=via)
     return ExtensionOut.model_validate(ext)
 
 
 @router.post("/goals/{goal_id}/budget/extensions/refuse", response_model=ExtensionOut,
              status_code=status.HTTP_201_CREATED, responses={409: {"description": "the goal waits for no extension"}})
-def refuse_extension(goal_id: str, body: RefuseIn, svc: ServiceDep, who: Approver) -> ExtensionOut:
+def refuse_extension(goal_id: str, body: RefuseIn, svc: ServiceDep, who: Approver, via: ViaDep) -> ExtensionOut:
     """Refuse the extension the loop asked for: the goal stops with this reason."""
     svc.store.get_goal(goal_id)
-    return ExtensionOut.model_validate(actions.refuse_extension(svc, goal_id, who, body.reason))
+    return ExtensionOut.model_validate(actions.refuse_extension(svc, goal_id, who, body.reason, via=via))

@@ -10,7 +10,7 @@ from agent.loop.progress import card_estimate, ranking
 from agent.loop.record import card_of, frozen_stations
 from api import actions
 from api.auth import Approver, Viewer
-from api.deps import ServiceDep, StoreDep
+from api.deps import ServiceDep, StoreDep, ViaDep
 from api.schemas import ApprovalOut, CandidateOut, DecisionIn, RejectIn
 
 router = APIRouter(tags=["candidates"])
@@ -71,14 +71,14 @@ def get_approval(candidate_id: int, store: StoreDep, _: Viewer) -> Any:
 
 
 @router.post("/candidates/{candidate_id}/approve", response_model=ApprovalOut, responses=CONFLICT)
-def approve(candidate_id: int, body: DecisionIn, svc: ServiceDep, who: Approver) -> ApprovalOut:
+def approve(candidate_id: int, body: DecisionIn, svc: ServiceDep, who: Approver, via: ViaDep) -> ApprovalOut:
     """Approve the card exactly as shown (`card_hash`); a second approval gets 409."""
-    ap = actions.decide(svc, candidate_id, body.card_hash, "approve", who, body.reason)
+    ap = actions.decide(svc, candidate_id, body.card_hash, "approve", who, body.reason, via=via)
     return ApprovalOut.model_validate(ap, from_attributes=True)
 
 
 @router.post("/candidates/{candidate_id}/reject", response_model=ApprovalOut, responses=CONFLICT)
-def reject(candidate_id: int, body: RejectIn, svc: ServiceDep, who: Approver) -> ApprovalOut:
-    """Reject the card as shown, with a reason (the loop records it and moves on)."""
-    ap = actions.decide(svc, candidate_id, body.card_hash, "reject", who, body.reason)
+def reject(candidate_id: int, body: RejectIn, svc: ServiceDep, who: Approver, via: ViaDep) -> ApprovalOut:
+    """Reject the card as shown, with a reason that says something in words (the loop records it, moves on)."""
+    ap = actions.decide(svc, candidate_id, body.card_hash, "reject", who, body.reason, via=via)
     return ApprovalOut.model_validate(ap, from_attributes=True)

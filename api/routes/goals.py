@@ -1,20 +1,20 @@
 """Goals: create, list, get, pause / resume / stop, instructions, decisions."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import yaml
 from fastapi import APIRouter, HTTPException, Request, status
 
 from agent.loop.progress import goal_progress
+from agent.report.people import automatic, split_who
 from api import actions, idempotency, permissions
 from api.auth import Admin, Approver, Viewer
-from api.deps import ServiceDep, StoreDep
+from api.deps import ServiceDep, StoreDep, ViaDep
 from api.failures import shown_status
 from api.routes.budget import budget_out
 from api.schemas import DecisionOut, GoalOut, InstructionIn, InstructionOut
-from core.bounded import BoundsError, excerpt, load_yaml
+from core.bounded import BoundsError, excerpt, load_json, load_yaml
 from core.ledger import by_source, median_abs_error
 from state.errors import GoalError
 from state.hypotheses import hypothesis_ledger
@@ -43,7 +43,7 @@ async def goal_body(request: Request) -> Any:
         if kind in YAML_TYPES:
             return load_yaml(raw.decode("utf-8"))
         if kind == "application/json" or kind.endswith("+json"):
-            return json.loads(raw)  # its depth was bounded by the request guard (api/guard.py) before it got here
+            return load_json(raw)  # bounded and its keys checked by the request guard (api/guard.py) already
     except BoundsError as e:
         raise GoalError("request body", [("(body)", str(e))]) from None
     except (UnicodeDecodeError, ValueError, yaml.YAMLError) as e:
@@ -83,37 +83,42 @@ def get_goal(goal_id: str, svc: ServiceDep, _: Viewer) -> GoalOut:
     return goal_out(svc.store.get_goal(goal_id), svc)
 
 
-def _instr(svc: Any, goal_id: str, kind: str, who: Any) -> InstructionOut:
-    return InstructionOut.model_validate(actions.instruct(svc, goal_id, kind, who), from_attributes=True)
+def instruction_out(ins_note: tuple[Any, str]) -> InstructionOut:
+    ins, note = ins_note
+    return InstructionOut.model_validate(ins, from_attributes=True).model_copy(update={"note": note or None})
+
+
+def _instr(svc: Any, goal_id: str, kind: str, who: Any, via: str) -> InstructionOut:
+    return instruction_out(actions.instruct(svc, goal_id, kind, who, via=via))
 
 
 @router.post("/{goal_id}/pause", response_model=InstructionOut)
-def pause(goal_id: str, svc: ServiceDep, who: Approver) -> InstructionOut:
-    """Pause between phases: the running experiment finishes its phase, nothing new starts."""
-    return _instr(svc, goal_id, "pause", who)
+def pause(goal_id: str, svc: ServiceDep, who: Approver, via: ViaDep) -> InstructionOut:
+    """Pause between phases: the running experiment finishes its phase, nothing new starts (a card that waits for
+    a person is decided first). A pause while one is in force is refused (409), recorded with why."""
+    return _instr(svc, goal_id, "pause", who, via)
 
 
 @router.post("/{goal_id}/resume", response_model=InstructionOut)
-def resume(goal_id: str, svc: ServiceDep, who: Approver) -> InstructionOut:
-    return _instr(svc, goal_id, "resume", who)
+def resume(goal_id: str, svc: ServiceDep, who: Approver, via: ViaDep) -> InstructionOut:
+    return _instr(svc, goal_id, "resume", who, via)
 
 
 @router.post("/{goal_id}/stop", response_model=InstructionOut)
-def stop(goal_id: str, svc: ServiceDep, who: Approver) -> InstructionOut:
-    return _instr(svc, goal_id, "stop", who)
+def stop(goal_id: str, svc: ServiceDep, who: Approver, via: ViaDep) -> InstructionOut:
+    return _instr(svc, goal_id, "stop", who, via)
 
 
 @router.post("/{goal_id}/instructions", response_model=InstructionOut, status_code=status.HTTP_201_CREATED)
-def add_instruction(goal_id: str, body: InstructionIn, svc: ServiceDep, who: Approver) -> InstructionOut:
+def add_instruction(goal_id: str, body: InstructionIn, svc: ServiceDep, who: Approver, via: ViaDep) -> InstructionOut:
     """Any instruction, e.g. `{"kind": "one_more_round", "count": 1, "knobs": {"concurrency": 90}}`;
     `{"kind": "restore"}` goes back to the best station (or to `restore`, a station hash)."""
     svc.store.get_goal(goal_id)
     permissions.check(who, permissions.INSTRUCTIONS[body.kind])  # a restore is admin's, on every path
     if body.kind == "restore" and body.restore is not None:
         actions.check_restore(svc, goal_id, body.restore)
-    ins = actions.instruct(svc, goal_id, body.kind, who, count=body.count, knobs=body.knobs, restore=body.restore,
-                           text=body.text)
-    return InstructionOut.model_validate(ins, from_attributes=True)
+    return instruction_out(actions.instruct(svc, goal_id, body.kind, who, count=body.count, knobs=body.knobs,
+                                            restore=body.restore, text=body.text, via=via))
 
 
 @router.get("/{goal_id}/instructions", response_model=list[InstructionOut])
@@ -124,9 +129,21 @@ def list_instructions(goal_id: str, store: StoreDep, _: Viewer) -> list[Instruct
 
 @router.get("/{goal_id}/decisions", response_model=list[DecisionOut])
 def list_decisions(goal_id: str, store: StoreDep, _: Viewer) -> list[DecisionOut]:
-    """The decision log, oldest first."""
+    """The decision log, oldest first, each with the person behind it and where they said it (`who`, `via`)."""
     store.get_goal(goal_id)
-    return [DecisionOut.model_validate(d, from_attributes=True) for d in store.decisions(goal_id)]
+    approvals: dict[int, Any] = {}
+    out = []
+    for d in store.decisions(goal_id):
+        said = d.data.get("asked_by") or d.data.get("who") if isinstance(d.data, dict) else None
+        if not said and d.candidate_id is not None and d.kind != "ask":
+            if d.candidate_id not in approvals:
+                approvals[d.candidate_id] = store.approval(d.candidate_id)
+            ap = approvals[d.candidate_id]
+            said = ap.who if ap is not None and not automatic(ap) else None
+        name, via = split_who(said) if isinstance(said, str) else (None, "")
+        out.append(DecisionOut.model_validate(d, from_attributes=True).model_copy(
+            update={"who": name, "via": via or None}))
+    return out
 
 
 @router.get("/{goal_id}/hypotheses")

@@ -10,7 +10,8 @@ from agent.report.build import frontier_plot
 from agent.report.content import gather
 from api import actions
 from api.auth import Admin, Viewer
-from api.deps import ServiceDep, StoreDep
+from api.deps import ServiceDep, StoreDep, ViaDep
+from api.routes.goals import instruction_out
 from api.schemas import BestOut, FrontierPoint, InstructionOut, StationOut
 
 router = APIRouter(tags=["stations"])
@@ -72,9 +73,9 @@ def get_station(station_hash: str, store: StoreDep, _: Viewer) -> StationOut:
 
 
 @router.post("/stations/{station_hash}/restore", response_model=InstructionOut, status_code=status.HTTP_202_ACCEPTED)
-def restore(station_hash: str, svc: ServiceDep, who: Admin) -> InstructionOut:
+def restore(station_hash: str, svc: ServiceDep, who: Admin, via: ViaDep) -> InstructionOut:
     """Go back to this station: queued as a `restore` instruction of the goal that ran it; that goal's worker
     re-deploys it, checks its health and stops, and the decision log shows the result and who asked."""
     goal_id = actions.goal_of_station(svc, station_hash)
-    ins = actions.queue_restore(svc, goal_id, station_hash, who, f"api: restore station {station_hash}")
-    return InstructionOut.model_validate(ins, from_attributes=True)
+    return instruction_out(actions.queue_restore(svc, goal_id, station_hash, who, f"{via}: restore station {station_hash}",
+                                                 via))
