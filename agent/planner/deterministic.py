@@ -247,7 +247,9 @@ class DeterministicPlanner:
         chosen = worth_running(passing)
         if chosen is not None and not stale:
             card, v = chosen
-            hot = hot_while_warm(passing, history)
+            # a move the twin, leading, values at even odds or better keeps its place: the twin ranked every move by
+            # its predicted gain per card-hour over the whole space, restarts priced in
+            hot = hot_while_warm(passing, history) if not likely(card, v) else None
             if hot is not None and hot[0] is not card:
                 card = hot[0]
                 ranked.append((card.title(), hot[1].value, "runs first: a hot move on the warm best station; "
