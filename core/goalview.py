@@ -107,10 +107,6 @@ class GoalView:
         got = None if w is None else getattr(w, self.metric, None)
         return None if got is None else float(got)
 
-    @property
-    def objective_words(self) -> str:
-        return f"{self.metric} ({self.window})"
-
     # -- the limits ---------------------------------------------------------------------------------------------
     def binding(self, s: Summary | None) -> Limit | None:
         """The limit with the least relative slack at this run (module function `binding`)."""
@@ -137,10 +133,6 @@ class GoalView:
             if got is not None and got >= lim.limit_ms:
                 worst = max(worst, got / lim.limit_ms - 1.0 + 1e-9)
         return worst
-
-    def broke_only(self, violations: list[str], limit: Limit | None) -> bool:
-        """Whether a run's SLO violations (Constraints.violations lines) are this one limit's and nothing else."""
-        return limit is not None and bool(violations) and all(v.startswith(limit.key + ":") for v in violations)
 
     def slos(self) -> dict[str, float]:
         """Per-request SLOs for goodput (core.metrics.summarize): each latency's tightest limit."""
