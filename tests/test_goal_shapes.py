@@ -25,19 +25,20 @@ PROFILE = "llama70b-h100-p2d2"  # P2D2: a 2k prompt's prefill queue makes TTFT's
 SPACE = {"max_num_seqs": [32, 64, 128], "concurrency": [32, 64, 96, 128, 192], "max_num_batched_tokens": [2048, 8192]}
 
 
-def goal(name: str, objective: str, constraints: dict, experiments: int = 8) -> object:
+def goal(name: str, objective: str, constraints: dict, experiments: int = 8, concurrency: int = 64) -> object:
     return parse_goal({
         "name": name, "engine": "sim", "target": "sim", "sim_profile": PROFILE, "scenario": "chat2k",
         "objective": {"metric": objective, "window": "whole"},
         "constraints": {"all_succeed": True, "output_len": 512} | constraints,
-        "start_knobs": {"max_num_seqs": 32, "concurrency": 64, "max_num_batched_tokens": 8192},
+        "start_knobs": {"max_num_seqs": 32, "concurrency": concurrency, "max_num_batched_tokens": 8192},
         "search_space": SPACE, "protocol": {"screen_n": 160, "confirm_n": 320},
         "authorisation": {"hot": "auto", "restart": "auto"},
         "budget": {"card_hours": 50, "experiments": experiments}}, "test")
 
 
 TTFT_P99 = goal("ttft-tail", "output_tok_s_per_card", {"ttft_p99_ms_lt": 12000})
-GOODPUT = goal("goodput-tails", "goodput", {"ttft_p99_ms_lt": 8000, "tpot_p99_ms_lt": 27})
+# the start (C 32) is ~half the optimum's goodput: C 96 and more break the TTFT tail, a wider decode batch the TPOT one
+GOODPUT = goal("goodput-tails", "goodput", {"ttft_p99_ms_lt": 8000, "tpot_p99_ms_lt": 27}, concurrency=32)
 
 
 def oracle(g) -> tuple[float, int]:  # type: ignore[no-untyped-def]
@@ -121,4 +122,5 @@ def test_the_loop_reaches_the_optimum_of_a_goal_of_another_shape(g, tmp_path, ru
     view = g.view()
     got = [view.objective(o.summary) or 0.0 for o in h.outcomes if o.verdict == "valid" and o.card.n == 320
            and o.figures is not None and not o.figures.slo_violations]
-    assert got and max(got) >= best * 0.98, (max(got, default=None), best, res.reason)
+    assert got and got[0] < best * 0.9  # the start is far from it
+    assert max(got) >= best * 0.98, (max(got, default=None), best, res.reason)
