@@ -73,7 +73,7 @@ def binding(limits: tuple[Limit, ...], s: Summary | None) -> Limit | None:
         return None
     if s is None:
         return limits[0]
-    return min(limits, key=lambda lim: (1.0 if lim.slack(s) is None else lim.slack(s), lim.key))  # type: ignore[arg-type]
+    return min(limits, key=lambda lim: (1.0 if lim.slack(s) is None else lim.slack(s), lim.key))  # type: ignore
 
 
 def limit_of(key: str, limit_ms: float) -> Limit:

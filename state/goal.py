@@ -297,7 +297,7 @@ class GoalSpec(_Frozen):
         return out
 
     def view(self) -> GoalView:
-        """The planner's view of this goal (core/goalview.py): the limits as typed rows, the binding one, the contract."""
+        """The planner's view of this goal (core/goalview.py): limits as typed rows, the binding one, the contract."""
         return goal_view(self)
 
     def spec_hash(self) -> str:

@@ -5,12 +5,13 @@ While the twin leads (it predicts this goal's runs inside its interval), it valu
 the other proposers' alike, by its predicted gain over the best station: the gain, times the chance that the gain
 reaches the goal's least gain (the objective's interval read as a normal error) and that every latency limit holds
 (each limit's figure with its own interval: a p99's is its own, wider than a mean's), per card-hour as every move
-is; while the best station breaks a limit, a station predicted to keep them all is worth at least the least gain. Its own moves
-are the best station's one-change neighbours it predicts a gain for, and, when the ascent to its optimum needs two
-changes together to gain what neither gives alone, that pair (the card names both, and the gain each alone was
-predicted); and, while the twin predicted this goal's last run inside its interval, the jump to its optimum: every
-change from the best station to the twin's optimum in one card, where it gains at least the least gain more than
-the best one change (the card names every change and the gain each alone was predicted). Every card it touches carries its prediction (the hypothesis ledger's source "twin") and says that the
+is; while the best station breaks a limit, a station predicted to keep them all is worth at least the least gain.
+Its own moves are the best station's one-change neighbours it predicts a gain for, and, when the ascent to its
+optimum needs two changes together to gain what neither gives alone, that pair (the card names both, and the gain
+each alone was predicted); and, while the twin predicted this goal's last run inside its interval, the jump to its
+optimum: every change from the best station to the twin's optimum in one card, where it gains at least the least
+gain more than the best one change (the card names every change and the gain each alone was predicted). Every card
+it touches carries its prediction (the hypothesis ledger's source "twin") and says that the
 twin led and on what fidelity. When it does not lead, it proposes nothing and says why on the cards the rules lead.
 """
 from __future__ import annotations
@@ -147,7 +148,9 @@ class Judge:
 def _binding(view: GoalView, base: tw.Station) -> Limit | None:
     """The limit with the least predicted slack at the best station (the ledger's SLO of a twin's prediction)."""
     rows = [lim for lim in view.limits if base.figures.get(lim.figure_key) is not None]
-    return min(rows, key=lambda lim: (1.0 - base.figures[lim.figure_key] / lim.limit_ms, lim.key)) if rows else None  # type: ignore[operator]
+    if not rows:
+        return None
+    return min(rows, key=lambda lim: (1.0 - base.figures[lim.figure_key] / lim.limit_ms, lim.key))  # type: ignore
 
 
 def _slo_effect(st: tw.Station, base: tw.Station, bound: Limit | None, fid: tw.Fidelity) -> Interval | None:
