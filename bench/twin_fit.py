@@ -15,6 +15,11 @@ fitter) is compared with the truth:
   exercise them (a coefficient the runs cannot separate from another, b from b_draft at one draft width, can be
   far off while the step is right).
 
+* per figure (issue 43): each of the first 3 valid runs predicted by the twin fitted on the runs before it (the
+  first by the prior), out of sample, as the planner scores it (agent/planner/twin.py): the objective in the whole
+  window and in the goal's own, every latency at every statistic (the goal's limits among them) and goodput under
+  the goal's SLOs; the fitted twin's errors (runs 2 and 3) are what the must-hold reads (median within 10 %).
+
 Prints one line per case × seed and a summary; writes --out/results.json.
 
     python bench/twin_fit.py                       # the 16 cases, seeds 0-2
@@ -35,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 RUNS = 3  # the must-hold: within 10 % after at most 3 valid runs
+LATENCIES = [f"{m}_{s}_ms" for m in ("ttft", "tpot", "itl", "e2e") for s in ("mean", "p50", "p90", "p99")]
 COEFFS = {"decode": ("a", "b", "c", "a_draft", "b_draft"), "prefill": ("a", "b", "c")}
 
 
@@ -77,6 +83,37 @@ def operating_points(run_dir: Path) -> list[tuple[float, float, int, str]]:
     return pts
 
 
+def figures_of(goal: Any, s: Any) -> dict[str, float | None]:
+    """The figures a goal of any shape may use, read off one Summary: the objective (whole, native), every latency
+    at every statistic, goodput under the goal's SLOs (whole window)."""
+    view = goal.view()
+    out = {"objective (whole)": view.objective(s, "whole"), "objective (native)": view.objective(s, "native"),
+           "goodput (whole)": s.whole.goodput if s is not None and s.whole is not None else None}
+    for key in LATENCIES:
+        metric, stat = key.split("_")[:2]
+        out[key] = getattr(getattr(s, f"{metric}_ms"), stat) if s is not None else None
+    return out
+
+
+def figure_errors(goal: Any, valid: list[Any], twins: Any) -> dict[str, list[float]]:
+    """figure -> the out-of-sample relative errors of runs 2.. (each predicted by the twin fitted on the runs
+    before it); run 1, predicted by the prior, is left out (it measures the prior, not the fit)."""
+    out: dict[str, list[float]] = {}
+    slos = goal.view().slos() or None
+    for k in range(1, len(valid)):
+        fit = twins.fit(goal.sim_profile, tuple(o.run_id for o in valid[:k]))
+        if isinstance(fit, str):
+            continue
+        o = valid[k]
+        p = fit.predict(goal.scenario, o.card.knobs, o.card.n, goal.protocol.warmup, goal.protocol.seeds[0],
+                        slos=slos, native=(goal.protocol.native_min_requests, goal.protocol.native_min_seconds))
+        got, want = figures_of(goal, p["summary"]), figures_of(goal, o.summary)
+        for name, y in want.items():
+            if y and got.get(name):
+                out.setdefault(name, []).append(got[name] / y - 1.0)
+    return out
+
+
 def one(case: Any, seed: int, work: Path) -> dict[str, Any]:
     from agent.loop.record import build_history
     from agent.loop.session import run_session
@@ -101,11 +138,13 @@ def one(case: Any, seed: int, work: Path) -> dict[str, Any]:
                                                truth_profile=path)},
                       settings=ExecSettings.from_env(runs_root=work / "runs"))
         res = run_session(goal, url, auto_approve=True, executor=ex, twin=True, who="twin-fit bench")
-        runs = [o.run_id for o in runs_of(build_history(st, res.goal_id))][:RUNS]
+        valid = runs_of(build_history(st, res.goal_id))[:RUNS]
+        runs = [o.run_id for o in valid]
     finally:
         st.close()
     out: dict[str, Any] = {"case": case.name, "seed": seed, "profile": prior.name, "runs": len(runs),
-                           "factors": perturb.factors_of(truth), "fits": []}
+                           "factors": perturb.factors_of(truth), "fits": [],
+                           "figures": figure_errors(goal, valid, ex.twins)}
     pts = [p for r in runs for p in operating_points(work / "runs" / r)]
     budget = float(goal.start_station().get("max_num_batched_tokens") or 8192)
     for k in range(1, len(runs) + 1):
@@ -156,6 +195,11 @@ def main() -> None:
                   f"decode step max {ds if ds is None else f'{ds:+.1%}'}, prefill step {ps if ps is None else f'{ps:+.1%}'}; "
                   f"worst coefficient {worst[0]} {worst[1]:+.1%}; held {','.join(last.get('held') or []) or '-'}"
                   + (f"; {last['error']}" if "error" in last else ""), flush=True)
+            figs = r["figures"]
+            shown = ["objective (whole)", "objective (native)", "goodput (whole)", "ttft_p99_ms", "tpot_mean_ms",
+                     "tpot_p99_ms", "e2e_p99_ms"]
+            print("    out of sample: " + ", ".join(f"{k} {', '.join(f'{e:+.1%}' for e in figs[k])}"
+                                                 for k in shown if figs.get(k)), flush=True)
     steps = [max(abs(f["decode_step_max"] or 0), abs(f["prefill_step"] or 0)) for r in rows for f in r["fits"][-1:]
              if "coefficients" in f]
     within = sum(s <= 0.10 for s in steps)
@@ -164,6 +208,14 @@ def main() -> None:
     print(f"\nafter <= {RUNS} valid runs: step times within 10 % of the truth in {within}/{len(steps)} case x seed; "
           f"median |error| of the fitted decode coefficients {statistics.median(decode_c) if decode_c else float('nan'):.1%}, "
           f"share within 10 % {sum(x <= 0.10 for x in decode_c)}/{len(decode_c)}")
+    per: dict[str, list[float]] = {}
+    for r in rows:
+        for k, errs in r["figures"].items():
+            per.setdefault(k, []).extend(abs(e) for e in errs)
+    print(f"out-of-sample |error| per figure after <= {RUNS} valid runs (runs 2..{RUNS}, case x seed pooled): median, "
+          f"share within 10 %")
+    for k, errs in per.items():
+        print(f"  {k:20s} {statistics.median(errs):6.1%}  {sum(e <= 0.10 for e in errs)}/{len(errs)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(rows, indent=1))

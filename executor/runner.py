@@ -93,13 +93,14 @@ class Executor:
         self.store.mark_unknown(spec, why)
 
     def predict_station(self, target: str, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0,
-                        seed: int = 0) -> dict[str, Any] | None:
+                        seed: int = 0, slos: dict[str, float] | None = None) -> dict[str, Any] | None:
         """The calibrated simulator's prediction of one station on a target (None: the target has no
-        `calibrated_profile`): output tok/s, per card, mean TPOT and TTFT (executor.transports.sim)."""
+        `calibrated_profile`): output tok/s, per card, mean TPOT and TTFT, and the whole Summary with the goal's
+        SLOs (executor.transports.sim)."""
         t = self.targets.get(target)
         if t is None or not t.calibrated_profile:
             return None
-        return predict_station(t.calibrated_profile, scenario, knobs, n, warmup=warmup, seed=seed)
+        return predict_station(t.calibrated_profile, scenario, knobs, n, warmup=warmup, seed=seed, slos=slos)
 
     def twin_fitter(self, target: str, sim_profile: str | None) -> Callable[[tuple[str, ...]], Any] | None:
         """The goal's twin fitter on this target (run ids -> executor.twin.Twin, or why not); None: no prior to

@@ -20,7 +20,7 @@ from typing import Any
 
 from core import profiles
 from core.profiles import Profile
-from executor.transports.sim import calibrate_runs, predict_with
+from executor.transports.sim import calibrate_runs, simulate_station
 
 FITS_KEPT = 64  # fits kept per executor (each a profile and a few hundred floats): a long goal refits every run
 
@@ -36,15 +36,24 @@ class Twin:
     _cache: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def predict(self, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0,
-                seed: int = 0) -> dict[str, Any]:
-        """The twin's figures of one station (simulator.stations.predict): output tok/s (and per card), mean TPOT
-        and TTFT in ms."""
-        key = f"{scenario}|{sorted((k, repr(v)) for k, v in knobs.items())}|{n}|{warmup}|{seed}"
+    def predict(self, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0, seed: int = 0,
+                slos: dict[str, float] | None = None, native: tuple[int, float] | None = None) -> dict[str, Any]:
+        """The twin's prediction of one station: `summary`, the whole Summary of its simulated run, made by the code
+        that summarises a measured run (core.metrics.summarize) with the goal's SLOs (`slos`: goodput) and native
+        window rule (`native`: its least requests and seconds), so every objective and every limit the goal may
+        name is predicted at its own window and statistic; beside it the whole window's output tok/s (and per card),
+        mean TPOT and TTFT, the cards in use and the knobs the simulator does not model."""
+        key = (f"{scenario}|{sorted((k, repr(v)) for k, v in knobs.items())}|{n}|{warmup}|{seed}|"
+               f"{sorted((slos or {}).items())}|{native}")
         with self._lock:
             got = self._cache.get(key)
         if got is None:
-            got = predict_with(self.profile, scenario, knobs, n, warmup=warmup, seed=seed)
+            rule = {} if native is None else {"native_min_requests": native[0], "native_min_seconds": native[1]}
+            s, left = simulate_station(self.profile, scenario, knobs, n, warmup=warmup, seed=seed, slos=slos, **rule)
+            got = {"profile": self.profile.name, "summary": s, "cards": s.cards, "knobs_not_modelled": left,
+                   "output_tok_s": s.whole.output_tok_s if s.whole else None,
+                   "output_tok_s_per_card": s.whole.output_tok_s_per_card if s.whole else None,
+                   "tpot_mean_ms": s.tpot_ms.mean, "ttft_mean_ms": s.ttft_ms.mean}
             with self._lock:
                 self._cache[key] = got
         return got

@@ -27,6 +27,7 @@ from pydantic import (
 
 from core import datafiles, profiles, scenarios
 from core.bounded import BoundsError, excerpt, load_json, load_yaml
+from core.goalview import GoalView, goal_view
 from core.datafiles import DataFileError, read_text
 from core.knobs import KnobError, catalog, drafts_nothing
 from core.summary import Contract, Summary
@@ -298,6 +299,10 @@ class GoalSpec(_Frozen):
             name = key.split("_")[0] + "_ms"
             out[name] = min(limit, out.get(name, math.inf))
         return out
+
+    def view(self) -> GoalView:
+        """The planner's view of this goal (core/goalview.py): limits as typed rows, the binding one, the contract."""
+        return goal_view(self)
 
     def spec_hash(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from planner_support import DECODE_BOUND, GOAL16, PREFILL_BOUND, baseline, history, outcome, screen, summary
+from planner_support import DECODE_BOUND, GOAL16, PREFILL_BOUND, TPOT20, baseline, history, outcome, screen, summary
 
 from agent.planner.candidates import build_card, station_hash, with_stage
 from agent.planner.checks import check, retry_note
@@ -13,7 +13,7 @@ from agent.planner.deterministic import DeterministicPlanner
 
 
 def test_prefill_supply_named_from_queue_evidence():
-    d = diagnose(summary(), PREFILL_BOUND, 20.0, GOAL16.start_station())
+    d = diagnose(summary(), PREFILL_BOUND, TPOT20, GOAL16.start_station())
     assert d.leading.name == "prefill_supply" and d.leading.status == "supported"
     assert any("decode waiting near zero" in e for e in d.get("prefill_supply").evidence_for)
     assert d.get("decode_capacity").status == "weak"
@@ -21,28 +21,28 @@ def test_prefill_supply_named_from_queue_evidence():
 
 
 def test_decode_capacity_named_when_decode_at_its_limit_with_waiting():
-    d = diagnose(summary(), DECODE_BOUND, 20.0, {})
+    d = diagnose(summary(), DECODE_BOUND, TPOT20, {})
     assert d.leading.name == "decode_capacity"
     assert d.get("prefill_supply").evidence_against
 
 
 def test_client_supply_when_achieved_concurrency_far_below_c():
     ev = PREFILL_BOUND | {"prefill_waiting_nonzero_share": 0.0, "prefill_waiting_mean": 0.0}
-    d = diagnose(summary(conc=30.0), ev, 20.0, {})
+    d = diagnose(summary(conc=30.0), ev, TPOT20, {})
     assert d.leading.name == "client_supply"
 
 
 def test_latency_bound_and_profile_only_when_queues_cannot_separate():
-    d = diagnose(summary(tpot=19.5), PREFILL_BOUND, 20.0, {})
+    d = diagnose(summary(tpot=19.5), PREFILL_BOUND, TPOT20, {})
     assert d.get("latency_bound").status == "supported"
-    d2 = diagnose(summary(), {"kv_usage_max": 0.99}, 20.0, {})  # no queue series: nothing separates them
+    d2 = diagnose(summary(), {"kv_usage_max": 0.99}, TPOT20, {})  # no queue series: nothing separates them
     assert d2.propose_profile and d2.profile_reason
 
 
 def test_expert_imbalance_from_breakdown_only():
     ev = DECODE_BOUND | {"breakdown": {"decode": {"compute_s": 60.0, "imbalance_s": 30.0}}}
-    assert diagnose(summary(), ev, 20.0, {}).get("expert_imbalance").status != "weak"
-    assert diagnose(summary(), DECODE_BOUND, 20.0, {}).get("expert_imbalance").status == "weak"
+    assert diagnose(summary(), ev, TPOT20, {}).get("expert_imbalance").status != "weak"
+    assert diagnose(summary(), DECODE_BOUND, TPOT20, {}).get("expert_imbalance").status == "weak"
 
 
 # -- cards and checks ----------------------------------------------------------------------------------
@@ -145,15 +145,15 @@ def test_prefill_batch_composition_says_which_limit_binds():
     """Cap 1 on 16K prompts: one request per batch with budget to spare (the cap binds); cap 2 at an 8192
     budget: batches full to the budget, 1.5 requests each (the budget binds, a cap of 4 adds nothing)."""
     start = GOAL16.start_station() | {"max_num_batched_tokens": 8192}
-    d = diagnose(summary(), PREFILL_BOUND, 20.0, start)
+    d = diagnose(summary(), PREFILL_BOUND, TPOT20, start)
     assert d.prefill_limit == "request_cap" and "cap of 1" in d.prefill_limit_why
     full = PREFILL_BOUND | {"prefill_batch_reqs_mean": 1.5, "prefill_batch_tokens_mean": 8181.0,
                             "prefill_tail_batch_share": 0.0}
-    d = diagnose(summary(), full, 20.0, start | {"max_prefill_reqs": 2})
+    d = diagnose(summary(), full, TPOT20, start | {"max_prefill_reqs": 2})
     assert d.prefill_limit == "token_budget" and "8192-token budget" in d.prefill_limit_why
-    assert diagnose(summary(), full | {"prefill_batch_tokens_mean": 6000.0, "prefill_batch_reqs_mean": 1.2}, 20.0,
+    assert diagnose(summary(), full | {"prefill_batch_tokens_mean": 6000.0, "prefill_batch_reqs_mean": 1.2}, TPOT20,
                     start | {"max_prefill_reqs": 2}).prefill_limit is None  # neither full: the evidence does not say
-    assert diagnose(summary(), full, 20.0, {}).prefill_limit is None  # no budget known: nothing to compare with
+    assert diagnose(summary(), full, TPOT20, {}).prefill_limit is None  # no budget known: nothing to compare with
 
 
 def test_a_full_token_budget_puts_the_budget_before_a_higher_request_cap():
@@ -186,20 +186,20 @@ def test_the_sender_limit_that_binds_decides_between_a_higher_c_and_a_higher_rat
     from agent.planner.deterministic import candidates, diagnosis_for
 
     rate_bound = summary(conc=40.0).model_copy(update={"request_rate": 2.1})  # qps 2.0 of r 2.1, 40 of C128
-    d = diagnose(rate_bound, PREFILL_BOUND, 20.0, {})
+    d = diagnose(rate_bound, PREFILL_BOUND, TPOT20, {})
     assert d.client_limit == "arrival_rate" and "a higher C adds nothing" in d.client_limit_why
     c_bound = summary(conc=127.0)
-    d = diagnose(c_bound, PREFILL_BOUND, 20.0, {})
+    d = diagnose(c_bound, PREFILL_BOUND, TPOT20, {})
     assert d.client_limit == "client_cap" and "only queues at the sender" in d.client_limit_why
-    assert diagnose(summary(conc=100.0), PREFILL_BOUND, 20.0, {}).client_limit is None  # neither clearly
+    assert diagnose(summary(conc=100.0), PREFILL_BOUND, TPOT20, {}).client_limit is None  # neither clearly
     # a finite run drains: 640 requests sent at r=24 over 26.7 s, the last done ~5 s later, so QPS 20.7 is what
     # r alone gives (640 / 31.67 s = 20.21); with 42 % of C in flight the rate still binds
     w = summary(conc=107.0, e2e=5000.0).whole.model_copy(update={"qps": 20.7, "n_requests": 640})
     drained = summary(conc=107.0, e2e=5000.0).model_copy(update={"request_rate": 24.0, "concurrency": 256, "whole": w})
-    d = diagnose(drained, PREFILL_BOUND, 20.0, {})
+    d = diagnose(drained, PREFILL_BOUND, TPOT20, {})
     assert d.client_limit == "arrival_rate" and "20.21 r gives over the run's drain" in d.client_limit_why
     starved = drained.model_copy(update={"whole": w.model_copy(update={"qps": 12.0})})  # the sender fell behind r
-    assert diagnose(starved, PREFILL_BOUND, 20.0, {}).client_limit is None
+    assert diagnose(starved, PREFILL_BOUND, TPOT20, {}).client_limit is None
 
     goal = GOAL16.model_copy(update={"search_space": {"concurrency": [128, 192], "request_rate": [2.1, 4.0]}})
     best = GOAL16.start_station() | {"request_rate": 2.1}
@@ -320,7 +320,7 @@ def test_a_trade_off_move_earns_nothing_for_ruling_out_while_the_native_window_i
     from agent.planner.deterministic import closes_hypothesis
     from agent.planner.value import value_of
 
-    d = diagnose(summary(tpot=19.6), DECODE_BOUND, 20.0, {})
+    d = diagnose(summary(tpot=19.6), DECODE_BOUND, TPOT20, {})
     assert d.likelihood("latency_bound") >= 0.7
     card = screen("concurrency", 64)
     rule = rule_for("concurrency", "down")

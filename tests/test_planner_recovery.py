@@ -2,7 +2,7 @@
 negatives under changed conditions, retried faults, warm hot moves."""
 from __future__ import annotations
 
-from planner_support import DECODE_BOUND, GOAL16, PREFILL_BOUND, baseline, history, outcome, screen, summary
+from planner_support import DECODE_BOUND, GOAL16, PREFILL_BOUND, TPOT20, baseline, history, outcome, screen, summary
 
 from agent.planner.candidates import station_hash, with_stage
 from agent.planner.checks import check
@@ -18,12 +18,12 @@ HEADROOM = PREFILL_BOUND | {  # decode-bound GPU at a C-limited batch: no queue 
 
 
 def test_latency_headroom_with_c_capping_the_batch_names_load_headroom_and_raises_c_before_restarts():
-    d = diagnose(summary(tpot=12.0, conc=126.0), HEADROOM, 20.0, {})
+    d = diagnose(summary(tpot=12.0, conc=126.0), HEADROOM, TPOT20, {})
     assert d.get("load_headroom").status == "supported" and d.get("client_supply").status == "weak"
     # the same headroom with a full prefill queue, or decode at its limit with waiting requests: not the load
-    assert diagnose(summary(tpot=12.0, conc=126.0), PREFILL_BOUND, 20.0, {}).get("load_headroom").status == "weak"
-    assert diagnose(summary(tpot=12.0, conc=126.0), DECODE_BOUND, 20.0, {}).get("load_headroom").status == "weak"
-    assert diagnose(summary(tpot=19.0, conc=126.0), HEADROOM, 20.0, {}).get("load_headroom").status != "supported"
+    assert diagnose(summary(tpot=12.0, conc=126.0), PREFILL_BOUND, TPOT20, {}).get("load_headroom").status == "weak"
+    assert diagnose(summary(tpot=12.0, conc=126.0), DECODE_BOUND, TPOT20, {}).get("load_headroom").status == "weak"
+    assert diagnose(summary(tpot=19.0, conc=126.0), HEADROOM, TPOT20, {}).get("load_headroom").status != "supported"
     ref = baseline()
     h = history([outcome(ref, summary(tpot=12.0, conc=126.0), "reference", HEADROOM),
                  outcome(baseline(n=640), summary(n=640, tpot=12.0, conc=126.0, native=185.0), "reference", HEADROOM)],

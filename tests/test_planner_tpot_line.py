@@ -8,6 +8,8 @@ under the limit; a screen whose N holds the same load either way goes straight t
 the same checks."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from agent.planner.candidates import build_card
 from agent.planner.checks import check
 from agent.planner.deterministic import candidates, diagnosis_for
@@ -21,12 +23,12 @@ MTP = "deepseek-v3-910c-wider-mtp-wins"
 
 def _at_confirm(tmp_path, case, **start):
     h = measured_start(tmp_path, case, n=640, **start)
-    return h, h.goal.constraints.tpot_mean_ms_lt
+    return h, h.goal.view().decode_limit()  # the goal's mean TPOT limit, as the planner reads it (core/goalview.py)
 
 
 def test_over_the_limit_the_load_cut_is_sized_by_the_proportional_bound_then_by_the_line(tmp_path):
     h, limit = _at_confirm(tmp_path, ABOVE)
-    head = diagnosis_for(h).tpot_headroom
+    head = diagnosis_for(h).headroom
     assert head < 0
     space = h.goal.space()
     jump, why = sized_down("concurrency", 256, list(space["concurrency"]), h, head, limit)
@@ -38,10 +40,10 @@ def test_over_the_limit_the_load_cut_is_sized_by_the_proportional_bound_then_by_
     # the cut ran and was still over the limit: two batches now give a line, and it sizes the next cut
     cut = build_card("g1", h.goal.scenario, h.best_knobs, "concurrency", 128, stage="confirm", n=640)
     h2 = h.model_copy(update={"outcomes": h.outcomes + [measure(tmp_path, h.goal, cut, "negative")]})
-    line = tpot_line(h2, h2.best_knobs, 640)
+    line = tpot_line(h2, h2.best_knobs, 640, limit)
     assert line is not None and line.points == 2 and line.b > 0
     jump, why = sized_down("concurrency", 256, list(space["concurrency"]), h2, head, limit)
-    assert jump == 96 and "the TPOT line over 2 run(s)" in why
+    assert jump == 96 and "the mean TPOT line over 2 run(s)" in why
 
 
 def test_a_load_pair_under_ten_percent_headroom_runs_only_where_the_line_allows_it(tmp_path):
@@ -51,11 +53,11 @@ def test_a_load_pair_under_ten_percent_headroom_runs_only_where_the_line_allows_
     o = measure(tmp_path, h.goal, build_card("g1", h.goal.scenario, {**knobs, "concurrency": 160}, "concurrency", 192,
                                              stage="confirm", n=640), "new_best")
     h2 = h.model_copy(update={"outcomes": h.outcomes + [o], "best_knobs": knobs})
-    assert 0 < diagnosis_for(h2).tpot_headroom < 0.1
+    assert 0 < diagnosis_for(h2).headroom < 0.1
     tpot, ok, words = predicted_tpot(h2, knobs | {"max_num_seqs": 224, "concurrency": 256}, limit)
     assert ok and "chance under the 20 ms limit" in words
     pairs = [c for c, _ in candidates(h2, diagnosis_for(h2)) if c.also is not None and c.hypothesis == "client_supply"]
-    assert pairs and "the TPOT line over 2 run(s)" in pairs[0].coupling, [c.coupling for c in pairs]
+    assert pairs and "the mean TPOT line over 2 run(s)" in pairs[0].coupling, [c.coupling for c in pairs]
     assert not check(pairs[0], h2)
     _, ok, _ = predicted_tpot(h2, knobs | {"max_num_seqs": 512, "concurrency": 512}, limit)
     assert not ok  # far past the limit on the line
@@ -109,7 +111,7 @@ def test_near_the_limit_a_batch_raise_is_worth_its_chance_under_it_so_the_relayo
     from agent.planner.tpot_fit import load_chance
 
     h, limit = _at_confirm(tmp_path, IMBALANCE)
-    head = diagnosis_for(h).tpot_headroom
+    head = diagnosis_for(h).headroom
     assert 0 < head < 0.1
     wider = h.best_knobs | {"max_num_seqs": 256}
     chance, words = load_chance(h, wider, limit)
@@ -122,13 +124,13 @@ def test_near_the_limit_a_batch_raise_is_worth_its_chance_under_it_so_the_relayo
     top = ranked[0]
     assert top[:2] == ("expert_layout", "static_eplb"), ranked[:4]
     seqs = next(v for k, new, v in ranked if k == "max_num_seqs" and new == 256)
-    assert "its chance under the TPOT limit" in seqs.why
+    assert "its chance under the latency limit" in seqs.why
     # with headroom (TPOT well under its limit) the same raise is not discounted
     h2, _ = _at_confirm(tmp_path, IMBALANCE, expert_layout="static_eplb")
-    assert diagnosis_for(h2).tpot_headroom > 0.1
+    assert diagnosis_for(h2).headroom > 0.1
     seqs2 = next(v for c, v in candidates(h2, diagnosis_for(h2))
                  if c.also is None and c.change.knob == "max_num_seqs" and c.change.new == 256)
-    assert "chance under the TPOT limit" not in seqs2.why
+    assert "chance under the latency limit" not in seqs2.why
 
 
 def test_the_closed_loop_batch_model_holds_the_fill_far_below_n_and_not_near_it():
@@ -160,11 +162,11 @@ def test_a_client_and_batch_pair_is_sized_along_the_line_by_the_closed_loop_batc
     space = h2.goal.space()
     c, s, words = sized_pair(h2, list(space["concurrency"]), list(space["max_num_seqs"]), limit)
     assert (c, s) == (512, 448) and "the largest listed pair there" in words, words
-    line, run = tpot_line(h2, h2.best_knobs, 640), o.evidence.decode_running_mean
-    assert line.at(run * 448 / 256) > limit  # the fill-held batch would have called it over the limit
+    line, run = tpot_line(h2, h2.best_knobs, 640, limit), o.evidence.decode_running_mean
+    assert line.at(run * 448 / 256) > limit.limit_ms  # the fill-held batch would have called it over the limit
     ranked = [(c_, v) for c_, v in candidates(h2, diagnosis_for(h2)) if c_.also is not None]
     top, step = ranked[0], next(cv for cv in ranked if cv[0].also.new == 384)
-    assert (top[0].change.new, top[0].also.new) == (512, 448) and "the TPOT line over 2 run(s)" in top[0].coupling
+    assert (top[0].change.new, top[0].also.new) == (512, 448) and "the mean TPOT line over 2 run(s)" in top[0].coupling
     assert not check(top[0], h2)
     assert step[1].value < top[1].value and "sizes a jump to concurrency=512" in step[1].why
     # without the second batch there is no line, and the pair moves one step
@@ -185,9 +187,9 @@ def test_a_wider_draft_moves_the_batch_limit_to_where_its_scaled_line_meets_the_
     assert (top.change.new, top.also.new) == (3, 256) and "× 0.83" in top.coupling, top.coupling
     assert sv.value < tv.value and not check(top, h2)
     # on the k 2 line itself (no draft change) a batch limit of 256 would break the limit
-    line = tpot_line(h2, h2.best_knobs, 640)
+    line = tpot_line(h2, h2.best_knobs, 640, limit)
     from agent.planner.tpot_fit import batch_at
-    assert line.at(batch_at(o.evidence.decode_running_mean, 128, 256, 640, 1.0)) > limit
+    assert line.at(batch_at(o.evidence.decode_running_mean, 128, 256, 640, 1.0)) > limit.limit_ms
 
 
 def test_a_latency_recovery_caps_the_batch_where_the_line_keeps_it_under_the_limit(tmp_path):
@@ -204,13 +206,13 @@ def test_a_latency_recovery_caps_the_batch_where_the_line_keeps_it_under_the_lim
         knobs = knobs | {"concurrency": c}
     hot = measure(tmp_path, h.goal, build_card("g1", h.goal.scenario, knobs, "concurrency", 256, stage="confirm",
                                                n=640), "negative")
-    assert hot.summary.tpot_ms.mean > limit and hot.figures.slo_violations
+    assert hot.summary.tpot_ms.mean > limit.limit_ms and hot.figures.slo_violations
     h2 = h.model_copy(update={"outcomes": outs + [hot], "best_knobs": knobs})
     card = latency_recovery(h2)
     assert card is not None and (card.change.knob, card.change.new) == ("max_num_seqs", 224), card
-    assert "the TPOT line over 4 run(s)" in card.mechanism and card.knobs["concurrency"] == 256
+    assert "the mean TPOT line over 4 run(s)" in card.mechanism and card.knobs["concurrency"] == 256
     assert not check(card, h2)
     # under a tighter limit the line vouches for no cap above the one the best station's run holds: that one
     from agent.planner.recovery import line_cap
     assert line_cap(h2, hot, [192, 224], limit)[0] == 224
-    assert line_cap(h2, hot, [192, 224], limit - 1.0) is None
+    assert line_cap(h2, hot, [192, 224], replace(limit, limit_ms=limit.limit_ms - 1.0)) is None

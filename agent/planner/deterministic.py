@@ -2,7 +2,7 @@
 
 Order of business: a reference of the starting station at confirm N (a screen-N reference of the best station
 only before a screen); then a recovery of a gain the goal cannot
-take as it is (agent.planner.recovery: a lost native window, a load gain that broke only TPOT); then any promising
+take as it is (agent.planner.recovery: a lost native window, a load gain that broke only a decode-side latency limit); then any promising
 screen is confirmed (with a reference of its parent at confirm N first, so the comparison is like for like);
 then the diagnosis of the best station's latest evidence ranks moves by value, each passed through `checks`.
 None means stop: nothing left is worth its cost, or too many experiments in a row changed nothing.
@@ -27,10 +27,6 @@ from core.station import full_knobs  # the deployed station: catalog defaults fi
 DRAFT_COST_DIGITS = 4  # a fitted draft position's cost (relative to a decode step) is kept to 1/10000
 REF_SCREEN_CONFIRM = 3  # screening a best confirmed at confirm N only: its screen-N reference, the screen, the confirm
 SCREEN_CONFIRM = 2  # screening a best with its screen-N reference at hand: the screen and its confirm
-
-
-def tpot_limit(goal) -> float | None:  # type: ignore[no-untyped-def]
-    return goal.constraints.tpot_mean_ms_lt
 
 
 def ruled_out(history: History) -> set[str]:
@@ -85,7 +81,7 @@ def _diagnose(history: History) -> Diagnosis | None:
     if ref is None or ref.summary is None:
         return None
     knobs = full_knobs(history.best_knobs, history.goal.engine)
-    d = diagnose(ref.summary, ref.evidence, tpot_limit(history.goal), knobs, ruled_out(history))
+    d = diagnose(ref.summary, ref.evidence, history.goal.view().limits, knobs, ruled_out(history))
     fit = fitted_cost(history, history.best_knobs) if d.spec_positions is not None else None
     if fit is not None:  # the measured widths price a position (verification too), not the draft share alone
         d = d.model_copy(update={"draft_cost": round(fit[0], DRAFT_COST_DIGITS), "draft_cost_why": fit[1]})
@@ -251,7 +247,9 @@ class DeterministicPlanner:
         chosen = worth_running(passing)
         if chosen is not None and not stale:
             card, v = chosen
-            hot = hot_while_warm(passing, history)
+            # a move the twin, leading, values at even odds or better keeps its place: the twin ranked every move by
+            # its predicted gain per card-hour over the whole space, restarts priced in
+            hot = hot_while_warm(passing, history) if not likely(card, v) else None
             if hot is not None and hot[0] is not card:
                 card = hot[0]
                 ranked.append((card.title(), hot[1].value, "runs first: a hot move on the warm best station; "

@@ -1,7 +1,7 @@
 """Explain the evidence before choosing a knob: named hypotheses with evidence for and against.
 
-Pure: a Summary, the evidence digest (executor.evidence.digest keys) and the goal's latency limit in,
-a Diagnosis out. Each hypothesis is scored by its rule (agent/planner/rules/<hypothesis>.py, registered in
+Pure: a Summary, the evidence digest (executor.evidence.digest keys) and the goal's latency limits (core/goalview.py
+rows, any metric at any statistic) in, a Diagnosis out; the rules read the limit that binds at the run. Each hypothesis is scored by its rule (agent/planner/rules/<hypothesis>.py, registered in
 agent.planner.rules.RULES). Thresholds are coarse on purpose; the planner only needs to rank explanations and
 know when the queue evidence cannot separate them (then, and only then, a profile is worth asking for).
 """
@@ -23,6 +23,7 @@ from agent.planner.rules.latency_bound import headroom as latency_headroom
 from agent.planner.rules.load_headroom import LOAD_HEADROOM
 from agent.planner.rules.prefill_supply import BUDGET_FULL, CAP_FULL, prefill_limit
 from agent.planner.rules.spec_acceptance import draft_cost, positions
+from core.goalview import Limit, binding
 from core.knobs import DRAFT_WIDTH, by_role
 from core.summary import Summary
 from core.evidence import Evidence, number
@@ -39,7 +40,10 @@ class Diagnosis(BaseModel):
     hypotheses: list[Hypothesis]
     propose_profile: bool = False
     profile_reason: str | None = None
-    tpot_headroom: float | None = None  # 1 - mean TPOT / limit
+    headroom: float | None = None  # 1 - figure / limit of the binding latency limit (the least slack)
+    binding: str | None = None  # that limit's key (core/goalview.py Limit.key)
+    binding_words: str | None = None  # its figure in words ("TTFT p99")
+    binding_side: Literal["decode", "prefill", "both"] | None = None  # which side's knobs move it (E2E: both)
     # which prefill batch limit binds (batch composition evidence): "token_budget" when batches already fill
     # the token budget (a higher request cap cannot add tokens), "request_cap" when they carry the cap's
     # requests with budget to spare; None when the evidence does not say
@@ -81,17 +85,18 @@ class Diagnosis(BaseModel):
         return "\n".join(lines)
 
 
-def diagnose(summary: Summary | None, evidence: Evidence | dict[str, Any] | None, tpot_limit_ms: float | None,
+def diagnose(summary: Summary | None, evidence: Evidence | dict[str, Any] | None, limits: tuple[Limit, ...] | None,
              knobs: dict[str, Any] | None = None, ruled_out: frozenset[str] | set[str] = frozenset()) -> Diagnosis:
-    """Rank the named explanations of where throughput is lost, from queue and batch evidence; `ruled_out`
-    names hypotheses a move from this station already tested negative: the queue they explain no longer
-    argues against the load as the limit (what a negative rules out)."""
+    """Rank the named explanations of where throughput is lost, from queue and batch evidence; the latency rules
+    read the limit that binds at this run (`limits`: the goal's, GoalView.limits); `ruled_out` names hypotheses a
+    move from this station already tested negative: the queue they explain no longer argues against the load as
+    the limit (what a negative rules out)."""
     ev = evidence if isinstance(evidence, Evidence) else Evidence.model_validate(evidence or {})  # a digest record
     knobs = knobs or {}
-    ctx = Ctx(summary=summary, ev=ev, tpot_limit_ms=tpot_limit_ms, knobs=knobs,
-              ruled_out=frozenset(ruled_out) - {"latency_bound"})
+    bound = binding(tuple(limits or ()), summary)
+    ctx = Ctx(summary=summary, ev=ev, limit=bound, knobs=knobs, ruled_out=frozenset(ruled_out) - {"latency_bound"})
     head = latency_headroom(ctx)
-    ctx = Ctx(summary=summary, ev=ev, tpot_limit_ms=tpot_limit_ms, knobs=knobs, ruled_out=ctx.ruled_out, headroom=head)
+    ctx = Ctx(summary=summary, ev=ev, limit=bound, knobs=knobs, ruled_out=ctx.ruled_out, headroom=head)
     hyps = [r.score(ctx) for r in RULES]
     # where the server loses throughput (profiles separate these); latency and load headroom are about the load
     throughput = [h for r, h in zip(RULES, hyps) if r.separable]
@@ -107,7 +112,9 @@ def diagnose(summary: Summary | None, evidence: Evidence | dict[str, Any] | None
     limit, limit_why, fill = prefill_limit(ev, knobs)
     client, client_why = client_limit(summary)
     k = int(by_role(knobs, DRAFT_WIDTH) or 0)
-    return Diagnosis(hypotheses=hyps, propose_profile=profile, profile_reason=why, tpot_headroom=head,
+    return Diagnosis(hypotheses=hyps, propose_profile=profile, profile_reason=why, headroom=head,
+                     binding=bound.key if bound else None, binding_words=bound.words if bound else None,
+                     binding_side=bound.side if bound else None,
                      prefill_limit=limit, prefill_limit_why=limit_why, prefill_budget_fill=fill, client_limit=client,
                      client_limit_why=client_why, decode_demand=decode_demand(ev), spec_positions=positions(ev),
                      draft_cost=draft_cost(ev, k), imbalance_loss=imbalance_loss(ev)[0],

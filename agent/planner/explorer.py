@@ -1,7 +1,7 @@
 """Exploration when the evidence rules run out: Optuna's TPE over the goal's space proposes the next card.
 
-The study is warm-started from every valid run of the goal (`add_trial` of the measured stations, the TPOT limit
-as an Optuna constraint, so TPE's "good" set holds only stations that meet it). Its suggestions are projected
+The study is warm-started from every valid run of the goal (`add_trial` of the measured stations, how far each breaks
+its worst latency limit as an Optuna constraint, so TPE's "good" set holds only stations that meet them all). Its suggestions are projected
 onto the best station's one-change neighbourhood, so the card stays an experiment card: one change, the same
 checks, never a known negative or a veto, ordered by what it is expected to win per card-hour. Only when every
 one-change neighbour is measured or ruled out does a suggestion keep its two largest changes (a coupled pair,
@@ -51,7 +51,7 @@ class Prediction:
     sigma: float
     base: float  # the best station's measured objective
     ei: float  # expected improvement over `base` (objective units)
-    violation: float  # predicted TPOT violation (0 = meets the limit)
+    violation: float  # predicted latency violation (0 = meets every limit)
 
     @property
     def ei_pct(self) -> float:
@@ -70,7 +70,7 @@ class Prediction:
         rel = (lambda x: f"{x / self.base - 1:+.1%}") if self.base > 0 else (lambda x: f"{x:.1f}")  # noqa: E731
         lo, hi = self.mean - INTERVAL_Z * self.sigma, self.mean + INTERVAL_Z * self.sigma
         return (f"predicted {metric} {self.mean:.1f} ({rel(self.mean)}, 90 % interval {rel(lo)} .. {rel(hi)}); "
-                f"expected improvement {self.ei_pct:.2f} %" + (f"; predicted TPOT over its limit by "
+                f"expected improvement {self.ei_pct:.2f} %" + (f"; predicted over a latency limit by "
                                                                 f"{self.violation:.0%}" if self.violation > 0 else ""))
 
 
@@ -122,9 +122,10 @@ class Space:
 
 
 def observations(history: History, space: Space) -> list[tuple[dict[str, int], float, float]]:
-    """Every valid run of the goal as (encoded station, objective, TPOT violation), one per station (mean)."""
+    """Every valid run of the goal as (encoded station, objective, latency violation: how far it breaks its worst
+    latency limit, relative, core/goalview.py), one per station (mean)."""
     goal = history.goal
-    limit = goal.constraints.tpot_mean_ms_lt
+    view = goal.view()
     acc: dict[str, tuple[dict[str, int], list[float], float]] = {}
     for o in history.outcomes:
         if o.verdict != "valid" or o.summary is None:
@@ -135,8 +136,7 @@ def observations(history: History, space: Space) -> list[tuple[dict[str, int], f
         idx = space.encode(o.card.knobs)
         if y is None or idx is None:
             continue
-        tpot = o.summary.tpot_ms.mean
-        viol = max(0.0, tpot / limit - 1.0 + 1e-9) if limit and tpot is not None and tpot >= limit else 0.0
+        viol = view.excess(o.summary)
         if o.figures is not None and o.figures.slo_violations and viol == 0.0:
             viol = 1.0  # another constraint broken (all requests must succeed, ...)
         key = repr(sorted(idx.items()))
@@ -146,7 +146,7 @@ def observations(history: History, space: Space) -> list[tuple[dict[str, int], f
 
 
 class Model:
-    """The kernel model of the measured objective and TPOT violation over the encoded space."""
+    """The kernel model of the measured objective and latency violation over the encoded space."""
 
     def __init__(self, space: Space, obs: list[tuple[dict[str, int], float, float]]):
         self.space = space
@@ -184,7 +184,7 @@ def _study(space: Space, obs: list[tuple[dict[str, int], float, float]], seed: i
     dists = space.distributions()
     for idx, y, viol in obs:
         study.add_trial(optuna.trial.create_trial(params=dict(idx), distributions=dists, value=y,
-                                                  constraints={"tpot_mean_ms": viol}))
+                                                  constraints={"latency_excess": viol}))
     return study
 
 
@@ -269,7 +269,7 @@ def _card(history: History, space: Space, model: Model, moves: list[tuple[str, i
     pred = model.predict(idx)
     what = " with ".join(f"{k}={v!r}" for k, v in named)
     fields = dict(stage="screen", n=goal.protocol.screen_n, hypothesis="exploration",
-                  mechanism=(f"exploration: Optuna TPE over the {told} valid run(s) of this goal (TPOT limit "
+                  mechanism=(f"exploration: Optuna TPE over the {told} valid run(s) of this goal (latency limits "
                              f"as its constraint) favours {what} ({why_rules})" + (" (pair)" if len(moves) > 1 else "")),
                   decision="whether the region the model favours beats the best station",
                   expected_effect=pred.text(goal.objective.metric),

@@ -27,7 +27,7 @@ from agent.planner.history import History
 from agent.planner.rules.base import MoveRule, decode_at_limit
 from agent.planner.rules.load_headroom import room_for
 from agent.planner.rules.spec_acceptance import DEFAULT_DRAFT_COST, predicted_gain
-from agent.planner.tpot_fit import sized_draft_batch, sized_pair
+from agent.planner.tpot_fit import line_limit, sized_draft_batch, sized_pair
 from agent.planner.value import VALUE_DIGITS, Value, value_of
 from core.knobs import ARRIVAL_RATE, BATCH_CAP, CLIENT_CAP, COST_ORDER, DRAFT_WIDTH, by_role, catalog, named, role_of
 
@@ -113,7 +113,7 @@ def couplings(history: History, diag: Diagnosis | None) -> list[tuple[str, str, 
     full = win is not None and bool(s.concurrency) and win.achieved_concurrency is not None \
         and win.achieved_concurrency >= IN_FLIGHT_FULL * s.concurrency
     at_limit = decode_at_limit(ev)
-    head = diag.tpot_headroom
+    head = diag.headroom
     room = head is None or head >= LOAD_HEADROOM  # more in flight and a bigger batch raise TPOT: room for both
     # the station's C (what the pair changes): per decode instance no more than the batch limit, a larger batch
     # cannot be filled by this client
@@ -143,7 +143,7 @@ def couplings(history: History, diag: Diagnosis | None) -> list[tuple[str, str, 
             head is not None and head < LOAD_HEADROOM)):
         cost = DEFAULT_DRAFT_COST if diag.draft_cost is None else diag.draft_cost
         g = predicted_gain(diag.spec_positions, k, int(k_up), cost)
-        held = "at its limit" if at_limit else f"by TPOT ({head:.0%} headroom)"
+        held = "at its limit" if at_limit else f"by its latency limit ({head:.0%} headroom)"
         if g > 0:
             out.append((kd, ks, "spec_acceptance",
                         f"the acceptance model values k {k} -> {k_up} at {g:+.1%} and the decode batch is held {held}: "
@@ -168,8 +168,7 @@ def pair_moves(history: History, diag: Diagnosis | None,
         steps: list[tuple[Any, Any, str, str | None]] = [(v1, v2, why, None)]
         roles = (role_of(k1), role_of(k2))
         if roles == (CLIENT_CAP, BATCH_CAP):  # the line sizes the pair's step once two batches are known
-            jump = sized_pair(history, list(space.get(k1) or []), list(space.get(k2) or []),
-                              history.goal.constraints.tpot_mean_ms_lt)
+            jump = sized_pair(history, list(space.get(k1) or []), list(space.get(k2) or []), line_limit(history))
             if jump is not None:
                 steps.insert(0, (jump[0], jump[1], f"{why}; {jump[2]}", jump[2]))
         if roles == (DRAFT_WIDTH, BATCH_CAP) and diag is not None and diag.spec_positions:
@@ -178,7 +177,7 @@ def pair_moves(history: History, diag: Diagnosis | None,
             g = predicted_gain(diag.spec_positions, int(history.best_knobs.get(k1) or 0), int(v1), cost)
             jump = sized_draft_batch(history, list(space.get(k2) or []), 1.0 / (1.0 + g),
                                      f"k {history.best_knobs.get(k1)} -> {v1} at {g:+.1%} decode throughput",
-                                     history.goal.constraints.tpot_mean_ms_lt) if g > -1.0 else None
+                                     line_limit(history)) if g > -1.0 else None
             if jump is not None:
                 steps.insert(0, (v1, jump[0], f"{why}; {jump[1]}", jump[1]))
         r1, r2 = rule_for(k1, "up"), rule_for(k2, "up")

@@ -21,6 +21,7 @@ from core.knobs import (
     ARRIVAL_RATE, BATCH_CAP, CLIENT_CAP, DECODE_INSTANCES, DRAFT_METHOD, DRAFT_WIDTH, EXPERT_PLACEMENT, INDEX_REUSE,
     KV_MEMORY_FRACTION, PREFILL_INSTANCES, PREFILL_REQUEST_CAP, PREFILL_TOKEN_BUDGET, role_of,
 )
+from core.goalview import figure_of
 from core.ledger import Interval, Observation, Prediction, relative
 from core.summary import Summary
 
@@ -36,22 +37,15 @@ LOAD_LATENCY_SHARE = 0.5  # a load raise's point prediction on the binding laten
 
 
 def binding_slo(history: History, parent: Outcome | None) -> str | None:
-    """The latency limit closest to its limit at the parent's reference (the first one when unmeasured)."""
-    limits = history.goal.constraints.latency_limits()
-    if not limits:
-        return None
-    s = parent.summary if parent is not None else None
-    if s is None:
-        return next(iter(sorted(limits)))
-    return max(sorted(limits), key=lambda k: (slo_figure(s, k) or 0.0) / limits[k])
+    """The key of the latency limit with the least slack at the parent's reference (core/goalview.py; the first one
+    when unmeasured)."""
+    got = history.goal.view().binding(parent.summary if parent is not None else None)
+    return None if got is None else got.key
 
 
 def slo_figure(s: Summary | None, key: str) -> float | None:
-    """The figure a latency limit constrains (`tpot_mean_ms_lt` -> the summary's mean TPOT in ms)."""
-    if s is None:
-        return None
-    metric, stat = key.split("_")[:2]
-    return getattr(getattr(s, f"{metric}_ms", None), stat, None)
+    """The figure a latency limit's key constrains, read off a Summary (core/goalview.py figure_of)."""
+    return figure_of(s, key)
 
 
 def objective_name(history: History) -> str:

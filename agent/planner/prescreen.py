@@ -1,8 +1,8 @@
 """Offline pre-screening: when the goal's target has a calibrated profile, each screen the planner proposes is
 first simulated (its station and its parent's, same scenario, N and seed) before any device time is spent.
 
-A screen the simulator predicts negative (less than the goal's least gain with no latency win, or a break of the
-TPOT limit) is set aside unrun: recorded as a note "predicted negative" with the prediction, its card cancelled,
+A screen the simulator predicts negative (less than the goal's least gain with no latency win, or a break of any
+of the goal's latency limits at its own statistic, read off the simulated run's whole Summary) is set aside unrun: recorded as a note "predicted negative" with the prediction, its card cancelled,
 and never a negative (no negative memory, no ruled-out hypothesis, no KPI). A person runs it anyway with the usual
 instruction, e.g. `tuneloop instruct G one_more_round --knob KNOB=VALUE` (REST and chat alike): an instructed card
 is never pre-screened. A screen that passes carries the simulator's numeric prediction (the hypothesis ledger's
@@ -30,6 +30,7 @@ def screened(card: CandidateCard, history: History) -> bool:
     return any(o.card.stage == "screen" and o.card.knobs_hash == card.knobs_hash for o in history.outcomes)
 
 MAX_SKIPS = 32  # screens set aside in one planning step before the planner's own answer is taken
+PREDICTED_DIGITS = 4  # a predicted figure is kept to 1/10000 of its unit
 RANK = 4  # passing moves compared by their simulated value per card-hour in one planning step
 ORDINALS = {2: "second", 3: "third", 4: "fourth"}  # the words for a move's place up to RANK (4); past it "5th"
 RANKED = "ranked first of"
@@ -113,7 +114,7 @@ class Prescreened:
         if key not in self._cache:
             g = history.goal
             self._cache[key] = self.executor.predict_station(g.target, g.scenario, knobs, n, warmup=g.protocol.warmup,
-                                                             seed=g.protocol.seeds[0])
+                                                             seed=g.protocol.seeds[0], slos=g.view().slos() or None)
         return self._cache[key]
 
     def simulate(self, card: CandidateCard, history: History) -> tuple[Prediction | None, str | None]:
@@ -126,28 +127,34 @@ class Prescreened:
             return None, None
         if new is None or old is None:
             return None, None
-        metric = "output_tok_s_per_card" if goal.objective.metric.endswith("per_card") else "output_tok_s"
-        gain = relative(new.get(metric), old.get(metric))
-        tpot = relative(new.get("tpot_mean_ms"), old.get("tpot_mean_ms"))
-        ttft = relative(new.get("ttft_mean_ms"), old.get("ttft_mean_ms"))
+        view = goal.view()
+        s_new, s_old = new.get("summary"), old.get("summary")
+        if s_new is None or s_old is None:
+            return None, None
+        metric = f"{goal.objective.metric} (whole)"
+        gain = relative(view.objective(s_new, "whole"), view.objective(s_old, "whole"))
         if gain is None:
             return None, None
-        limit = goal.constraints.tpot_mean_ms_lt
+        bound = view.binding(s_old)  # the limit with the least slack at the parent, as the simulator sees it
+        lat = relative(bound.figure(s_new), bound.figure(s_old)) if bound is not None else None
+        tpot = relative(s_new.tpot_ms.mean, s_old.tpot_ms.mean)
+        ttft = relative(s_new.ttft_ms.mean, s_old.ttft_ms.mean)
         spread = max(CLEAR_LOSS, abs(gain) * DRIFT_THRESHOLD)  # the drift the check tolerates, as the interval
-        pred = Prediction(source="simulator", objective=f"{goal.objective.metric} (whole)",
+        pred = Prediction(source="simulator", objective=metric,
                           objective_effect=Interval(value=gain, lo=gain - spread, hi=gain + spread),
-                          slo="tpot_mean_ms_lt" if limit is not None else None,
-                          slo_effect=None if tpot is None or limit is None else
-                          Interval(value=tpot, lo=tpot - max(CLEAR_LOSS, abs(tpot) * DRIFT_THRESHOLD),
-                                   hi=tpot + max(CLEAR_LOSS, abs(tpot) * DRIFT_THRESHOLD)),
+                          slo=bound.key if bound is not None else None,
+                          slo_effect=None if lat is None else
+                          Interval(value=lat, lo=lat - max(CLEAR_LOSS, abs(lat) * DRIFT_THRESHOLD),
+                                   hi=lat + max(CLEAR_LOSS, abs(lat) * DRIFT_THRESHOLD)),
                           basis=f"the calibrated simulator ({new.get('profile')}): this station vs its parent at N={card.n}",
-                          predicted={"output_tok_s": new.get("output_tok_s") or 0.0,
-                                     "tpot_mean_ms": new.get("tpot_mean_ms") or 0.0})
+                          predicted={k: round(x, PREDICTED_DIGITS) for k, x in [(goal.objective.metric, view.objective(s_new, "whole"))]
+                                     + [(lim.figure_key, lim.figure(s_new)) for lim in view.limits] if x is not None})
         latency_win = tpot is not None and ttft is not None and tpot <= -LATENCY_WIN and ttft <= 0
-        breaks = limit is not None and new.get("tpot_mean_ms") is not None and new["tpot_mean_ms"] >= limit
-        if breaks:
-            return pred, f"predicted to break the TPOT limit ({new['tpot_mean_ms']:.1f} ms >= {limit:g} ms)"
-        if gain < goal.stop.min_gain_pct / 100.0 and not latency_win:
+        broken = [lim for lim in view.limits if lim.figure(s_new) is not None and not lim.kept(lim.figure(s_new))]
+        if broken:
+            return pred, "predicted to break " + ", ".join(
+                f"the {lim.words} limit ({lim.figure(s_new):.1f} ms >= {lim.limit_ms:g} ms)" for lim in broken)
+        if gain < view.least_gain and not latency_win:
             return pred, f"predicted {gain:+.1%} {metric} (below the least gain {goal.stop.min_gain_pct:g} %, no latency win)"
         return pred, None
 

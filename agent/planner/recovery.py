@@ -2,9 +2,10 @@
 
 * window recovery: a confirm that won without the objective's native window is run again, hot, at the next
   higher rate (when arrivals left C unfilled) or the next lower C, until a run gives the window;
-* latency recovery: a load move that gained but broke only the mean-TPOT limit is followed by a decode batch
-  cap (max_num_seqs) at the batch the best station ran at, or at the largest cap the TPOT line keeps under the
-  limit less its spread, from the violating station.
+* latency recovery: a load move that gained but broke only decode-side latency limits (mean TPOT, a TPOT or ITL
+  tail: core/goalview.py) is followed by a decode batch cap (max_num_seqs) at the batch the best station ran at, or
+  at the largest cap the line of the broken limit's figure keeps under the limit less its spread, from the
+  violating station.
 
 Both run at the confirm N from the station they recover (not the best station) and are judged against the
 best station (agent.planner.judgement.decide), since that station is no reference.
@@ -14,22 +15,24 @@ from __future__ import annotations
 from agent.planner.candidates import CandidateCard, build_card
 from agent.planner.history import History, Outcome
 from agent.planner.rules.client_supply import CAP_FILLED
-from agent.planner.tpot_fit import batch_at, station_line
+from agent.planner.tpot_fit import batch_at, line_limit, station_line
+from core.goalview import GoalView, Limit
 from core.knobs import ARRIVAL_RATE, BATCH_CAP, CLIENT_CAP, named, role_of
 
 LOAD_UP = (CLIENT_CAP, ARRIVAL_RATE)  # roles of the load knobs a latency recovery follows when they go up
 
 
-def line_cap(history: History, violating: Outcome, caps: list, limit_ms: float | None) -> tuple[int, str] | None:
+def line_cap(history: History, violating: Outcome, caps: list, limit: Limit | None) -> tuple[int, str] | None:
     """The largest of `caps` (listed max_num_seqs values at or above the batch the best station ran) whose decode
-    batch the TPOT line through the runs of the violating station's draft, model and layout (its own run among
+    batch the line of the limit's figure through the runs of the violating station's draft, model and layout (its own run among
     them) keeps under the limit less the line's spread. The batch at a cap is the violating run's, carried by the
     closed-loop run model (agent/planner/tpot_fit.py batch_at), since the load that broke the limit queues for the cap.
     None: no line, or only the smallest cap is that sure (the cap the best station's own run vouches for)."""
-    station = station_line(history, violating.card.knobs, violating)
-    if limit_ms is None or station is None:
+    station = station_line(history, violating.card.knobs, violating, limit)
+    if limit is None or station is None:
         return None
     line, n, inst, run, cap0 = station
+    limit_ms = limit.limit_ms
     sigma = line.spread(limit_ms)
 
     def batch(v: float) -> float:
@@ -39,7 +42,7 @@ def line_cap(history: History, violating: Outcome, caps: list, limit_ms: float |
     if not sure or max(sure) == min(caps):
         return None
     v = max(sure)
-    return v, (f"the TPOT line over {line.points} run(s) ({line.a:.1f} + {line.b:.4f} ms per sequence) puts a batch "
+    return v, (f"the {limit.words} line over {line.points} run(s) ({line.a:.1f} + {line.b:.4f} ms per sequence) puts a batch "
                f"of ~{batch(v):.0f} at {line.at(batch(v)):.1f} ms, within the limit less its {sigma:.1f} ms spread")
 
 
@@ -96,44 +99,47 @@ def window_recovery(history: History) -> CandidateCard | None:
     return None
 
 
-def tpot_only(figures) -> bool:  # type: ignore[no-untyped-def]
-    """The run broke the SLO on mean TPOT and on nothing else."""
+def decode_only(figures, view: GoalView) -> bool:  # type: ignore[no-untyped-def]
+    """The run broke the SLO on decode-side latency limits (mean TPOT, a TPOT or ITL tail) and on nothing else."""
     v = figures.slo_violations if figures is not None else []
-    return bool(v) and all(x.startswith("tpot_mean_ms_lt") for x in v)
+    keys = tuple(f"{x.key}:" for x in view.limits if x.side == "decode")
+    return bool(v) and bool(keys) and all(x.startswith(keys) for x in v)
 
 
 def batch_cap_available(history: History) -> bool:
-    """A TPOT limit, max_num_seqs in the space, and a listed cap below the best station's that still holds the
-    batch it ran at: a load gain that crosses the limit has a way back (see latency_recovery)."""
+    """A decode-side limit binding at the best station, max_num_seqs in the space, and a listed cap below the best
+    station's that still holds the batch it ran at: a load gain that crosses the limit has a way back (see
+    latency_recovery)."""
     goal = history.goal
     space = goal.space()
     ref = history.latest_valid(history.best_knobs)
     ran = ref.evidence.decode_running_max if ref is not None else None
     seqs = named(BATCH_CAP, space)
     cur = history.best_knobs.get(seqs) if seqs is not None else None
-    if goal.constraints.tpot_mean_ms_lt is None or seqs is None or ran is None or cur is None:
+    if line_limit(history) is None or seqs is None or ran is None or cur is None:
         return False
     return any(v is not None and ran <= v < cur for v in space[seqs])
 
 
 def latency_recovery(history: History) -> CandidateCard | None:
-    """A load move from the best station that gained on the objective but broke only the mean-TPOT limit: the
-    decode batch grew past what the limit allows. Cap the decode batch (max_num_seqs) at the smallest listed
+    """A load move from the best station that gained on the objective but broke only decode-side limits (mean TPOT,
+    a TPOT or ITL tail): the decode batch grew past what the limit allows. Cap the decode batch (max_num_seqs) at the smallest listed
     value that still holds the batch the best station ran at (it met the limit there), from the violating
     station, so the extra load queues before decode instead of stretching every decode step; run at the confirm N
     (like a window recovery: the violating station is no reference) and judged against the best station."""
     goal = history.goal
     space = goal.space()
     seqs = named(BATCH_CAP, space)
-    if seqs is None or goal.constraints.tpot_mean_ms_lt is None:
+    view = goal.view()
+    if seqs is None or not any(x.side == "decode" for x in view.limits):
         return None
     done = history.finished_keys
     for o in reversed(history.outcomes):
         c = o.card.change
         if o.card.stage == "baseline" or o.verdict != "valid" or c is None:
             continue
-        if o.decision != "negative" or not tpot_only(o.figures) or o.card.parent_knobs_hash != history.best_knobs_hash:
-            return None  # only the latest judged experiment, and only a load move that broke TPOT alone
+        if o.decision != "negative" or not decode_only(o.figures, view) or o.card.parent_knobs_hash != history.best_knobs_hash:
+            return None  # only the latest judged experiment, and only a load move that broke decode latency alone
         if role_of(c.knob) not in LOAD_UP or c.old is None or not (c.new is None or c.new > c.old):
             return None
         ref = history.reference(o.card.parent_knobs, o.card.n)
@@ -152,16 +158,17 @@ def latency_recovery(history: History) -> CandidateCard | None:
                       and (viol_max is None or v < viol_max))
         if not fits:
             return None
-        cap, why = fits[0], f"the best station ran up to {ran:.0f} within the TPOT limit"
-        sized = line_cap(history, o, fits, goal.constraints.tpot_mean_ms_lt)
+        broken = view.decode_limit(o.summary)  # the decode-side limit the violating run broke most
+        cap, why = fits[0], f"the best station ran up to {ran:.0f} within the {broken.words} limit"  # type: ignore[union-attr]
+        sized = line_cap(history, o, fits, broken)
         if sized is not None:
             cap, why = sized
         card = build_card(history.goal_id, goal.scenario, o.card.knobs, seqs, cap, stage="confirm",
                           n=goal.protocol.confirm_n, direction="down", hypothesis="latency_bound",
                           mechanism=(f"cap the decode batch at {cap} ({why}): the extra load queues before decode "
                                      f"instead of stretching every decode step"),
-                          decision="whether the load's gain survives inside the TPOT limit",
-                          expected_effect=f"mean TPOT back under the limit, most of the {got / base - 1:+.0%} kept; TTFT rises",
+                          decision=f"whether the load's gain survives inside the {broken.words} limit",  # type: ignore[union-attr]
+                          expected_effect=f"{broken.words} back under the limit, most of the {got / base - 1:+.0%} kept; TTFT rises",
                           negative_rules_out=f"a decode batch cap of {cap} as the way to keep this load's gain")
         return None if card.experiment_key in done else card
     return None

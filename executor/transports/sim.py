@@ -22,6 +22,7 @@ from core import profiles, scenarios
 from core.profiles import Profile
 from core import records as rec
 from core.canonical import digest
+from core.metrics import summarize
 from core.summary import Summary
 from core.trial import CostEntry
 from executor.costs import charges
@@ -42,17 +43,33 @@ from simulator.faults import Faults
 
 
 def predict_station(profile: str, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0, seed: int = 0,
-                    arrival: str = "constant", burstiness: float = 1.0) -> dict[str, Any]:
+                    arrival: str = "constant", burstiness: float = 1.0,
+                    slos: dict[str, float] | None = None) -> dict[str, Any]:
     """The executor's door to a simulated prediction of one station with a (calibrated) profile, name or YAML path:
-    output tok/s, mean TPOT and TTFT (simulator.stations.predict)."""
-    return stations.predict(profiles.load(profile), scenario, knobs, n, warmup=warmup, seed=seed, arrival=arrival,
-                            burstiness=burstiness)
+    output tok/s (whole window, and per card), mean TPOT and TTFT, the cards in use, and `summary`, the run's whole
+    Summary with the goal's SLOs (`slos`: goodput), so a caller reads any figure a goal names."""
+    prof = profiles.load(profile)
+    s, left = simulate_station(prof, scenario, knobs, n, warmup=warmup, seed=seed, slos=slos, arrival=arrival,
+                               burstiness=burstiness)
+    return {"profile": prof.name, "summary": s, "cards": s.cards, "knobs_not_modelled": left,
+            "knobs_used": stations.sim_knobs(knobs)[0],
+            "output_tok_s": s.whole.output_tok_s if s.whole else None,
+            "output_tok_s_per_card": s.whole.output_tok_s_per_card if s.whole else None,
+            "tpot_mean_ms": s.tpot_ms.mean, "ttft_mean_ms": s.ttft_ms.mean}
 
 
-def predict_with(profile: Profile, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0,
-                 seed: int = 0) -> dict[str, Any]:
-    """The same prediction with a profile in memory (the goal's twin, executor/twin.py)."""
-    return stations.predict(profile, scenario, knobs, n, warmup=warmup, seed=seed)
+def simulate_station(profile: Profile, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0, seed: int = 0,
+                     slos: dict[str, float] | None = None, native_min_requests: int = 128,
+                     native_min_seconds: float = 60.0, arrival: str = "constant",
+                     burstiness: float = 1.0) -> tuple[Summary, list[str]]:
+    """One station simulated with a profile in memory, summarised by the code that summarises every run
+    (core.metrics.summarize, with the goal's SLOs, so goodput is defined, and its native-window rule): the goal's
+    twin predicts a whole Summary (executor/twin.py). Also the knobs the simulator does not model."""
+    mapped, left = stations.sim_knobs(knobs)
+    run = engine.simulate(profile, scenario, profile.knobs(mapped), n=n, warmup=warmup, seed=seed, arrival=arrival,
+                          burstiness=burstiness)
+    return summarize(run.records, run.info, slos=slos, native_min_requests=native_min_requests,
+                     native_min_seconds=native_min_seconds), left
 
 
 def calibrate_runs(run_dirs: list[Path], prior: str,

@@ -12,7 +12,7 @@ from agent.planner.proposers.twin_search import TwinSearch
 
 PROPOSERS: tuple[Proposer, ...] = (
     WindowRecovery(),  # recover: the native window a confirmed load gain lost
-    LatencyRecovery(),  # recover: a load gain that broke only the TPOT limit, kept by a decode batch cap
+    LatencyRecovery(),  # recover: a load gain that broke only decode-side latency limits, kept by a decode batch cap
     TwinSearch(),  # rank: the goal's twin (a simulator calibrated to its runs) searched; leads while it predicts well
     CoupledPairs(),  # rank: two levers the evidence says hold each other back, moved together
     RuleMoves(),  # rank: the evidence rules' one-change moves (agent/planner/rules/)

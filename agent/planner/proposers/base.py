@@ -2,8 +2,8 @@
 registered proposer (agent/planner/proposers/__init__.py) and treats what comes back the same way.
 
 A proposer declares when it is asked (`phase`):
-* `recover`: a card that keeps a gain already confirmed (a lost native window, a load gain that broke only the
-  TPOT limit). Asked first, in registry order; the first card a person has not rejected runs, through the same
+* `recover`: a card that keeps a gain already confirmed (a lost native window, a load gain that broke only a
+  decode-side latency limit). Asked first, in registry order; the first card a person has not rejected runs, through the same
   checks as every card (a budget the card cannot pay is asked of a person, not spent).
 * `rank`: valued moves from the best station (`Value`: the gain the evidence expects, its confidence and its cost
   in card-hours). Every rank proposer's moves are pooled, ranked by the same value per card-hour and passed

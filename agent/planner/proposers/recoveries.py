@@ -1,6 +1,6 @@
 """Recoveries (agent/planner/recovery.py): a confirmed gain the goal cannot take as it is, kept before anything new
-is tried: the native window a load gain lost, and a load gain that broke only the TPOT limit, kept by capping the
-decode batch."""
+is tried: the native window a load gain lost, and a load gain that broke only decode-side latency limits (mean
+TPOT, a TPOT tail), kept by capping the decode batch."""
 from __future__ import annotations
 
 from agent.planner.proposers.base import Asking, Proposals, Proposed
@@ -23,5 +23,5 @@ class LatencyRecovery:
 
     def propose(self, asking: Asking) -> Proposals:
         card = latency_recovery(asking.history)
-        return Proposals(moves=[Proposed(card, why="keep a load gain inside the TPOT limit by capping the decode "
+        return Proposals(moves=[Proposed(card, why="keep a load gain inside the decode-side limit by capping the decode "
                                                    "batch")] if card is not None else [])

@@ -15,7 +15,7 @@ from agent.planner.proposers.base import Asking, Proposals, Proposed
 from agent.planner.recovery import LOAD_UP, batch_cap_available
 from agent.planner.rules import RULES
 from agent.planner.screens import load_unchanged
-from agent.planner.tpot_fit import load_chance
+from agent.planner.tpot_fit import line_limit, load_chance
 from agent.planner.value import VALUE_DIGITS, value_of
 from core.knobs import BATCH_CAP, CLIENT_CAP, role_of
 
@@ -62,24 +62,24 @@ class RuleMoves:
                 cost = estimate(card, history)
                 v = value_of(card, rule_for(knob, direction), diag, cost, history.budget_left_card_hours,
                              asking.native_missing, restart_card_hours=restart)
-                if role in LOAD_UP and direction == "up" and diag is not None and diag.tpot_headroom is not None \
-                        and diag.tpot_headroom < LOAD_HEADROOM and batch_cap_available(history):
-                    # mean TPOT near its limit is what holds the load back; a gain that crosses the limit can still
+                if role in LOAD_UP and direction == "up" and diag is not None and diag.headroom is not None \
+                        and diag.headroom < LOAD_HEADROOM and batch_cap_available(history):
+                    # the binding latency near its limit holds the load back; a gain that crosses the limit can still
                     # be kept by capping the decode batch (latency recovery), so a load move keeps a floor value
                     floor = value_of(card, rule_for(knob, direction).model_copy(update={"hypotheses": ()}), None,
                                      cost, history.budget_left_card_hours, asking.native_missing,
                                      restart_card_hours=restart)
                     if floor.value > v.value:
                         v = floor.model_copy(update={"why": floor.why + "; a decode batch cap can keep a gain that "
-                                                                        "crosses the TPOT limit"})
-                elif role in BATCH_UP and direction == "up" and diag is not None and diag.tpot_headroom is not None \
-                        and 0 <= diag.tpot_headroom < LOAD_HEADROOM:
+                                                                        "crosses the latency limit"})
+                elif role in BATCH_UP and direction == "up" and diag is not None and diag.headroom is not None \
+                        and 0 <= diag.headroom < LOAD_HEADROOM:
                     # near the limit, with no way back but the move itself: worth its gain only as often as the
                     # wider batch stays under the limit (agent/planner/tpot_fit.py load_chance)
-                    got = load_chance(history, card.knobs, goal.constraints.tpot_mean_ms_lt)
+                    got = load_chance(history, card.knobs, line_limit(history))
                     if got is not None and got[0] < 1.0:
                         v = v.model_copy(update={"value": round(v.value * got[0], VALUE_DIGITS),
-                                                 "why": v.why + f"; × {got[0]:.2f}, its chance under the TPOT "
+                                                 "why": v.why + f"; × {got[0]:.2f}, its chance under the latency "
                                                                 f"limit: {got[1]}"})
                 if jump is not None and new != jump[0]:
                     v = v.model_copy(update={"value": round(v.value * SIZED_STEP_DISCOUNT, VALUE_DIGITS),

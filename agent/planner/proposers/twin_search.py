@@ -3,14 +3,15 @@ runs, the path to the twin's optimum turned into the next experiment card.
 
 While the twin leads (it predicts this goal's runs inside its interval), it values every ranked move, its own and
 the other proposers' alike, by its predicted gain over the best station: the gain, times the chance that the gain
-reaches the goal's least gain and that TPOT stays under its limit (its interval read as a normal error), per
-card-hour as every move is; while the best station breaks the limit, a station predicted to keep it is worth at
-least the least gain. Its own moves
-are the best station's one-change neighbours it predicts a gain for, and, when the ascent to its optimum needs two
-changes together to gain what neither gives alone, that pair (the card names both, and the gain each alone was
-predicted); and, while the twin predicted this goal's last run inside its interval, the jump to its optimum: every
-change from the best station to the twin's optimum in one card, where it gains at least the least gain more than
-the best one change (the card names every change and the gain each alone was predicted). Every card it touches carries its prediction (the hypothesis ledger's source "twin") and says that the
+reaches the goal's least gain (the objective's interval read as a normal error) and that every latency limit holds
+(each limit's figure with its own interval: a p99's is its own, wider than a mean's), per card-hour as every move
+is; while the best station breaks a limit, a station predicted to keep them all is worth at least the least gain.
+Its own moves are the best station's one-change neighbours it predicts a gain for, and, when the ascent to its
+optimum needs two changes together to gain what neither gives alone, that pair (the card names both, and the gain
+each alone was predicted); and, while the twin predicted this goal's last run inside its interval, the jump to its
+optimum: every change from the best station to the twin's optimum in one card, where it gains at least the least
+gain more than the best one change (the card names every change and the gain each alone was predicted). Every card
+it touches carries its prediction (the hypothesis ledger's source "twin") and says that the
 twin led and on what fidelity. When it does not lead, it proposes nothing and says why on the cards the rules lead.
 """
 from __future__ import annotations
@@ -28,12 +29,13 @@ from agent.planner.pairs import build_jump, build_pair, move_direction
 from agent.planner.proposers.base import Asking, Proposals, Proposed
 from agent.planner.tpot_fit import chance_under, normal_cdf
 from agent.planner.value import BUDGET_SHARE_DAMP, CLASS_FACTOR, DEFAULT_CLASS_FACTOR, VALUE_DIGITS, Value
+from core.goalview import GoalView, Limit
 from core.ledger import Interval, Prediction
 
 LED = "led by the twin"
 RULES_LED = "led by the evidence rules"
 PREDICTED_DIGITS = 4  # a predicted figure is kept to 1/10000 of its unit
-LIKELY = 0.5  # a twin-valued move at least this likely to gain the least gain (and keep TPOT) is worth running
+LIKELY = 0.5  # a twin-valued move at least this likely to gain the least gain (within every limit) is worth running
 
 
 def likely(card: CandidateCard, value: Value) -> bool:
@@ -76,8 +78,8 @@ class TwinSearch:
         opt = tw.gain(found.optimum, found.base) or 0.0
         path = " + ".join(f"{k}={v!r}" for k, v in found.path) or "the best station itself"
         lead = (f"{LED}: {fid.words()}; its optimum ({path}) predicted {opt:+.1%} over the best station, "
-                f"{found.simulated} stations simulated" + (f"; not modelled, so not searched: "
-                                                           f"{', '.join(found.unmodelled)}" if found.unmodelled else ""))
+                f"{found.simulated} stations simulated" + (" (the whole space)" if found.exhaustive else "")
+                + (f"; not modelled, so not searched: {', '.join(found.unmodelled)}" if found.unmodelled else ""))
         return Proposals(moves=moves, lead=lead, judge=judge.value, settled=_settled(h, fid, found, opt))
 
 
@@ -97,51 +99,69 @@ class Judge:
 
     def value(self, card: CandidateCard, st: tw.Station | None = None) -> tuple[CandidateCard, Value] | None:
         """(the card with the twin's prediction, its value); None when the twin cannot predict its station."""
-        goal, base = self.h.goal, self.found.base
+        goal, base, view = self.h.goal, self.found.base, self.h.goal.view()
         st = st or self.station(card.knobs)
         g = tw.gain(st, base)
         if g is None:
             return None
-        sigma = self.fid.interval / tw.INTERVAL_Z
-        least = goal.stop.min_gain_pct / 100.0
-        limit = goal.constraints.tpot_mean_ms_lt
+        least = view.least_gain
         if not base.feasible and st.feasible:
-            g = max(g, least)  # the best breaks the limit: a station that keeps it is worth at least the least gain
-        # the chance it gains the least gain, and that its TPOT stays under the limit (the same relative error)
-        conf = normal_cdf(g - least, sigma) if not st.broken else 0.0  # a broken contract is an invalid run
-        if limit is not None:
-            conf *= chance_under(limit, st.tpot, st.tpot * sigma) if st.tpot is not None else 0.0
+            g = max(g, least)  # the best breaks a limit: a station that keeps them all is worth at least the least gain
+        # the chance it gains the least gain (the objective's own error), and that each latency limit holds (each
+        # figure's own error: a p99's is wider than a mean's); a broken contract is an invalid run
+        conf = normal_cdf(g - least, self.fid.interval / tw.INTERVAL_Z) if not st.broken else 0.0
+        for lim in view.limits:
+            fig = st.figures.get(lim.figure_key)
+            sigma = self.fid.intervals.get(lim.figure_key, tw.PRIOR_INTERVAL) / tw.INTERVAL_Z
+            conf *= chance_under(lim.limit_ms, fig, fig * sigma) if fig is not None else 0.0
         cost = estimate(card, self.h)
         per_hour = self.restart / (self.restart + cost) if self.restart else 1.0
         share = cost / self.h.budget_left_card_hours if self.h.budget_left_card_hours > 0 else 1.0
         v = max(0.0, g) * conf * CLASS_FACTOR.get(card.cost_class, DEFAULT_CLASS_FACTOR) * per_hour \
             * max(0.0, 1.0 - BUDGET_SHARE_DAMP * share)
-        tpot_words = "" if st.tpot is None else f", TPOT {st.tpot:.1f} ms" + (
-            f" (limit {limit:g} ms{'' if st.feasible else ': breaks it'})" if limit is not None else "")
-        tpot_words += f"; breaks the contract: {st.broken}" if st.broken else ""
-        why = (f"the twin predicts {g:+.1%} {tw.metric_of(goal)}{tpot_words}; chance of at least the least gain "
-               f"{conf:.0%}; {card.cost_class}, ~{cost:.2f} card-h")
+        lat_words = "".join(
+            f", {lim.words} {st.figures[lim.figure_key]:.1f} ms (limit {lim.limit_ms:g} ms"
+            f"{'' if lim.kept(st.figures[lim.figure_key]) else ': breaks it'})"
+            for lim in view.limits if st.figures.get(lim.figure_key) is not None)
+        lat_words += f"; breaks the contract: {st.broken}" if st.broken else ""
+        why = (f"the twin predicts {g:+.1%} {goal.objective.metric}{lat_words}; chance of at least the least gain "
+               f"within every limit {conf:.0%}; {card.cost_class}, ~{cost:.2f} card-h")
         value = Value(value=round(v, VALUE_DIGITS), gain=g, confidence=conf, rules_out=0.0, cost_card_hours=cost,
                       why=why)
         lo, hi = g - self.fid.interval, g + self.fid.interval
+        bound = _binding(view, base)
         pred = Prediction(source="twin", objective=f"{goal.objective.metric} (whole)",
                           objective_effect=Interval(value=g, lo=lo, hi=hi),
-                          slo="tpot_mean_ms_lt" if limit is not None else None,
-                          slo_effect=_tpot_effect(st, base, self.fid.interval),
+                          slo=bound.key if bound is not None else None,
+                          slo_effect=_slo_effect(st, base, bound, self.fid),
                           basis=(f"the goal's twin (a simulator profile calibrated to its {len(self.fid.twin.runs)} "  # type: ignore[union-attr]
                                  f"valid run(s)): this station vs the best at N={goal.protocol.confirm_n}"),
                           predicted={k: round(x, PREDICTED_DIGITS) for k, x in
-                                     ((tw.metric_of(goal), st.objective), ("tpot_mean_ms", st.tpot)) if x is not None})
+                                     [(goal.objective.metric, st.objective)]
+                                     + [(lim.figure_key, st.figures.get(lim.figure_key)) for lim in view.limits]
+                                     if x is not None})
         card = card.model_copy(update={"prediction": pred, "score": value.value,
                                        "est_card_hours": round(cost, CARD_HOURS_DIGITS)})
         return card, value
 
 
-def _tpot_effect(st: tw.Station, base: tw.Station, interval: float) -> Interval | None:
-    if st.tpot is None or not base.tpot:
+def _binding(view: GoalView, base: tw.Station) -> Limit | None:
+    """The limit with the least predicted slack at the best station (the ledger's SLO of a twin's prediction)."""
+    rows = [lim for lim in view.limits if base.figures.get(lim.figure_key) is not None]
+    if not rows:
         return None
-    e = st.tpot / base.tpot - 1.0
-    return Interval(value=e, lo=e - interval, hi=e + interval)
+    return min(rows, key=lambda lim: (1.0 - base.figures[lim.figure_key] / lim.limit_ms, lim.key))  # type: ignore
+
+
+def _slo_effect(st: tw.Station, base: tw.Station, bound: Limit | None, fid: tw.Fidelity) -> Interval | None:
+    """The predicted relative change of the binding figure, with that figure's own interval."""
+    if bound is None:
+        return None
+    new, old = st.figures.get(bound.figure_key), base.figures.get(bound.figure_key)
+    if new is None or not old:
+        return None
+    e, w = new / old - 1.0, fid.intervals.get(bound.figure_key, tw.PRIOR_INTERVAL)
+    return Interval(value=e, lo=e - w, hi=e + w)
 
 
 def _one(h: History, knob: str, value: Any) -> CandidateCard | None:

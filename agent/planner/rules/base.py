@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.goalview import Limit
 from core.summary import Summary
 from core.evidence import Evidence
 
@@ -52,12 +53,13 @@ class MoveRule(BaseModel):
 
 @dataclass(frozen=True)
 class Ctx:
-    """What a scorer reads: the best station's latest Summary and digest, the TPOT limit, the deployed knobs, the
-    hypotheses a negative from this station already tested, and the latency headroom (once latency is scored)."""
+    """What a scorer reads: the best station's latest Summary and digest, the goal's binding latency limit at that
+    run (the least slack, core/goalview.py), the deployed knobs, the hypotheses a negative from this station already
+    tested, and the headroom under the binding limit (once latency is scored)."""
 
     summary: Summary | None
     ev: Evidence
-    tpot_limit_ms: float | None
+    limit: Limit | None
     knobs: dict[str, Any]
     ruled_out: frozenset[str] = frozenset()
     headroom: float | None = None

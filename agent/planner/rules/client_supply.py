@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from agent.planner.rules.base import QUEUE_PERSISTENT, Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp
-from agent.planner.tpot_fit import sized_rate
+from agent.planner.tpot_fit import line_limit, sized_rate
 from core.knobs import ARRIVAL_RATE, CLIENT_CAP, role_of
 from core.summary import Summary
 
@@ -95,7 +95,7 @@ def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[s
     (agent/planner/tpot_fit.py), not the next listed rate."""
     if role_of(knob) != ARRIVAL_RATE or diag is None or diag.client_limit != ARRIVAL_RATE:
         return None
-    got = sized_rate(cur, values, history, history.goal.constraints.tpot_mean_ms_lt)
+    got = sized_rate(cur, values, history, line_limit(history))
     return None if got is None else ("up", got[0], got[1])
 
 

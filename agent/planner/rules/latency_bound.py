@@ -1,30 +1,36 @@
-"""Latency bound: mean TPOT at (or over) its limit; get feasible first, then trade latency for throughput."""
+"""Latency bound: the goal's binding latency limit (the least slack: mean TPOT, a TTFT tail, an E2E p90 ...) at
+or over its limit; get feasible first, then trade latency for throughput. Which moves lower it follows the side
+the limit is on (core/goalview.py): fewer in flight lowers every latency; a smaller decode batch and drafts lower
+the decode-side ones (TPOT, ITL); more prefill instances shorten the prefill queue behind a TTFT tail."""
 from __future__ import annotations
 
 from typing import Any
 
 from agent.planner.rules.base import WEAK, Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp
-from agent.planner.tpot_fit import sized_down
-from core.knobs import ARRIVAL_RATE, BATCH_CAP, CLIENT_CAP, DRAFT_METHOD, role_of
+from agent.planner.tpot_fit import line_limit, sized_down
+from core.knobs import ARRIVAL_RATE, BATCH_CAP, CLIENT_CAP, DRAFT_METHOD, PREFILL_INSTANCES, role_of
 
-FEASIBLE_GAIN = 0.3  # a move that may bring an infeasible best inside the TPOT limit: feasibility is the gain
+FEASIBLE_GAIN = 0.3  # a move that may bring an infeasible best inside its latency limit: feasibility is the gain
 FEASIBLE_CONFIDENCE = 0.7  # a judgement: a move toward feasibility from an infeasible best is trusted over SUPPORTED
-BOUND_HEADROOM = 0.1  # under 10 % TPOT headroom the limit binds (load_headroom's LOAD_HEADROOM: room to load above it)
-BOUND_LIK = 0.7  # at the line latency is supported (a judgement), and more so the closer TPOT is to (or over) its limit
+BOUND_HEADROOM = 0.1  # under 10 % headroom the limit binds (load_headroom's LOAD_HEADROOM: room to load above it)
+BOUND_LIK = 0.7  # at the line latency is supported (a judgement), and more so the closer the figure is to its limit
 OVER_SLOPE = 2  # likelihood per unit of headroom below the line: 0.9 at the limit, 1.0 from 5 % over it
-ROOM_SCALE = 0.3  # with headroom, 0.3 − 0.3 × headroom (0.3 × TPOT / limit): weak, fading to 0 as TPOT falls
+ROOM_SCALE = 0.3  # with headroom, 0.3 − 0.3 × headroom (0.3 × figure / limit): weak, fading to 0 as it falls
 GAIN_TRADEOFF = 0.03  # a trade-off move's prior gain: small, as it may lose on the objective by design (a judgement)
 GAIN_DRAFT_ON = 0.2  # the move's prior gain (a judgement): several tokens per decode step where drafts are accepted
-# (knob role, up) of the moves that lower TPOT
-TPOT_DOWN = {(CLIENT_CAP, False), (ARRIVAL_RATE, False), (BATCH_CAP, False), (DRAFT_METHOD, True)}
+# (knob role, up) of the moves that lower the binding figure, by the side its limit is on (Limit.side)
+LOAD_DOWN = {(CLIENT_CAP, False), (ARRIVAL_RATE, False)}  # fewer requests in flight: every latency falls
+LOWERS = {"decode": LOAD_DOWN | {(BATCH_CAP, False), (DRAFT_METHOD, True)},
+          "prefill": LOAD_DOWN | {(PREFILL_INSTANCES, True)}, "both": LOAD_DOWN}
 
 
 def score(ctx: Ctx) -> Hypothesis:
-    s, limit = ctx.summary, ctx.tpot_limit_ms
-    if s is None or limit is None or s.tpot_ms.mean is None:
-        return Hypothesis(name="latency_bound", likelihood=WEAK, evidence_against=["no TPOT figure or no limit"])
+    s, limit = ctx.summary, ctx.limit
+    got = limit.figure(s) if limit is not None else None
+    if limit is None or got is None:
+        return Hypothesis(name="latency_bound", likelihood=WEAK, evidence_against=["no latency figure or no limit"])
     head = headroom(ctx)
-    line = f"mean TPOT {s.tpot_ms.mean:.1f} ms leaves {head:.0%} headroom to {limit:g} ms"
+    line = f"{limit.words} {got:.1f} ms leaves {head:.0%} headroom to {limit.limit_ms:g} ms"
     if head < BOUND_HEADROOM:
         return Hypothesis(name="latency_bound", likelihood=clamp(BOUND_LIK + (BOUND_HEADROOM - head) * OVER_SLOPE),
                           evidence_for=[line])
@@ -32,35 +38,34 @@ def score(ctx: Ctx) -> Hypothesis:
 
 
 def headroom(ctx: Ctx) -> float | None:
-    """1 - mean TPOT / limit (None without a TPOT figure or a limit)."""
-    s, limit = ctx.summary, ctx.tpot_limit_ms
-    if s is None or limit is None or s.tpot_ms.mean is None:
-        return None
-    return 1.0 - s.tpot_ms.mean / limit
+    """1 - figure / limit of the binding limit (None without its figure or a limit)."""
+    return None if ctx.limit is None else ctx.limit.slack(ctx.summary)
 
 
 def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjusted | None:
-    """Get feasible first: while the best breaks the TPOT limit, a move that lowers TPOT is worth what a
-    feasible station is worth, whatever it costs in throughput."""
-    if diag.tpot_headroom is None or diag.tpot_headroom >= 0 or (role_of(change.knob), up) not in TPOT_DOWN:
+    """Get feasible first: while the best breaks its binding limit, a move that lowers that figure is worth what
+    a feasible station is worth, whatever it costs in throughput."""
+    moves = LOWERS.get(diag.binding_side or "")
+    if diag.headroom is None or diag.headroom >= 0 or not moves or (role_of(change.knob), up) not in moves:
         return None
     return Adjusted(max(conf, FEASIBLE_CONFIDENCE), max(gain, FEASIBLE_GAIN),
-                    f" (mean TPOT {-diag.tpot_headroom:.0%} over its limit: feasibility first)")
+                    f" ({diag.binding_words} {-diag.headroom:.0%} over its limit: feasibility first)")
 
 
 def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[str, Any, str] | None:
-    """While the best station breaks its TPOT limit: a cut of C or max_num_seqs sized along the latency (the
-    proportional bound, then the fitted TPOT line: agent/planner/tpot_fit.py), not a fixed step."""
+    """While the best station breaks a decode-side limit: a cut of C or max_num_seqs sized along that latency (the
+    proportional bound, then the fitted line: agent/planner/tpot_fit.py), not a fixed step."""
     if diag is None:
         return None
-    got = sized_down(knob, cur, values, history, diag.tpot_headroom, history.goal.constraints.tpot_mean_ms_lt)
+    got = sized_down(knob, cur, values, history, diag.headroom, line_limit(history))
     return None if got is None else ("down", got[0], got[1])
 
 
 RULE = Rule(
     name="latency_bound",
-    prompt=("latency_bound: mean TPOT at or over its limit: get feasible first (fewer requests in flight, a decode "
-            "batch cap); trade-offs are results, kept on the frontier."),
+    prompt=("latency_bound: the binding latency limit (mean TPOT, a TTFT or TPOT tail ...) at or over its limit: get "
+            "feasible first (fewer requests in flight; a decode batch cap for TPOT/ITL, more prefill for TTFT); "
+            "trade-offs are results, kept on the frontier."),
     score=score, value=value, separable=False, sized=sized,
     moves={
         (CLIENT_CAP, "down"): MoveRule(

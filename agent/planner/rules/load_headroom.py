@@ -1,5 +1,6 @@
-"""Load headroom: the offered load, not the server, caps the decode batch: latency headroom left, the server
-absorbs every request the client allows, decode runs below its batch limit, and no queue forms inside."""
+"""Load headroom: the offered load, not the server, caps the decode batch: headroom left under the goal's binding
+latency limit (whichever it is: mean TPOT, a TTFT or TPOT tail; core/goalview.py), the server absorbs every request
+the client allows, decode runs below its batch limit, and no queue forms inside."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,16 +8,16 @@ from typing import Any
 from agent.planner.rules.base import (
     AT_LIMIT, QUEUE_PERSISTENT, WAITING_NEAR_ZERO, WEAK, Ctx, Hypothesis, MoveRule, Rule, clamp, decode_full,
 )
-from agent.planner.tpot_fit import fits
+from agent.planner.tpot_fit import fits, line_limit
 from core.knobs import CLIENT_CAP
 
-LOAD_HEADROOM = 0.1  # TPOT at least this far under its limit leaves room for a bigger decode batch
+LOAD_HEADROOM = 0.1  # the binding figure at least this far under its limit leaves room for more load
 PRIOR = 0.1  # the scorer's start (a judgement): weak until headroom, C and decode's batch are read
 C_FILLED = 0.85  # in flight at 85 % of C or more: C caps what is in flight (a judgement; client_supply asks 90 %)
 W_HEADROOM = 0.2  # a scorer weight (judgement): headroom at the line at all, before how much of it there is
 W_MORE_HEADROOM = 0.4  # a scorer weight (judgement): the rest of headroom's weight, earned linearly up to HEADROOM_SPAN
 HEADROOM_SPAN = 0.3  # headroom 30 % past the line (40 % in all) earns W_MORE_HEADROOM in full (a judgement)
-W_TIGHT = 0.1  # a scorer weight (judgement): too little TPOT headroom for a bigger decode batch
+W_TIGHT = 0.1  # a scorer weight (judgement): too little latency headroom for more load
 W_QUEUED = 0.6  # a scorer weight (judgement): a queue inside the server sinks the hypothesis to weak (0.2 at most)
 W_C_CAPS = 0.15  # a scorer weight (judgement): in flight ≈ C, so C is what caps the load
 W_C_SLACK = 0.4  # a scorer weight (judgement): in flight well under C, so C is not what caps the load
@@ -29,12 +30,13 @@ def score(ctx: Ctx) -> Hypothesis:
     s, ev, head, ruled_out = ctx.summary, ctx.ev, ctx.headroom, ctx.ruled_out
     pfor, pagainst, sc = [], [], PRIOR
     if head is None:
-        return Hypothesis(name="load_headroom", likelihood=WEAK, evidence_against=["no TPOT figure or no limit"])
+        return Hypothesis(name="load_headroom", likelihood=WEAK, evidence_against=["no latency figure or no limit"])
+    words = ctx.limit.words if ctx.limit is not None else "latency"
     if head >= LOAD_HEADROOM:
-        pfor.append(f"mean TPOT leaves {head:.0%} headroom: a bigger decode batch still meets the limit")
+        pfor.append(f"{words} leaves {head:.0%} headroom: more load still meets the limit")
         sc += W_HEADROOM + W_MORE_HEADROOM * min(1.0, (head - LOAD_HEADROOM) / HEADROOM_SPAN)
     else:
-        pagainst.append(f"mean TPOT leaves only {head:.0%} headroom")
+        pagainst.append(f"{words} leaves only {head:.0%} headroom")
         sc -= W_TIGHT
     pshare = ev.prefill_waiting_nonzero_share
     queued = pshare is not None and pshare >= QUEUE_PERSISTENT and "prefill_supply" not in ruled_out \
@@ -69,12 +71,14 @@ def score(ctx: Ctx) -> Hypothesis:
 
 def room_for(history: Any, head: float | None, target: dict[str, Any]) -> tuple[bool, str | None]:
     """Whether a load raise to `target` (a coupled C + max_num_seqs step of the best station) has room under the
-    TPOT limit: 10 % headroom, or, under that, a TPOT line fitted from the runs made (agent/planner/tpot_fit.py) that
-    gives it a fair chance of staying under the limit (then the line's words)."""
+    binding limit: 10 % headroom, or, under that, where the binding limit is on the decode side, a line of its figure
+    against the decode batch fitted from the runs made (agent/planner/tpot_fit.py) that gives it a fair chance of
+    staying under the limit (then the line's words)."""
     if head is None or head >= LOAD_HEADROOM:
         return True, None
-    line = fits(history, target, history.goal.constraints.tpot_mean_ms_lt)
-    return line is not None, (f"{head:.0%} TPOT headroom, but {line}" if line else None)
+    bound = line_limit(history)
+    line = fits(history, target, bound) if bound is not None else None
+    return line is not None, (f"{head:.0%} latency headroom, but {line}" if line else None)
 
 
 RULE = Rule(
