@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from agent.planner.accepted import accepted
 from agent.planner.history import History, Outcome
 from agent.planner.judgement import CLEAR_LOSS
 from core.canonical import canon
@@ -201,8 +202,8 @@ def search(history: History, twin: TwinFit, budget: int = SEARCH_SIMULATIONS) ->
         out = []
         for k, vs in space.items():
             for v in vs:
-                if canon(v) != canon(knobs.get(k)) and count[0] < budget:
-                    out.append((k, v, at(knobs | {k: v})[0]))
+                if canon(v) != canon(knobs.get(k)) and count[0] < budget and accepted(knobs | {k: v}, goal.engine):
+                    out.append((k, v, at(knobs | {k: v})[0]))  # a station the catalog refuses can never run
         return out
 
     singles = neighbours(history.best_knobs)
