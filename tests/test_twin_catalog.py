@@ -14,8 +14,13 @@ import pytest
 
 from agent.planner import twin as tw
 from agent.planner.accepted import accepted, refusal
+from agent.planner.deterministic import DeterministicPlanner
+from agent.planner.proposers import RANK
+from agent.planner.proposers.base import Proposals
+from agent.planner.proposers.guarded import asked
 from bench.tuners.cases import load_cases
 from state.goal import load_goal
+from tests.planner_support import GOAL16, baseline, history, outcome, summary
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = load_cases(ROOT / "bench" / "scenarios.yaml")
@@ -71,3 +76,26 @@ def test_the_demo_space_holds_stations_the_catalog_refuses_one_change_from_its_s
     assert refusal(start | {"speculative_method": "none"}, "sim") == \
         "num_speculative_tokens: needs speculative_method != 'none' first"
     assert accepted(start | {"speculative_method": "none", "num_speculative_tokens": 0}, "sim")
+
+
+class Raising:
+    name, phase = "boom", "rank"
+
+    def propose(self, asking) -> Proposals:
+        raise RuntimeError("a station the model cannot handle")
+
+
+def test_a_proposer_that_raises_yields_with_its_reason():
+    got = asked(Raising(), None)  # type: ignore[arg-type]
+    assert got.moves == [] and not got.lead
+    assert got.yields == "the boom proposer failed (RuntimeError: a station the model cannot handle), " \
+                         "so it proposes nothing this time"
+
+
+def test_a_proposer_that_raises_never_stops_the_goal_and_the_cards_say_why(monkeypatch):
+    monkeypatch.setattr("agent.planner.deterministic.RANK", (Raising(),) + RANK)
+    ref = baseline(n=GOAL16.protocol.confirm_n)
+    h = history([outcome(ref, summary(n=640, whole=180.0, native=180.0), "reference")])
+    plan = DeterministicPlanner().ask(h)
+    assert plan.card is not None and plan.card.change is not None, plan.stop_reason
+    assert "the boom proposer failed (RuntimeError: a station the model cannot handle)" in (plan.card.note or "")
