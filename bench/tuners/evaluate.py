@@ -2,8 +2,9 @@
 
 A run is simulated, summarised (`core.metrics.summarize`, with the goal's per-request SLOs, as the loop's own runs
 are: `GoalSpec.slos`, so a goodput objective has a figure) and judged (`executor.verdict.judge` with the executor's
-own contract, `executor.collect.contract_for`); the goal's constraints then say whether it meets the SLO. Results are cached under bench/.cache/ keyed by profile, scenario, knobs,
-seed and N (profile and scenario content included, so an edited YAML never reads a stale figure).
+own contract, `executor.collect.contract_for`); the goal's constraints then say whether it meets the SLO. Results
+are cached under bench/.cache/ keyed by profile, scenario, knobs, seed and N (profile and scenario content included,
+so an edited YAML never reads a stale figure).
 """
 from __future__ import annotations
 
