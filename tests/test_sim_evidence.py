@@ -43,6 +43,14 @@ LIBRARY = {
     "llama31-8b-l4-p1d1-longctx": "docqa16k-out512",
     "qwen3-32b-910b-p2d4-agent": "agent12k-tools-out256",
 }
+# issue 43 item 6: goals of other shapes than output tok/s per card under a mean TPOT limit, on library profiles
+# (case name: the set, the objective metric and the latency limits it is judged by)
+GOAL_SHAPES = {
+    "llama70b-h100-goodput-tail-slos": ("tune", "goodput", {"ttft_p99_ms_lt", "tpot_p99_ms_lt"}),
+    "qwen25-7b-a100-mixed-ttft-tail": ("tune", "output_tok_s_per_card", {"ttft_p99_ms_lt", "tpot_p99_ms_lt"}),
+    "llama33-70b-910b-qps-e2e-tail": ("heldout", "qps", {"e2e_p99_ms_lt"}),
+    "llama31-8b-l40s-tok-s-ttft-p90-tpot-p99": ("heldout", "output_tok_s", {"ttft_p90_ms_lt", "tpot_p99_ms_lt"}),
+}
 
 
 def _digest(tmp_path, profile: str, scenario: str, knobs: dict, n: int = 160, seed: int = 0) -> Evidence:
@@ -238,14 +246,24 @@ def test_sim_server_expert_distribution_recorder():
 
 
 def test_library_cases_split_into_tune_and_heldout_and_contain_their_start():
-    """bench/scenarios.yaml: one case per library profile on its scenario, six to tune on and six held out, and
-    each sweep contains the start station (so the grid's optimum is comparable with where a tuner begins)."""
+    """bench/scenarios.yaml: one case per library profile on its scenario, six to tune on and six held out; four
+    goal shapes on library profiles, two to tune on and two held out (each judged by its own objective and limits,
+    none by the mean TPOT); each sweep contains the start station (so the grid's optimum is comparable with where a
+    tuner begins)."""
     cf = load_cases(Path(__file__).resolve().parents[1] / "bench" / "scenarios.yaml")
-    lib = [c for c in cf.cases if c.set is not None]
+    sets = [c for c in cf.cases if c.set is not None]
+    lib = [c for c in sets if c.name not in GOAL_SHAPES]
     assert sorted(c.goal["sim_profile"] for c in lib) == sorted(LIBRARY)
     assert all(c.goal["scenario"] == LIBRARY[c.goal["sim_profile"]] for c in lib)
     assert sorted(c.set for c in lib) == ["heldout"] * 6 + ["tune"] * 6
-    for c in lib:
+    shapes = {c.name: c for c in sets if c.name in GOAL_SHAPES}
+    assert sorted(shapes) == sorted(GOAL_SHAPES)
+    for name, (set_, metric, limits) in GOAL_SHAPES.items():
+        spec = shapes[name].goal_spec(False, 0)
+        assert (shapes[name].set, spec.objective.metric, set(spec.constraints.latency_limits())) == \
+            (set_, metric, limits), name
+    assert any(profiles.load(c.goal["sim_profile"]).mixed for c in shapes.values())  # one on a mixed engine
+    for c in sets:
         start = c.goal_spec(False, 0).start_station()
         for knob, values in c.space.items():
             assert start.get(knob) in values, (c.name, knob, start.get(knob), values)

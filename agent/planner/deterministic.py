@@ -17,6 +17,7 @@ from agent.planner.history import History
 from agent.planner.pairs import hold, pair_hypothesis
 from agent.planner.plan import Plan
 from agent.planner.proposers import RANK, RECOVER, Asking
+from agent.planner.proposers.guarded import asked
 from agent.planner.proposers.twin_search import RULES_LED, likely
 from agent.planner.rules.spec_acceptance import fitted_cost
 from agent.planner.screens import screen_blind, to_confirm
@@ -140,7 +141,7 @@ def pooled(history: History, diag: Diagnosis | None) -> tuple[list[tuple[Candida
     pooled, held, led = [], {}, []
     lead, judge, yields, settled = "", None, [], ""
     for proposer in RANK:
-        got = proposer.propose(asking)
+        got = asked(proposer, asking)  # a proposer that raises yields with its reason
         if got.lead and not lead:
             lead, judge, settled = got.lead, got.judge, got.settled
             led += [(p.card, p.value) for p in got.moves if p.value is not None]
@@ -213,7 +214,7 @@ class DeterministicPlanner:
                 return self._checked(card, history, diag, f"reference of the starting station at N={card.n} while it is warm")
         ext = extension_allowed(history)
         for proposer in RECOVER:  # a confirmed gain the goal cannot take as it is, kept before anything new
-            for rec in proposer.propose(Asking(history, diag)).moves:
+            for rec in asked(proposer, Asking(history, diag)).moves:
                 if history.vetoed(rec.card) is None:  # a rejected recovery: the planner moves on
                     return self._checked(rec.card, history, diag, rec.why, extension_ok=ext)
         conf = _pending_confirm(history)

@@ -13,6 +13,7 @@ from agent.planner import explorer
 from agent.planner.candidates import CandidateCard
 from agent.planner.proposers import EXPLORE
 from agent.planner.proposers.base import Asking
+from agent.planner.proposers.guarded import asked
 from agent.planner.diagnosis import Diagnosis
 from agent.planner.history import History
 from agent.planner.inert import INERT
@@ -36,7 +37,7 @@ def explore_or_stop(history: History, diag: Diagnosis | None, ranked: list[tuple
         why = "no rule move passes the checks"
     props, told = [], 0
     for proposer in EXPLORE:  # the explore-phase proposers (the explorer), pooled in registry order
-        got = proposer.propose(Asking(history, diag, why_rules=why, restage=restage))
+        got = asked(proposer, Asking(history, diag, why_rules=why, restage=restage))
         props, told = props + got.moves, max(told, got.told)
     infeasible = explorer.best_infeasible(history)
     best_ei = max((p.prediction.ei_pct for p in props), default=0.0)

@@ -22,10 +22,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.planner.accepted import accepted
 from agent.planner.history import History
 from core.canonical import canon
 from core.goalview import GoalView
-from core.knobs import catalog
 from core.summary import Summary
 
 STATIONS_PER_PROPOSAL = 128  # stations simulated per proposal (~0.25 s each at N = 640 on one core, ~30 s in all):
@@ -96,15 +96,6 @@ def predicted(history: History, twin: Any, knobs: dict[str, Any]) -> tuple[Stati
             tuple(got.get("knobs_not_modelled") or ()))
 
 
-def _valid(knobs: dict[str, Any], engine: str) -> bool:
-    """Whether the knob catalog accepts the station (ranges, dependencies): a station it refuses is never run."""
-    try:
-        catalog().validate(knobs, engine=engine)
-    except Exception:  # KnobError, or a value the catalog cannot coerce
-        return False
-    return True
-
-
 def search(history: History, twin: Any, budget: int = STATIONS_PER_PROPOSAL) -> Search | None:
     """The twin's optimum over the goal's space: exhaustive where the modelled space fits `budget`, else the
     best station's one-change neighbourhood and its ascent."""
@@ -128,7 +119,7 @@ def search(history: History, twin: Any, budget: int = STATIONS_PER_PROPOSAL) -> 
         out = []
         for k, vs in space.items():
             for v in vs:
-                if canon(v) != canon(knobs.get(k)) and count[0] < budget and _valid(knobs | {k: v}, goal.engine):
+                if canon(v) != canon(knobs.get(k)) and count[0] < budget and accepted(knobs | {k: v}, goal.engine):
                     out.append((k, v, at(knobs | {k: v})[0]))
         return out
 
@@ -155,7 +146,7 @@ def _exhaustive(history: History, base: Station, space: dict[str, list[Any]], at
     for combo in itertools.product(*space.values()):
         knobs = best | dict(zip(space, combo))
         changed = [k for k in space if canon(knobs[k]) != canon(best.get(k))]
-        if not changed or not _valid(knobs, history.goal.engine):
+        if not changed or not accepted(knobs, history.goal.engine):
             continue
         st = at(knobs)[0]
         if len(changed) == 1:

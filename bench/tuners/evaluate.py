@@ -1,9 +1,10 @@
 """One measurement of one station, exactly as the executor would judge it, cached on disk.
 
-A run is simulated, summarised (`core.metrics.summarize`) and judged (`executor.verdict.judge`
-with the executor's own contract, `executor.collect.contract_for`); the goal's constraints then say
-whether it meets the SLO. Results are cached under bench/.cache/ keyed by profile, scenario, knobs,
-seed and N (profile and scenario content included, so an edited YAML never reads a stale figure).
+A run is simulated, summarised (`core.metrics.summarize`, with the goal's per-request SLOs, as the loop's own runs
+are: `GoalSpec.slos`, so a goodput objective has a figure) and judged (`executor.verdict.judge` with the executor's
+own contract, `executor.collect.contract_for`); the goal's constraints then say whether it meets the SLO. Results
+are cached under bench/.cache/ keyed by profile, scenario, knobs, seed and N (profile and scenario content included,
+so an edited YAML never reads a stale figure).
 """
 from __future__ import annotations
 
@@ -68,6 +69,8 @@ class Evaluator:
         ident = {"v": CACHE_VERSION, "profile": self.profile.model_dump(mode="json"),
                  "scenario": self.scenario.data_version, "objective": goal.objective.model_dump(),
                  "constraints": goal.constraints.model_dump()}
+        if goal.objective.metric == "goodput":  # the SLOs change only a goodput figure: an Eval cached before they
+            ident["slos"] = goal.slos()  # were passed (goodput None) is never read, every other cache stays valid
         self.ident = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:12]
         self.simulated = 0  # runs actually simulated (cache misses), for the report
 
@@ -99,7 +102,8 @@ class Evaluator:
         run = engine.simulate(self.profile, self.scenario, self.full(knobs), n=n,
                               warmup=self.goal.protocol.warmup, seed=seed)
         proto = self.goal.protocol
-        summary = summarize(run.records, run.info, native_min_requests=proto.native_min_requests,
+        summary = summarize(run.records, run.info, slos=self.goal.slos() or None,
+                            native_min_requests=proto.native_min_requests,
                             native_min_seconds=proto.native_min_seconds)
         verdict = judge(run.records, run.info, contract_for(run.info))
         return of_summary(summary, verdict.kind, [r.code for r in verdict.reasons], self.goal)

@@ -21,6 +21,7 @@ from typing import Any
 from core.canonical import canon
 
 from agent.planner import twin as tw
+from agent.planner.accepted import accepted
 from agent.planner.candidates import CandidateCard, build_card, station_hash
 from agent.planner.cards import CARD_HOURS_DIGITS
 from agent.planner.checks import estimate
@@ -91,9 +92,11 @@ class Judge:
         self.known = {station_hash(st.knobs): st for _, _, st in found.singles} | \
             {station_hash(found.base.knobs): found.base}
 
-    def station(self, knobs: dict[str, Any]) -> tw.Station:
+    def station(self, knobs: dict[str, Any]) -> tw.Station | None:
         key = station_hash(knobs)
         if key not in self.known:
+            if not accepted(knobs, self.h.goal.engine):
+                return None  # the catalog refuses it: no run of it, nothing to predict (the card checks refuse it)
             self.known[key] = tw.predicted(self.h, self.fid.twin, knobs)[0]  # type: ignore[arg-type]
         return self.known[key]
 
@@ -101,6 +104,8 @@ class Judge:
         """(the card with the twin's prediction, its value); None when the twin cannot predict its station."""
         goal, base, view = self.h.goal, self.found.base, self.h.goal.view()
         st = st or self.station(card.knobs)
+        if st is None:
+            return None
         g = tw.gain(st, base)
         if g is None:
             return None
@@ -191,7 +196,7 @@ def _pair(h: History, found: tw.Search, judge: Judge) -> Proposed | None:
     each = _alone(found)
     alone = {k: each[(k, canon(v))] for k, v in found.path[:2] if (k, canon(v)) in each}
     both = judge.station(h.best_knobs | {k1: v1, k2: v2})
-    g = tw.gain(both, found.base)
+    g = None if both is None else tw.gain(both, found.base)
     least = h.goal.stop.min_gain_pct / 100.0
     if g is None or g - max(alone.values(), default=0.0) < least:
         return None
