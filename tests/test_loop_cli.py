@@ -55,7 +55,7 @@ def test_killed_run_continues_the_same_goal_without_repeats_or_second_asks(tmp_p
         loads = [p for p in st.phases(runs[0].id) if p.phase == "load" and p.event == "outcome" and p.status == "ok"]
         assert len(loads) == 1  # the load finished once
         cands = st.candidates(g.id)
-        assert len(cands) == 2 and st.approval(c1.id).who == "alice"
+        assert len(cands) == 2 and st.approval(c1.id).who == "alice (cli)"
         c2 = cands[1]
         assert f"waiting: approve candidate {c2.id}" in p3.stdout and st.approval(c2.id) is None
         judged = [d for d in st.decisions(g.id) if d.run_id == runs[0].id and "outcome" in (d.data or {})]
@@ -73,7 +73,7 @@ def test_killed_run_continues_the_same_goal_without_repeats_or_second_asks(tmp_p
         keys = [st.get_candidate(i).card["experiment_key"] for i in ids]
         assert len(keys) == len(set(keys))
         asked = [a for a in (st.approval(c.id) for c in st.candidates(g.id)) if a is not None]
-        assert sorted(a.who for a in asked)[:2] == ["alice", "bob"]
+        assert sorted(a.who for a in asked)[:2] == ["alice (cli)", "bob (cli)"]  # who, and where from
     finally:
         st.close()
 

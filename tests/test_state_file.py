@@ -107,8 +107,12 @@ def test_rewrite_is_atomic_under_a_concurrent_reader(tmp_path: Path, make_result
     t = threading.Thread(target=reader)
     t.start()
     try:
-        for i in range(40):  # every rewrite changes the file's length
-            store.add_instruction(g.id, "one_more_round", f"user{i}", count=i + 1)
+        for i in range(40):  # every rewrite changes the file (a second round while one is pending is refused, so
+            # a pause and a round take turns, each replacing the other)
+            if i % 2:
+                store.add_instruction(g.id, "one_more_round", f"user{i}", count=i + 1)
+            else:
+                store.add_instruction(g.id, "pause", f"user{i}")
             write_state(store, g.id, path)
             written.add(path.read_text())
     finally:
