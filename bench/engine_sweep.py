@@ -56,6 +56,12 @@ def sweep_best(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(feasible, key=lambda r: r["objective"]) if feasible else None
 
 
+def limit_figures(goal: Any, s: Any) -> dict[str, float | None]:
+    """Each latency limit's figure of a run at its own statistic (e.g. ttft_p99_ms), so a row of a tail goal shows
+    what binds it, not only the mean TPOT."""
+    return {lim.figure_key: (lim.figure(s) if s is not None else None) for lim in goal.view().limits}
+
+
 def pct(a: float | None, b: float | None) -> float | None:
     """a relative to b in %, rounded to 0.01; None without both figures."""
     return round(100 * (a / b - 1), 2) if a and b else None
@@ -99,7 +105,7 @@ def compare(goal: Any, targets: dict[str, Any], out: Path, model_sha256: str, *,
         return {"verdict": res.verdict.kind,
                 "meets_slo": res.verdict.kind == "valid" and s is not None and not goal.constraints.violations(s),
                 "objective": obj.value(s) if s is not None else None,
-                "tpot_mean_ms": s.tpot_ms.mean if s is not None else None}
+                "tpot_mean_ms": s.tpot_ms.mean if s is not None else None} | limit_figures(goal, s)
 
     # one store (and so one lease epoch sequence on the target) for the sweep, the loop and the head-to-head
     url = f"sqlite:///{out / 'bench.db'}"
@@ -147,7 +153,8 @@ def compare(goal: Any, targets: dict[str, Any], out: Path, model_sha256: str, *,
         "loop": {"experiments": len(loop_runs), "wall_s": round(loop_s, 1), "device_s": round(loop_device_s, 1),
                  "stop": res.reason, "decisions": decisions,
                  "best": {"knobs": {k: best.get(k) for k in space}, "objective": loop_fig,
-                          "tpot_mean_ms": ref.summary.tpot_ms.mean if ref and ref.summary else None}},
+                          "tpot_mean_ms": ref.summary.tpot_ms.mean if ref and ref.summary else None}
+                         | limit_figures(goal, ref.summary if ref else None)},
         "head_to_head": head,
     }
     if len(todo) < len(every):
