@@ -10,10 +10,15 @@ that breaks the contract last (a run of it would be invalid, never a result).
 
 Where the space of the knobs the simulator models is small enough to simulate within one proposal
 (STATIONS_PER_PROPOSAL, a count of stations: the proposal's time over one station's simulation), every station of it
-is predicted and the best is the twin's optimum, exactly; otherwise the best station's one-change neighbours are
-predicted and a coordinate ascent follows the best feasible neighbour, within the same count. Only stations the
-knob catalog accepts are simulated (a dependency such as a draft width without a draft method is skipped). Gains
-are relative to the twin's own prediction of the best station, so a bias the twin shares across stations cancels.
+is predicted and the best is the twin's optimum, exactly. A larger space is searched model-based within the same
+count: the best station's one-change neighbours, then Optuna's TPE over the modelled knobs with the twin's objective
+and each station's limit excess as its constraint (agent/planner/explorer.py's encoding and study, seeded from the
+goal and the best station, so the same inputs give the same proposal), then a coordinate ascent from the study's best.
+A one-change ascent alone stops where no single change gains, however far the optimum (a rate that needs a wider
+decode batch to keep its tail); the study moves several knobs at once (bench/twin_search.py). Only stations the knob
+catalog accepts are simulated (a dependency such as a draft width without a draft method is skipped, and the study
+is told it is out), each once per search. Gains are relative to the twin's own prediction of the best station, so a
+bias the twin shares across stations cancels.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ from core.goalview import GoalView
 from core.summary import Summary
 
 STATIONS_PER_PROPOSAL = 128  # stations simulated per proposal (~0.25 s each at N = 640 on one core, ~30 s in all):
-# a space of the simulator's knobs up to this size is searched exhaustively, a larger one by the ascent; raise it
+# a space of the simulator's knobs up to this size is searched exhaustively, a larger one model-based; raise it
 # as the simulator gets faster (bench/sim_speed.py)
 ASKS_PER_STATION = 4  # TPE suggestions per simulated station at most (a refused or already simulated one costs none)
 REPEATS_TO_STOP = 24  # suggestions in a row that simulate nothing new: the study has settled, the polish takes over
