@@ -2,9 +2,9 @@
 
 For a case of bench/scenarios.yaml (default the 2160-point `dsv4-16k-copy-zero-cache-wide`), the loop runs the goal's
 baseline (twin off), then the deterministic planner's ranked candidates are asked with a fresh twin: the fit to the
-baseline, the twin's out-of-sample score of it, its search of the space (the best station's one-change neighbourhood
-and the ascent, at most agent.planner.twin.SEARCH_SIMULATIONS stations at the confirm N) and the valuation of every
-pooled move. Prints the wall seconds per proposal (median of --repeat, each with a fresh twin: nothing cached), the
+baseline, the twin's out-of-sample score of it, its search of the space (model-based: the best station's one-change
+neighbourhood, a TPE study and a polish, at most agent.planner.twin_space.STATIONS_PER_PROPOSAL stations at the
+confirm N) and the valuation of every pooled move. Prints the wall seconds per proposal (median of --repeat, each with a fresh twin: nothing cached), the
 stations simulated, and the twin's optimum; the target is <= 30 s.
 
     python bench/twin_proposal.py [--only CASE] [--repeat 3]

@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CASES = load_cases(ROOT / "bench" / "scenarios.yaml")
 GOALS = {c.name: c.goal_spec(False, 0) for c in CASES.cases} | {"demo": load_goal(ROOT / "examples" / "goal-16k.yaml")}
 BESTS = 24  # best stations per goal the search starts from: the start and a seeded sample of the space's stations
+COUNT = 64  # stations per search: a space over it is searched model-based (neighbourhood, TPE, polish), one under it
+# whole, so both searches build stations here (at 400 a TPE study over the wide spaces took minutes per goal)
 
 
 class RecordingTwin:
@@ -66,7 +68,7 @@ def test_every_station_the_twin_search_builds_is_one_the_catalog_accepts(name):
     goal = GOALS[name]
     twin = RecordingTwin(goal.engine)
     for best in _bests(goal):
-        found = tw.search(SimpleNamespace(goal=goal, best_knobs=best), twin, budget=400)
+        found = tw.search(SimpleNamespace(goal=goal, best_knobs=best), twin, budget=COUNT)
         assert found is not None
     assert twin.asked > len(_bests(goal)), "the search built no neighbour at all"
     assert twin.refused == [], f"{len(twin.refused)} refused station(s), e.g. {twin.refused[0]}"

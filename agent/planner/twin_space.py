@@ -10,10 +10,15 @@ that breaks the contract last (a run of it would be invalid, never a result).
 
 Where the space of the knobs the simulator models is small enough to simulate within one proposal
 (STATIONS_PER_PROPOSAL, a count of stations: the proposal's time over one station's simulation), every station of it
-is predicted and the best is the twin's optimum, exactly; otherwise the best station's one-change neighbours are
-predicted and a coordinate ascent follows the best feasible neighbour, within the same count. Only stations the
-knob catalog accepts are simulated (a dependency such as a draft width without a draft method is skipped). Gains
-are relative to the twin's own prediction of the best station, so a bias the twin shares across stations cancels.
+is predicted and the best is the twin's optimum, exactly. A larger space is searched model-based within the same
+count: the best station's one-change neighbours, then Optuna's TPE over the modelled knobs with the twin's objective
+and each station's limit excess as its constraint (agent/planner/explorer.py's encoding and study, seeded from the
+goal and the best station, so the same inputs give the same proposal), then a coordinate ascent from the study's best.
+A one-change ascent alone stops where no single change gains, however far the optimum (a rate that needs a wider
+decode batch to keep its tail); the study moves several knobs at once (bench/twin_search.py). Only stations the knob
+catalog accepts are simulated (a dependency such as a draft width without a draft method is skipped, and the study
+is told it is out), each once per search. Gains are relative to the twin's own prediction of the best station, so a
+bias the twin shares across stations cancels.
 """
 from __future__ import annotations
 
@@ -23,14 +28,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.planner.accepted import accepted
+from agent.planner.explorer import Space, _study
 from agent.planner.history import History
-from core.canonical import canon
+from core.canonical import canon, digest, dumps
 from core.goalview import GoalView
 from core.summary import Summary
 
 STATIONS_PER_PROPOSAL = 128  # stations simulated per proposal (~0.25 s each at N = 640 on one core, ~30 s in all):
-# a space of the simulator's knobs up to this size is searched exhaustively, a larger one by the ascent; raise it
+# a space of the simulator's knobs up to this size is searched exhaustively, a larger one model-based; raise it
 # as the simulator gets faster (bench/sim_speed.py)
+ASKS_PER_STATION = 4  # TPE suggestions per simulated station at most (a refused or already simulated one costs none)
+REPEATS_TO_STOP = 24  # suggestions in a row that simulate nothing new: the study has settled, the polish takes over
+UNPREDICTED = 1e6  # the constraint of a station the twin cannot predict or the catalog refuses (Optuna takes no inf)
 OBJECTIVE_KEY = "objective (whole)"  # the figure the search ranks stations by and the twin's lead is judged on
 
 
@@ -97,14 +106,16 @@ def predicted(history: History, twin: Any, knobs: dict[str, Any]) -> tuple[Stati
 
 
 def search(history: History, twin: Any, budget: int = STATIONS_PER_PROPOSAL) -> Search | None:
-    """The twin's optimum over the goal's space: exhaustive where the modelled space fits `budget`, else the
-    best station's one-change neighbourhood and its ascent."""
+    """The twin's optimum over the goal's space: exhaustive where the modelled space fits `budget`, else model-based
+    (the best station's one-change neighbourhood, a seeded TPE study on the twin, a coordinate polish)."""
     goal = history.goal
-    count = [0]
+    seen: dict[str, tuple[Station, tuple[str, ...]]] = {}
 
     def at(knobs: dict[str, Any]) -> tuple[Station, tuple[str, ...]]:
-        count[0] += 1
-        return predicted(history, twin, knobs)
+        key = dumps(knobs)
+        if key not in seen:  # a station is simulated once per search, however often it is reached
+            seen[key] = predicted(history, twin, knobs)
+        return seen[key]
 
     best = history.best_knobs
     base, left = at(best)
@@ -113,30 +124,66 @@ def search(history: History, twin: Any, budget: int = STATIONS_PER_PROPOSAL) -> 
     space = {k: list(v) for k, v in goal.space().items() if v and k not in left}
     unmodelled = tuple(k for k in goal.space() if k in left)
     if math.prod(len(v) for v in space.values()) <= budget:
-        return _exhaustive(history, base, space, at, count, unmodelled)
+        return _exhaustive(history, base, space, at, seen, unmodelled)
+    return model_based(history, base, space, at, seen, budget, unmodelled)
 
-    def neighbours(knobs: dict[str, Any]) -> list[tuple[str, Any, Station]]:
-        out = []
-        for k, vs in space.items():
-            for v in vs:
-                if canon(v) != canon(knobs.get(k)) and count[0] < budget and accepted(knobs | {k: v}, goal.engine):
-                    out.append((k, v, at(knobs | {k: v})[0]))
-        return out
 
-    singles = neighbours(best)
-    cur, path = base, []
-    steps = singles
-    while steps:
-        k, v, st = max(steps, key=lambda s: s[2].score())
-        if st.score() <= cur.score() or st.objective is None:
+def model_based(history: History, base: Station, space: dict[str, list[Any]], at: Any, seen: dict[str, Any],
+                budget: int, unmodelled: tuple[str, ...]) -> Search:
+    """The best station's one-change neighbours first (so the result is never worse than the ascent from it), then a
+    TPE study over the modelled knobs with the twin's objective and each station's limit excess as its constraint
+    (seeded from the goal and the best station: the same inputs give the same proposal), then a coordinate ascent
+    from the study's best with one neighbourhood of the count kept for it. Refused stations cost no simulation."""
+    goal, best = history.goal, history.best_knobs
+    singles = _neighbours(goal.engine, space, best, at, seen, budget)
+    enc = Space(space)
+    told = [(enc.encode(st.knobs), st) for st in [base] + [st for _, _, st in singles]]
+    study = _study(enc, [(idx, st.objective or 0.0, _violation(st)) for idx, st in told if idx is not None],
+                   int(digest([goal.model_dump(mode="json"), best], 8), 16))
+    dists = enc.distributions()
+    polish = sum(len(v) - 1 for v in space.values())  # one neighbourhood of the study's best left for the ascent
+    asks = repeats = 0
+    while len(seen) < budget - polish and asks < ASKS_PER_STATION * budget and repeats < REPEATS_TO_STOP:
+        asks += 1
+        trial = study.ask(fixed_distributions=dists)
+        knobs = best | {k: enc.values[k][i] for k, i in trial.params.items()}
+        new = dumps(knobs) not in seen
+        st = at(knobs)[0] if accepted(knobs, goal.engine) else None
+        repeats = repeats + 1 if st is None or not new else 0
+        trial.set_constraint("latency_excess", UNPREDICTED if st is None else _violation(st))
+        study.tell(trial, 0.0 if st is None else st.objective or 0.0)
+    cur = max((st for st, _ in seen.values() if st.objective is not None), key=Station.score, default=base)
+    cur = base if cur.score() <= base.score() else cur  # the best station itself on a tie
+    while True:  # the polish: the best one change from the optimum so far, while it gains
+        steps = _neighbours(goal.engine, space, cur.knobs, at, seen, budget)
+        top = max((st for _, _, st in steps), key=Station.score, default=None)
+        if top is None or top.objective is None or top.score() <= cur.score():
             break
-        cur = st
-        path.append((k, v))
-        steps = neighbours(cur.knobs)
-    return Search(base=base, singles=singles, path=path, optimum=cur, simulated=count[0], unmodelled=unmodelled)
+        cur = top
+    return Search(base=base, singles=singles, path=path_to(best, cur, space, singles, base), optimum=cur,
+                  simulated=len(seen), unmodelled=unmodelled)
 
 
-def _exhaustive(history: History, base: Station, space: dict[str, list[Any]], at: Any, count: list[int],
+def _neighbours(engine: str | None, space: dict[str, list[Any]], knobs: dict[str, Any], at: Any,
+                seen: dict[str, Any], budget: int) -> list[tuple[str, Any, Station]]:
+    """Every one-change neighbour of a station the catalog accepts, while the count allows a new simulation."""
+    out = []
+    for k, vs in space.items():
+        for v in vs:
+            nb = knobs | {k: v}
+            if canon(v) != canon(knobs.get(k)) and (dumps(nb) in seen or len(seen) < budget) and accepted(nb, engine):
+                out.append((k, v, at(nb)[0]))
+    return out
+
+
+def _violation(st: Station) -> float:
+    """A station's constraint for the study: how far it breaks its worst limit; a broken contract at least 1."""
+    if math.isinf(st.excess):
+        return UNPREDICTED
+    return max(st.excess, 1.0) if st.broken else st.excess
+
+
+def _exhaustive(history: History, base: Station, space: dict[str, list[Any]], at: Any, seen: dict[str, Any],
                 unmodelled: tuple[str, ...]) -> Search:
     """Every station of the modelled space predicted; the optimum is the best of them (the best station itself on
     a tie), the path its changes from the best station, the largest single gain first."""
@@ -153,11 +200,17 @@ def _exhaustive(history: History, base: Station, space: dict[str, list[Any]], at
             singles.append((changed[0], knobs[changed[0]], st))
         if st.objective is not None and st.score() > opt.score():
             opt = st
+    return Search(base=base, singles=singles, path=path_to(best, opt, space, singles, base), optimum=opt,
+                  simulated=len(seen), unmodelled=unmodelled, exhaustive=True)
+
+
+def path_to(best: dict[str, Any], opt: Station, space: dict[str, list[Any]],
+            singles: list[tuple[str, Any, Station]], base: Station) -> list[tuple[str, Any]]:
+    """The changes from the best station to the optimum, the largest single gain first (the pair and the jump
+    name the first ones)."""
     alone = {(k, canon(v)): gain(st, base) or 0.0 for k, v, st in singles}
-    path = sorted(((k, opt.knobs[k]) for k in space if canon(opt.knobs[k]) != canon(best.get(k))),
+    return sorted(((k, opt.knobs[k]) for k in space if canon(opt.knobs.get(k)) != canon(best.get(k))),
                   key=lambda kv: -alone.get((kv[0], canon(kv[1])), 0.0))
-    return Search(base=base, singles=singles, path=path, optimum=opt, simulated=count[0], unmodelled=unmodelled,
-                  exhaustive=True)
 
 
 def gain(st: Station, base: Station) -> float | None:
