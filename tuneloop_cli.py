@@ -60,7 +60,8 @@ def build_app() -> typer.Typer:
 
 def demo() -> None:
     """Run the tuning loop on the embedded default: simulator target, 16K copy scenario, deterministic
-    planner, auto-approval (examples/goal-16k.yaml), with a fresh store under .tuneloop/demo/."""
+    planner led by the goal's twin (on by default; TUNELOOP_TWIN=off plans with the evidence rules alone),
+    auto-approval (examples/goal-16k.yaml), with a fresh store under .tuneloop/demo/."""
     import os
     import shutil
     from pathlib import Path

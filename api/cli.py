@@ -43,7 +43,9 @@ def serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = typer.Opt
     the worker (`tuneloop worker`), so the loop's CPU never holds a request up and either one killed is started
     again while the other goes on. GET answers are cached until the store changes (TUNELOOP_READ_CACHE_S, 1 s at
     most); idle keep-alive connections are kept TUNELOOP_KEEPALIVE_S (75 s); the listen backlog is
-    TUNELOOP_BACKLOG (2048)."""
+    TUNELOOP_BACKLOG (2048).
+
+    Every goal plans with its twin (on by default; TUNELOOP_TWIN=off turns it off)."""
     import uvicorn
 
     from api.app import create_app
@@ -71,7 +73,9 @@ def worker(db: Optional[str] = typer.Option(None, "--db", help="store URL, norma
            name: Optional[str] = typer.Option(None, "--name", help="worker name (env TUNELOOP_WORKER_NAME)"),
            count: int = typer.Option(1, "--count", min=1, max=16, help="worker threads in this process"),
            ) -> None:
-    """Claim goals from the shared store and run their loops (one target never runs two experiments at once)."""
+    """Claim goals from the shared store and run their loops (one target never runs two experiments at once).
+
+    Every goal plans with its twin (on by default; TUNELOOP_TWIN=off turns it off)."""
     from api.service import Service
 
     settings = _settings(db_url=db, targets_file=targets, worker_targets=tuple(target) or None, worker_name=name)

@@ -70,7 +70,10 @@ def cpu_seconds(pid: int) -> float:
 
 
 def change(card: dict) -> tuple:
-    ch = card["card"]["change"]
-    return (card["card"]["parent_knobs_hash"], ch["knob"] if ch else None, ch["new"] if ch else None, card["card"]["stage"])
+    """What a card proposes from its parent: every change (a pair's two, a twin's jump's several: the changes
+    together are what a person rejects, a subset of them is another card)."""
+    k = card["card"]
+    chs = tuple((c["knob"], c["new"]) for c in (k["change"], k.get("also"), *(k.get("more") or ())) if c)
+    return (k["parent_knobs_hash"], chs, k["stage"])
 
 

@@ -40,7 +40,9 @@ def small_goal(name: str = "svc-goal", *, target: str = "sim", ask: bool = True,
     if ask:
         g["authorisation"] = {**g["authorisation"], "hot": "ask", "restart": "ask"}
     else:
-        g["authorisation"] = {**g["authorisation"], "hot": "auto", "restart": "auto"}
+        # a goal that never waits for a person on a card: the goal's twin (on by default) jumps to a station with the
+        # index-cache reuse, a quality-risk change, which the 16K goal asks a person for
+        g["authorisation"] = {**g["authorisation"], "hot": "auto", "restart": "auto", "quality_risk": "auto"}
     return g
 
 

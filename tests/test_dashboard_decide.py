@@ -64,7 +64,10 @@ def test_an_approver_sees_prediction_interval_hypothesis_evidence_and_a_refusal_
         expect(card.locator("tr.evidence li.for")).to_have_text([f"for: {e}" for e in h["evidence_for"]])
         expect(card.locator("tr.evidence li.against")).to_have_text([f"against: {e}" for e in h["evidence_against"]])
         assert c["asked_why"] and "-> ask" in c["asked_why"]
-        expect(card.locator("tr.why-ask li")).to_have_text(c["asked_why"].split("; "))
+        # the twin's jump (on by default) takes the index-cache reuse: a quality-risk card says that too
+        qr = ["quality risk: the change may alter the model's outputs; it becomes deployable only after an accuracy "
+              "evaluation passes"] if k.get("quality_risk") else []
+        expect(card.locator("tr.why-ask li")).to_have_text(c["asked_why"].split("; ") + qr)
         expect(card.locator("tr.why-ask li.asks").first).to_contain_text("-> ask")
         expect(card.locator("tr.hash td")).to_contain_text(c["card_hash"])
         assert _ink(card.screenshot(path=str(tmp_path / "card.png")))[0] > 500

@@ -1,6 +1,8 @@
 """`make demo`'s decision sequence and figures at seed 0, pinned: a refactor of the loop, the executor or the
 store that changes what the demo decides (or the figures it decides on) fails here. A deliberate change of
-the planner updates this pin in the same commit, saying why."""
+the planner updates this pin in the same commit, saying why. The demo runs as a user gets it: the goal's twin on
+(the default), no TUNELOOP_ variable set; its KPIs must hold whatever the pin: at least half the experiments change
+a decision, no negative repeated, no invalid run recorded as a negative."""
 from __future__ import annotations
 
 import os
@@ -17,34 +19,35 @@ ROOT = Path(__file__).resolve().parents[1]
 TUNELOOP = Path(sys.executable).with_name("tuneloop")
 
 PINNED = [
-    # the start is measured at confirm N: the moves that skip their screen compare there, and no screen-N
-    # reference is spent before a screen needs one
+    # the start is measured at confirm N: the moves that skip their screen compare there
     ("baseline", False, "baseline N=640: measure the parent station: reference at N=640"),
-    # a supported hypothesis (confidence >= 0.6) skips its screen: a screen would more likely pass than not
-    ("new_best", True, "confirm N=640: max_prefill_reqs 1 -> 2: confirmed +32.07% native vs parent at N=640: "
-                       "new best station"),
-    ("promising", False, "confirm N=640: max_num_batched_tokens 8192 -> 16384: confirmed +42.39% whole vs parent "
-                         "at N=640, but no valid native window at N=640 (the objective's window): not the best "
-                         "until a run of it gives one"),
-    ("new_best", True, "confirm N=640: request_rate 6.0 -> 8.0: confirmed +46.83% native vs the best station "
+    # the twin (on by default, issue 43), fitted to the baseline, jumps to its optimum in one card; the quality
+    # evaluation the index-cache reuse asks for fails it
+    ("quality_pending", True, "confirm N=640: max_num_batched_tokens 8192 -> 16384 + max_prefill_reqs 1 -> 2 + "
+                              "index_cache_reuse False -> True + request_rate 6.0 -> 8.0: confirmed +94.16% native "
+                              "vs parent at N=640; performance-positive, quality pending"),
+    ("quality_failed", False, "quality evaluation of confirm N=640: max_num_batched_tokens 8192 -> 16384 + "
+                              "max_prefill_reqs 1 -> 2 + index_cache_reuse False -> True + request_rate 6.0 -> 8.0: "
+                              "score 0.8316 vs baseline 0.846 -> failed: never deployable"),
+    ("promising", False, "confirm N=640: max_num_batched_tokens 8192 -> 16384 + max_prefill_reqs 1 -> 2: confirmed "
+                         "+84.89% whole vs parent at N=640, but no valid native window at N=640 (the objective's "
+                         "window): not the best until a run of it gives one"),
+    ("new_best", True, "confirm N=640: request_rate 6.0 -> 8.0: confirmed +93.92% native vs the best station "
                        "(the parent has no native window) at N=640: new best station"),
-    # the screen below compares with it (a reference only where a comparison needs it)
-    ("baseline", False, "baseline N=320: measure the parent station: reference at N=320"),
-    ("negative", True, "screen N=320: concurrency 128 -> 160: screen +0.00% whole vs parent at N=320 (no gain "
-                       "beyond noise); closes client_supply"),
-    ("promising", False, "screen N=320: concurrency 128 -> 64: screen -8.13% whole vs parent at N=320 with lower "
-                         "TTFT, TPOT and E2E: confirm as a trade-off"),
-    ("tradeoff", True, "confirm N=640: concurrency 128 -> 64: confirmed -10.94% native vs parent at N=640 with "
-                       "lower TTFT, TPOT and E2E: a trade-off on the frontier"),
-    ("stop", False, "experiment budget spent"),
+    ("stop", False, "nothing left to gain by the goal's twin: it predicted the last 2 runs (-0.2% inside ±2.0%, "
+                    "-0.2% inside ±2.0%), and its search of 31 stations finds none that gains min_gain_pct 1 % over "
+                    "the best station (its optimum +0.8%)"),
 ]
+EXPERIMENTS = 4  # runs of the pinned trajectory (a quality evaluation is not an experiment); the budget allows 8
 
 
 @pytest.fixture(scope="module")
 def demo_store(tmp_path_factory) -> Store:
     cwd = tmp_path_factory.mktemp("demo")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNELOOP_")}
-    proc = subprocess.run([str(TUNELOOP), "demo"], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    # with the twin's fits and searches the demo takes ~60 s of CPU here: room for a loaded machine, inside
+    # pytest-timeout's 600 s
+    proc = subprocess.run([str(TUNELOOP), "demo"], cwd=cwd, env=env, capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "report:" in proc.stdout
     store = Store(f"sqlite:///{cwd / '.tuneloop' / 'demo' / 'tuneloop.db'}")
@@ -78,7 +81,7 @@ def test_demo_decides_as_pinned(demo_store: Store):
 def test_demo_kpis_half_the_experiments_change_a_decision(demo_store: Store):
     (goal,) = demo_store.goals()
     k = compute_kpis(demo_store, goal.id)
-    assert k.experiments == 8 and k.decision_changing_share >= 0.5
+    assert k.experiments == EXPERIMENTS <= 8 and k.decision_changing_share >= 0.5
     assert k.repeated_negatives == 0 and k.invalid_negatives == 0
 
 
@@ -92,4 +95,4 @@ def test_demo_best_station_and_spend_as_pinned(demo_store: Store):
     assert (fig["n"], fig["native_n"]) == (640, 463)
     assert fig["native"] == pytest.approx(347.8223, abs=1e-3)
     assert fig["tpot_mean"] == pytest.approx(11.1187, abs=1e-3)
-    assert demo_store.card_hours_used(goal.id) == pytest.approx(15.0282, abs=1e-3)
+    assert demo_store.card_hours_used(goal.id) == pytest.approx(13.1802, abs=1e-3)

@@ -171,8 +171,9 @@ def test_128k_records_the_c128_c90_tradeoff_whole_and_native_apart(tmp_path):
 
 
 def test_quality_risk_knob_is_pending_fails_its_evaluation_and_is_never_the_deployable_best(tmp_path):
-    """The search space leaves only the decode speed-up with quality risk; the loop values it on the
-    latency hypothesis (128K at C128 runs at ~18 ms of a 20 ms TPOT limit), confirms it faster, stays "performance-positive, quality pending", the
+    """The search space leaves only the decode speed-up with quality risk; the loop proposes it on the
+    latency hypothesis (128K at C128 runs at ~18 ms of a 20 ms TPOT limit), the goal's twin (on by default) values
+    it, it confirms faster, stays "performance-positive, quality pending", the
     modelled accuracy evaluation fails it, and the best station, STATE.md and the summary never show it."""
     from agent.cli.run import summary_text
     from agent.loop.session import SessionResult
@@ -186,7 +187,10 @@ def test_quality_risk_knob_is_pending_fails_its_evaluation_and_is_never_the_depl
         kinds = [d.kind for d in ds]
         move = next(c.card for c in st.candidates(res.goal_id) if c.card["change"] is not None)
         assert move["change"]["knob"] == "index_cache_reuse" and move["quality_risk"]
-        assert "latency_bound" in move["ranked"][0][2]  # valued on the latency hypothesis it tests
+        assert move["hypothesis"] == "latency_bound"  # the latency hypothesis it tests
+        # the twin (on by default) leads and values it by its prediction, the TPOT limit's headroom included
+        assert move["note"].startswith("led by the twin") and "the twin predicts" in move["ranked"][0][2]
+        assert "TPOT" in move["ranked"][0][2]
         assert move["stage"] == "confirm"  # supported: straight to confirm N (a screen would more likely pass)
         assert "quality_pending" in kinds
         i = kinds.index("quality_pending")

@@ -116,9 +116,10 @@ def test_the_explorer_pairs_only_once_every_one_change_neighbour_is_measured(tmp
 
 
 def test_a_person_rejecting_a_pair_card_vetoes_that_pair_and_neither_change_alone(tmp_path):
-    """Through `tuneloop run` and `tuneloop approve --reject`: the loop asks for the pair the evidence names, a
-    person refuses it, and the next card is something else; the stored veto is of the pair (both changes), so
-    the draft width alone is still a card the checks pass (refusing the two together says nothing of either)."""
+    """Through `tuneloop run` and `tuneloop approve --reject`: the loop asks for a multi-change card (the twin's
+    jump, the twin being on by default), a person refuses it, and the next card is something else; the stored veto
+    is of the changes together, so the draft width alone is still a card the checks pass (refusing the changes
+    together says nothing of either)."""
     import yaml
 
     from agent.loop.record import build_history
@@ -152,7 +153,10 @@ def test_a_person_rejecting_a_pair_card_vetoes_that_pair_and_neither_change_alon
         card = asked()
     assert card.get("also") and card.get("coupling"), card
     first, second = card["change"], card["also"]
-    assert (first["knob"], second["knob"]) == ("num_speculative_tokens", "max_num_seqs")
+    # with the goal's twin on (the default) the multi-change card is the twin's jump (the draft width and C), which
+    # leads before the rules' evidence-named pair (the draft width and max_num_seqs); either is vetoed as a whole
+    assert first["knob"] == "num_speculative_tokens" and card["note"].startswith("led by the twin"), card
+    more = [(c["knob"], c["new"]) for c in card.get("more") or ()]
     r = tuneloop(tmp_path, "approve", str(card["id"]), "--reject", "--reason", "not both at once", "--db", db)
     assert r.returncode == 0, r.stderr
     nxt = asked()
@@ -164,8 +168,10 @@ def test_a_person_rejecting_a_pair_card_vetoes_that_pair_and_neither_change_alon
         [veto] = h.vetoes
         assert (veto.knob, veto.value, veto.also_knob, veto.also_value) == (first["knob"], first["new"],
                                                                             second["knob"], second["new"])
+        assert [(k, v) for k, v in veto.more] == more
         rejected = [d for d in st.decisions(gid) if d.kind == "rejected"]
-        assert len(rejected) == 1 and " + max_num_seqs" in rejected[0].text and "not both at once" in rejected[0].text
+        assert len(rejected) == 1 and f" + {second['knob']}" in rejected[0].text
+        assert "not both at once" in rejected[0].text
         pair = card_of({k: v for k, v in card.items() if k != "id"})
         assert h.vetoed(pair) is veto and any(r.startswith("rejected:") for r in check(pair, h))
         alone = build_card(gid, pair.scenario, h.best_knobs, first["knob"], first["new"], stage=pair.stage, n=pair.n)

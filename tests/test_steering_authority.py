@@ -7,8 +7,8 @@ import time
 
 import httpx
 import pytest
-from steering_support import (QueueStore, auth, awaiting, get, post, say, served, small_goal,  # noqa: F401 (a fixture)
-                              tuneloop, wait_until)
+from steering_support import (QueueStore, ServerProcess, auth, awaiting, change, get, post, say,  # noqa: F401
+                              served, service_env, small_goal, tuneloop, wait_until)  # (served: a fixture)
 
 
 def extension_goal(name: str) -> dict:
@@ -18,8 +18,22 @@ def extension_goal(name: str) -> dict:
     return g
 
 
-def test_budget_extension_is_asked_granted_by_rest_chat_cli_and_a_refusal_stops_the_goal(served, tmp_path):
-    srv = served
+@pytest.fixture
+def served_rules(tmp_path):
+    """`tuneloop serve` planning with the evidence rules alone (TUNELOOP_TWIN=off): the extension below is asked for
+    the confirm of a promising screen, which the rules' path screens first; the goal's twin (on by default) jumps
+    straight to confirm N, so no screen's confirm crosses the budget."""
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    srv = ServerProcess(tmp_path, service_env(tmp_path, db, TUNELOOP_POLL_S="0.5", TUNELOOP_TWIN="off"))
+    srv.db = db  # type: ignore[attr-defined]
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_budget_extension_is_asked_granted_by_rest_chat_cli_and_a_refusal_stops_the_goal(served_rules, tmp_path):
+    srv = served_rules
     gids = {how: post(srv, "/goals", extension_goal(f"ext-{how}"), role="admin", code=201).json()["id"]
             for how in ("rest", "chat", "cli", "refuse")}
     asked = {}
@@ -113,8 +127,10 @@ def test_a_deny_of_the_authorisation_table_is_remembered_and_the_run_ends(tmp_pa
         gid = st.goals()[0].id
         vetoes = st.vetoes(gid)
         assert vetoes and all(v.source == "authorisation" and v.who == "authorisation table" for v in vetoes)
-        keys = [(v.knob, v.value, v.parent_hash) for v in vetoes]
-        assert len(keys) == len(set(keys))  # each denied change was proposed once
+        # a card's changes together (the twin's jump, on by default, then a pair of its changes, then one of them
+        # alone are three restart cards, each denied once)
+        keys = [(v.parent_hash, change({"card": st.get_candidate(v.candidate_id).card})) for v in vetoes]
+        assert len(keys) == len(set(keys))  # each denied card was proposed once
         ran = [st.get_candidate(r.candidate_id).card for r in st.runs(gid)]
         assert ran and all(c["cost_class"] == "hot" for c in ran)  # nothing denied ran
         assert st.get_goal(gid).status in ("done", "stopped")

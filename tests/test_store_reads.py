@@ -65,7 +65,9 @@ def test_reads_per_iteration_do_not_grow_with_past_decisions(tmp_path, counted):
             iteration[0] += 1
         events.append((iteration[0], phase, info))
     calls.clear()
-    run_session(spec, url, auto_approve=True, executor=ex, new_goal=True, on_event=on_event)
+    # the rules' 8-experiment trajectory: long enough for a path to repeat early and late; the twin's (on by default)
+    # stops after 4 experiments, none on a repeated path
+    run_session(spec, url, auto_approve=True, executor=ex, new_goal=True, on_event=on_event, twin=False)
     judged = {i: info.get("outcome") for i, phase, info in events if phase == "judge"}
     stages = {i: (info.get("card") or {}).get("stage") for i, phase, info in events if phase == "propose"}
     reads = {i: sum(1 for j, _ in calls if j == i) for i in judged}

@@ -80,6 +80,8 @@ def test_the_prior_is_the_calibrated_profile_or_the_goals_never_anything_else(tm
 
 def test_twin_switch_reads_the_session_then_the_environment(monkeypatch):
     monkeypatch.delenv("TUNELOOP_TWIN", raising=False)
+    assert twin_enabled(None) is True and twin_enabled(False) is False  # on by default (issue 43)
+    monkeypatch.setenv("TUNELOOP_TWIN", "off")
     assert twin_enabled(None) is False and twin_enabled(True) is True
     monkeypatch.setenv("TUNELOOP_TWIN", "on")
     assert twin_enabled(None) is True and twin_enabled(False) is False
@@ -149,7 +151,7 @@ def test_a_twin_whose_error_stays_high_hands_the_lead_to_the_rules_and_the_cards
     assert fid.leads and all(abs(s.error) < 0.05 for s in fid.scored), fid.words()
 
 
-def test_tuneloop_run_twin_flag_turns_it_on_for_the_session(tmp_path):
+def test_tuneloop_run_twin_is_on_by_default_and_the_flag_turns_it_off_or_on_for_the_session(tmp_path):
     import json
     import os
     import subprocess
@@ -159,11 +161,12 @@ def test_tuneloop_run_twin_flag_turns_it_on_for_the_session(tmp_path):
     data = goal(2).model_dump(mode="json", exclude_none=True)
     spec.write_text(json.dumps(data))
     url = f"sqlite:///{tmp_path / 'cli.db'}"
-    env = os.environ | {"TUNELOOP_RUNS_ROOT": str(tmp_path / "runs"), "TUNELOOP_TWIN": "off"}
+    env = {k: v for k, v in os.environ.items() if k != "TUNELOOP_TWIN"} | {"TUNELOOP_RUNS_ROOT": str(tmp_path / "runs")}
     exe = Path(sys.executable).with_name("tuneloop")
-    for flag in ("--no-twin", "--twin"):
-        proc = subprocess.run([str(exe), "run", str(spec), "--db", url, "--auto-approve", "--new", flag],
-                              capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    # --no-twin over the default (on); --twin over TUNELOOP_TWIN=off; no flag and no variable: the default, on
+    for flags, twin_env in ((["--no-twin"], {}), (["--twin"], {"TUNELOOP_TWIN": "off"}), ([], {})):
+        proc = subprocess.run([str(exe), "run", str(spec), "--db", url, "--auto-approve", "--new", *flags],
+                              capture_output=True, text=True, timeout=600, env=env | twin_env, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr[-2000:]
     st = Store(url)
     try:
@@ -171,8 +174,8 @@ def test_tuneloop_run_twin_flag_turns_it_on_for_the_session(tmp_path):
         notes = [[c.card.get("note") or "" for c in st.candidates(g.id) if c.card.get("change")] for g in goals]
     finally:
         st.close()
-    assert len(notes) == 2 and notes[0] and notes[1]
-    assert not any(LED in n for n in notes[0]) and all(LED in n for n in notes[1])
+    assert len(notes) == 3 and all(notes)
+    assert not any(LED in n for n in notes[0]) and all(LED in n for n in notes[1]) and all(LED in n for n in notes[2])
 
 
 def test_in_the_loop_the_twin_fits_a_perturbed_truth_it_is_never_handed(tmp_path, runs_root):

@@ -229,7 +229,7 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
         twin: Optional[bool] = typer.Option(None, "--twin/--no-twin",
                                             help="search the goal's twin (a simulator calibrated to the goal's own "
                                                  "runs from its prior profile) and let it lead while it predicts the "
-                                                 "runs (default: $TUNELOOP_TWIN, on|off, else off)"),
+                                                 "runs (on by default; --no-twin or $TUNELOOP_TWIN=off turns it off)"),
         ) -> None:
     """Run the tuning loop for GOAL to a stop (or until a person must approve a step)."""
     from core.datafiles import DataFileError, use_data_dirs

@@ -68,13 +68,14 @@ def bind_sim_profile(executor: Any, spec: Any) -> None:
 
 
 TWIN_ENV = "TUNELOOP_TWIN"  # on | off: whether the planner searches the goal's twin when a session does not say
+TWIN_DEFAULT = "on"  # the twin leads by default (issue 43): `tuneloop run --no-twin` or TUNELOOP_TWIN=off turn it off
 
 
 def twin_enabled(twin: bool | None) -> bool:
-    """The session's choice, else TUNELOOP_TWIN (on|off; default off); any other value is an error naming it."""
+    """The session's choice, else TUNELOOP_TWIN (on|off; default on); any other value is an error naming it."""
     if twin is not None:
         return twin
-    raw = os.environ.get(TWIN_ENV, "off").strip().lower()
+    raw = os.environ.get(TWIN_ENV, TWIN_DEFAULT).strip().lower()
     if raw not in ("on", "off"):
         raise ValueError(f"{TWIN_ENV}={raw!r}: must be on or off")
     return raw == "on"
@@ -115,7 +116,7 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
     The same spec continues its latest goal; a goal that already finished is not run again (the result
     says so and where its results are) unless an instruction given since asks for more; `new_goal`
     starts a fresh goal with the same spec. `twin`: the planner searches the goal's twin (a simulator calibrated
-    to the goal's runs, agent/planner/twin.py); None reads TUNELOOP_TWIN (on|off, default off).
+    to the goal's runs, agent/planner/twin.py); None reads TUNELOOP_TWIN (on|off, default on).
     """
     from langgraph.types import Command  # deferred: langgraph, loaded when a session runs
 

@@ -156,6 +156,11 @@ def pooled(history: History, diag: Diagnosis | None) -> tuple[list[tuple[Candida
     out = [(_noted(card, lead), v) for card, v in led] + [(_noted(card, lead or "; ".join(
         f"{RULES_LED}: {y}" for y in yields)), v) for card, v in out]
     out.sort(key=lambda cv: (-cv[1].value, cv[0].title()))
+    # one experiment once: the leading twin's own card and a rule's card for the same station, stage and N are one
+    # candidate (else a person's one refusal reads as "2 of the 4 remaining candidates"); the first, ranked higher
+    # (the leader's on a tie), stays
+    seen: set[str] = set()
+    out = [cv for cv in out if cv[0].experiment_key not in seen and not seen.add(cv[0].experiment_key)]
     return out, settled
 
 

@@ -144,13 +144,18 @@ def _log(c: Content) -> list[Block]:
     return out
 
 
+def _changes(card: dict) -> list[dict]:
+    """A stored card's changes: one, a coupled pair's two, or a twin's jump's several (tested together)."""
+    return [c for c in (card.get("change"), card.get("also"), *(card.get("more") or ())) if c]
+
+
 def _experiment(c: Content, e: Experiment) -> list[Block]:
     card = e.card
     diag = card.get("diagnosis") or {}
     lead = max(diag.get("hypotheses") or [{}], key=lambda h: h.get("likelihood", 0.0))
     out: list[Block] = [
         Heading(3, f"{e.index}. {card.get('stage', e.run.stage)} N={e.run.n}: {e.change}", f"run-{e.run.id}"),
-        kv([("run", e.run.id), ("station", e.station), ("parent station", e.parent), ("the one change", e.change),
+        kv([("run", e.run.id), ("station", e.station), ("parent station", e.parent), ("the changes" if len(_changes(card)) > 1 else "the one change", e.change),
             ("hypothesis", card.get("hypothesis")), ("mechanism", card.get("mechanism")),
             ("decision it affects", card.get("decision")), ("expected effect", card.get("expected_effect")),
             ("a negative would rule out", card.get("negative_rules_out")), ("cost class", card.get("cost_class")),

@@ -36,7 +36,7 @@ class TradeRow:
     tpot_mean: float | None
     e2e_mean: float | None
     slo_ok: bool
-    kept: bool = False  # meets the SLO and the loop kept it (reference, best, trade-off, quality pending)
+    kept: bool = False  # meets the SLO and the loop kept it (reference, best, trade-off, quality pending, not failed)
     frontier: bool = False
     vs_reference: str | None = None  # percentage against the reference at the same N and window only
 
@@ -75,7 +75,8 @@ def _row(sc: str, e: Experiment, s: Summary, spec: Any) -> TradeRow:
         native_n=nat.n_requests if nat else None, native_reason=s.native_reason,
         ttft_mean=s.ttft_ms.mean, ttft_p90=s.ttft_ms.p90, tpot_mean=s.tpot_ms.mean, e2e_mean=s.e2e_ms.mean,
         slo_ok=not spec.constraints.violations(s),
-        kept=not spec.constraints.violations(s) and e.outcome is not None and e.outcome.kind in KEPT)
+        kept=not spec.constraints.violations(s) and e.outcome is not None and e.outcome.kind in KEPT
+        and not any(d.kind == "quality_failed" for d in e.decisions))  # never deployable: off the frontier
 
 
 def _vs(row: TradeRow, ref: Experiment | None, spec: Any) -> TradeRow:
