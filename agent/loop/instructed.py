@@ -14,6 +14,12 @@ from agent.loop.record import OPEN_STATUSES
 from agent.planner.candidates import CandidateCard, Change, build_card, direction_of
 from agent.planner.checks import check, estimate
 from agent.planner.history import History
+from agent.planner.refusals import RefusalKind, said
+
+# what a person's say-so covers: the budget, and what the loop would not repeat by itself (a known negative, an
+# earlier veto, a prediction)
+SAID_SO = frozenset({RefusalKind.AFFORDABLE, RefusalKind.KNOWN_NEGATIVE, RefusalKind.REJECTED,
+                     RefusalKind.PREDICTED_NEGATIVE})
 
 
 def started(store: Any, goal_id: str, cand: Any) -> bool:
@@ -61,6 +67,7 @@ def instructed_card(store: Any, goal_id: str, history: History) -> tuple[Candida
     old = history.best_knobs.get(knob)
     direction = direction_of(Change(knob=knob, old=old, new=value)) if knob in history.goal.space() else "up"
     why: list[str] = []
+    blocked = False  # a reason other than "already ran": the round cannot be carried out
     for stage, n in (("screen", proto.screen_n), ("confirm", proto.confirm_n)):
         if stage == "screen" and history.best_at_confirm_only():
             continue  # the best station was measured at confirm N only: the comparison that exists is there
@@ -77,18 +84,18 @@ def instructed_card(store: Any, goal_id: str, history: History) -> tuple[Candida
             if ref.experiment_key in history.finished_keys:
                 why.append(f"no valid reference of the best station at N={n} (its measurement ran and was not "
                            "valid): the round could not be judged")
+                blocked = True
                 break
             return ref.model_copy(update={"est_card_hours": round(estimate(ref, history), 4)}), ""
-        # a person's say-so covers the budget and what the loop would not repeat by itself (a known negative,
-        # an earlier veto); not a card that breaks the protocol or the search space
-        said = ("affordable", "known_negative", "rejected:", "predicted_negative")
-        refusals = [r for r in check(card, history) if not r.startswith(said)]
+        # a person's say-so (SAID_SO); never a card that breaks the protocol or the search space
+        refusals = [r for r in check(card, history) if r.kind not in SAID_SO]
         if not refusals:
-            overridden = [r for r in check(card, history) if r.startswith(said[1:])]
-            note = card.note + ("; run although " + "; ".join(overridden) if overridden else "")
+            overridden = [r for r in check(card, history) if r.kind in SAID_SO - {RefusalKind.AFFORDABLE}]
+            note = card.note + ("; run although " + said(overridden) if overridden else "")
             return card.model_copy(update={"est_card_hours": round(estimate(card, history), 4), "note": note}), ""
-        why.append(f"{card.title()}: " + "; ".join(refusals))
+        why.append(f"{card.title()}: " + said(refusals))
+        blocked = True
         break
-    if all(w.endswith("already ran") for w in why):
+    if not blocked:
         return None, ""  # its screen and confirm ran: the rounds left are the planner's, counted all the same
     return None, f"instruction {ins.id} by {ins.who} cannot be carried out: " + "; ".join(why)

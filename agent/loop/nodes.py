@@ -150,7 +150,7 @@ class Loop:
             rec["profile_reason"] = plan.diagnosis.profile_reason
         if plan is not None and plan.diagnosis is not None:
             rec["diagnosis"] = plan.diagnosis.model_dump(mode="json")
-            rec["ranked"] = [list(r) for r in plan.ranked[:8]]
+            rec["ranked"] = [r.record() for r in plan.ranked[:8]]
         cand = self.store.add_candidate(self.goal_id, rec)
         vetoed = any(v.candidate_id == cand.id for v in self.store.vetoes(self.goal_id))
         if cand.status == "rejected" and not vetoed:  # rejected while no loop ran: authorise records the veto

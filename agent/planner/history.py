@@ -11,6 +11,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
 
 from agent.planner.cards import CandidateCard, station_hash
 from agent.planner.costs import CostModel
+from agent.planner.refusals import Refusal, RefusalKind
 from core.canonical import canon
 from core.evidence import Evidence
 from core.summary import Summary
@@ -125,10 +126,13 @@ class Veto(BaseModel):
                 and self.parent_knobs_hash == card.parent_knobs_hash and self.data_version == data_version
                 and self.source_identity == source_identity)
 
-    def refusal(self) -> str:
+    def refusal(self) -> Refusal:
+        return Refusal(RefusalKind.REJECTED, f"candidate {self.candidate_id} was {self.how()}")
+
+    def how(self) -> str:
+        """How the card was ruled out, and by whom (the refusal's words after the candidate)."""
         what = "rejected by" if self.source == "person" else "denied by the authorisation table, as decided by"
-        return (f"rejected: candidate {self.candidate_id} was {what} {self.who} under the same conditions"
-                + (f" ({self.reason})" if self.reason else ""))
+        return f"{what} {self.who} under the same conditions" + (f" ({self.reason})" if self.reason else "")
 
 
 class History(BaseModel):
