@@ -32,7 +32,7 @@ def awaiting_person(store: Any, goal_id: str) -> bool:
     goal = store.get_goal(goal_id)
     if goal.status != "waiting":
         return False
-    if (goal.status_reason or "").startswith("waiting for a budget extension"):
+    if goal.waits_for_extension:
         return True
     return any(c.status in OPEN_STATUSES and store.approval(c.id) is None and not started(store, goal_id, c)
                for c in store.candidates(goal_id))

@@ -17,6 +17,7 @@ from agent.planner.deterministic import DeterministicPlanner
 from agent.planner.prescreen import Prescreened, calibrated
 from executor.phases import crashpoint
 from executor.runner import Executor
+from state.lifecycle import OutcomeKind, WaitingFor
 from state.statefile import write_state
 from state.store import Store, default_url
 
@@ -95,6 +96,11 @@ def waiting_reason(payload: dict[str, Any]) -> str:
     return f"waiting for approval of candidate {payload.get('candidate_id')}: {payload.get('why')}"
 
 
+def waiting_for(payload: dict[str, Any]) -> WaitingFor:
+    """What the loop's ask waits for: a budget extension, or a decision on a card."""
+    return WaitingFor.BUDGET_EXTENSION if payload.get("kind") == "budget_extension" else WaitingFor.APPROVAL
+
+
 def record_ask(store: Any, goal_id: str, payload: dict[str, Any], reason: str) -> None:
     """What the loop asked a person, in the decision log (once per card hash and kind): the card hash in it
     is the one the person is shown, so an approval by chat is bound to it."""
@@ -131,7 +137,7 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
         if resume is None and finished(store, goal):
             ins = store.current_instruction(goal.id)
             if ins is not None and ins.kind in ("pause", "stop"):  # nothing left for it to hold: say so
-                store.settle_instruction(ins.id, f"done: the goal had already ended ({goal.status})")
+                store.settle_instruction(ins.id, OutcomeKind.DONE, f"the goal had already ended ({goal.status})")
             path = str(write_state(store, goal.id, runs_root=runs_root))
             return SessionResult(goal.id, goal.status, finished_reason(goal, path), state_path=path,
                                  already_finished=True)
@@ -160,7 +166,7 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
             payload = interrupts[0].value
             reason = waiting_reason(payload)
             if store.get_goal(goal.id).status == "running":
-                store.set_goal_status(goal.id, "waiting", reason)
+                store.set_goal_status(goal.id, "waiting", reason, waiting_for(payload))
             record_ask(store, goal.id, payload, reason)
             crashpoint("approval", "waiting")  # tests: SIGKILL while the loop waits for a person (checkpoint written)
             state_file(store, goal.id)
