@@ -9,7 +9,7 @@ already in the store is not asked again while the budget and deadline it was giv
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph.types import interrupt
 
@@ -18,6 +18,9 @@ from agent.planner.candidates import change_words
 from state.approvals import PAST
 from state.authorisation import decide
 from state.errors import Conflict
+
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
 
 Outcome = Literal["approve", "reject", "deny", "stop", "spent", "reask"]
 
@@ -65,7 +68,7 @@ def _title(card: dict[str, Any]) -> str:
     return f"{card.get('stage')} N={card.get('n')}: {what}"
 
 
-def authorise(store: Any, goal_id: str, candidate_id: int, card: dict[str, Any], card_hash: str, *,
+def authorise(store: Store, goal_id: str, candidate_id: int, card: dict[str, Any], card_hash: str, *,
               auto_approve: bool, who: str, estimate: float, instructed_by: str | None = None) -> tuple[Outcome, str]:
     """(approve | reject | deny | stop | spent | reask, why). May interrupt the graph to ask a person.
 
@@ -132,7 +135,7 @@ def authorise(store: Any, goal_id: str, candidate_id: int, card: dict[str, Any],
     return _record(store, candidate_id, card_hash, "approve", approver, why)
 
 
-def _record(store: Any, candidate_id: int, card_hash: str, decision: str, who: str, reason: str | None) -> tuple[str, str]:
+def _record(store: Store, candidate_id: int, card_hash: str, decision: str, who: str, reason: str | None) -> tuple[str, str]:
 
     try:
         if decision == "approve":

@@ -8,7 +8,7 @@ card that waited for a person before the instruction was given.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.loop.record import OPEN_STATUSES
 from agent.planner.candidates import CandidateCard, Change, build_card, direction_of
@@ -16,18 +16,21 @@ from agent.planner.checks import check, estimate
 from agent.planner.history import History
 from agent.planner.refusals import RefusalKind, said
 
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
+
 # what a person's say-so covers: the budget, and what the loop would not repeat by itself (a known negative, an
 # earlier veto, a prediction)
 SAID_SO = frozenset({RefusalKind.AFFORDABLE, RefusalKind.KNOWN_NEGATIVE, RefusalKind.REJECTED,
                      RefusalKind.PREDICTED_NEGATIVE})
 
 
-def started(store: Any, goal_id: str, cand: Any) -> bool:
+def started(store: Store, goal_id: str, cand: Any) -> bool:
     """The card's experiment was launched (it runs, failed, is unknown, or has a run)."""
     return cand.status in ("running", "failed", "unknown") or any(r.candidate_id == cand.id for r in store.runs(goal_id))
 
 
-def awaiting_person(store: Any, goal_id: str) -> bool:
+def awaiting_person(store: Store, goal_id: str) -> bool:
     """The goal waits for a person: a card asked about and not decided, or a budget extension."""
     goal = store.get_goal(goal_id)
     if goal.status != "waiting":
@@ -56,7 +59,7 @@ def _after(a: datetime, b: datetime) -> bool:
     return a >= b
 
 
-def instructed_card(store: Any, goal_id: str, history: History) -> tuple[CandidateCard | None, str]:
+def instructed_card(store: Store, goal_id: str, history: History) -> tuple[CandidateCard | None, str]:
     """"One more round at C90": that one change from the best station, screened or confirmed as the protocol
     says, after the reference it is judged against when that was never measured at its N; (None, why) when it
     cannot run (the loop stops and says so rather than run something else); (None, "") once its screen and

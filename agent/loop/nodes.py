@@ -6,7 +6,7 @@ back, and names where the graph goes next. Graph state holds only ids and small 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from langgraph.types import Command
 
@@ -28,6 +28,9 @@ from state.authorisation import instruction_effect
 from state.lifecycle import OutcomeKind
 from state.ledger import tooling_note
 
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
+
 FAULT_RETRIES = 2  # re-entries of run_trial for one run after a fault (it resumes at the failed phase)
 
 
@@ -39,7 +42,7 @@ def _unknown(result: Any) -> bool:
 class Loop:
     """Everything the nodes share: the store, the executor, the planner and the run's options."""
 
-    store: Any
+    store: Store
     executor: Any
     goal_id: str
     planner: Any = field(default_factory=DeterministicPlanner)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
 
@@ -13,6 +13,9 @@ from api.auth import Approver, Viewer
 from api.deps import ServiceDep, StoreDep, ViaDep
 from api.schemas import ApprovalOut, CandidateOut, DecisionIn, RejectIn
 
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
+
 router = APIRouter(tags=["candidates"])
 CONFLICT = {409: {"description": "already decided (one decision per card), or the card changed since it was shown"}}
 
@@ -21,7 +24,7 @@ CONFLICT = {409: {"description": "already decided (one decision per card), or th
 _WAITING = re.compile(r"^waiting for (approval of candidate \d+|a budget extension[^:]*): ")
 
 
-def asked(store: Any, goal_id: str) -> dict[int, str]:
+def asked(store: Store, goal_id: str) -> dict[int, str]:
     """Candidate id -> why the loop asked a person about it (its latest ask), without the 'waiting for' head."""
     out: dict[int, str] = {}
     for d in store.decisions(goal_id, ("ask",)):
@@ -31,7 +34,7 @@ def asked(store: Any, goal_id: str) -> dict[int, str]:
     return out
 
 
-def candidate_out(c: Any, frozen: dict[str, str], waiting: set[int] | None = None, store: Any = None,
+def candidate_out(c: Any, frozen: dict[str, str], waiting: set[int] | None = None, store: Store | None = None,
                   asks: dict[int, str] | None = None) -> CandidateOut:
     """A card as shown, its own and its parent's station named by the frozen hash `/stations` resolves
     (`frozen`: agent.loop.record.frozen_stations); with `store`, an estimate is computed where the planner gave
