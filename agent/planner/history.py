@@ -14,6 +14,7 @@ from agent.planner.costs import CostModel
 from agent.planner.refusals import Refusal, RefusalKind
 from core.canonical import canon
 from core.evidence import Evidence
+from core.goalview import PlannerGoal
 from core.summary import Summary
 
 Decision = Literal[
@@ -163,7 +164,7 @@ class History(BaseModel):
         self._twin = fitter
         return self
     goal_id: str
-    goal: Any  # state.goal.GoalSpec (frozen)
+    goal: PlannerGoal  # the goal as the planner reads it (state.goal.GoalSpec, frozen)
     data_version: str
     source_identity: str = "sim"
     best_knobs: dict[str, Any]
