@@ -91,11 +91,16 @@ def make_planner(llm_base_url: str | None, llm_model: str = "tuneloop-planner", 
 
 
 def waiting_reason(payload: dict[str, Any]) -> str:
+    """The goal's status reason while it waits (and the ask's text): what it waits for, then why it asks."""
+    return f"{waiting_head(payload)}: {payload.get('why')}"
+
+
+def waiting_head(payload: dict[str, Any]) -> str:
+    """What the loop waits for, from the ask's payload (or its recorded data: the same keys)."""
     if payload.get("kind") == "budget_extension":
         return (f"waiting for a budget extension of {payload.get('card_hours', 0):.2f} card-hours and "
-                f"{payload.get('experiments', 0)} experiment(s) for candidate {payload.get('candidate_id')}: "
-                f"{payload.get('why')}")
-    return f"waiting for approval of candidate {payload.get('candidate_id')}: {payload.get('why')}"
+                f"{payload.get('experiments', 0)} experiment(s) for candidate {payload.get('candidate_id')}")
+    return f"waiting for approval of candidate {payload.get('candidate_id')}"
 
 
 def waiting_for(payload: dict[str, Any]) -> WaitingFor:
