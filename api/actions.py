@@ -12,6 +12,7 @@ from api.chat import HELP, Intent
 from api.failures import shown_status
 from api.service import Service
 from state.errors import Conflict, NotFound
+from state.lifecycle import OutcomeKind
 
 
 def decide(svc: Service, candidate_id: int, card_hash: str, decision: str, who: Principal, reason: str | None,
@@ -35,7 +36,7 @@ def instruct(svc: Service, goal_id: str, kind: str, who: Principal, *, count: in
     for a decision a person owes). Conflict (409) when it was refused: it is recorded with that outcome."""
     ins = svc.store.add_instruction(goal_id, kind, f"{who.name} ({via})", count=count, knobs=knobs, restore=restore,
                                     text=text)
-    if (ins.outcome or "").startswith("refused"):
+    if ins.outcome_kind is OutcomeKind.REFUSED:
         raise Conflict(f"instruction {ins.id} {ins.outcome}")
     svc.wake(goal_id, who.name)
     return ins, standing(svc, goal_id, ins)
@@ -44,7 +45,7 @@ def instruct(svc: Service, goal_id: str, kind: str, who: Principal, *, count: in
 def standing(svc: Service, goal_id: str, ins: Any) -> str:
     """What a new instruction did to earlier ones and when it takes effect, in words ('' when nothing to say)."""
     said = [f"it replaces instruction {i.id} ({i.kind.replace('_', ' ')} by {i.who}), which had not taken effect"
-            for i in svc.store.instructions(goal_id) if (i.outcome or "").startswith(f"superseded by {ins.id} ")]
+            for i in svc.store.instructions(goal_id) if i.superseded_by == ins.id]
     waiting = pending(svc, goal_id)
     if waiting:
         said.append(f"queued: candidate {waiting[0].id} waits for a person's decision; this takes effect after it")
@@ -62,7 +63,7 @@ def shown_hash(svc: Service, candidate_id: int) -> str:
 def asked_extension(svc: Service, goal_id: str) -> dict[str, Any] | None:
     """The budget extension the loop waits for (card-hours, experiments, candidate, why), else None."""
     g = svc.store.get_goal(goal_id)
-    if g.status != "waiting" or not (g.status_reason or "").startswith("waiting for a budget extension"):
+    if not g.waits_for_extension:
         return None
     asks = [d for d in svc.store.decisions(goal_id, ("ask",)) if d.data.get("kind") == "budget_extension"]
     return {**asks[-1].data, "why": asks[-1].text} if asks else None

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import errno
 import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING
 
 import httpx
 import sqlalchemy.exc as sa_exc
 
 from state.statefile import redact
+
+if TYPE_CHECKING:  # annotations only
+    from state.snapshots import Goal
 
 RETRY_POLICY = "loop: stop_after_attempt(settings.loop_attempts), wait_exponential(settings.retry_wait_s, max 30 s)"
 
@@ -74,7 +77,7 @@ def failure_reason(error: str, attempts: int, worker: str, transient: bool) -> s
     return f"failed: {error} ({kind}, worker {worker}); fix the cause, then resume the goal to retry"
 
 
-def shown_status(goal: Any, work_failed: bool) -> str:
+def shown_status(goal: Goal, work_failed: bool) -> str:
     """`failed` while the goal's loop failed and nobody resumed it since (the store keeps the goal `stopped`
     with the failure as its reason: the goal lifecycle has no `failed`)."""
     return "failed" if work_failed else goal.status

@@ -8,12 +8,17 @@ still running, waiting or paused (so on the same target) gets 409 (state/store.p
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Header, HTTPException
 from sqlalchemy.exc import IntegrityError
 
 from state.errors import Conflict, NotFound
+
+if TYPE_CHECKING:  # annotations only
+    from state.goal import GoalSpec
+    from state.snapshots import Goal
+    from state.store import Store
 
 KeyHeader = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=128,
                                          pattern=r"^[\x21-\x7e]+$",
@@ -25,7 +30,7 @@ def goal_id_for(who: str, key: str) -> str:
     return "key-" + hashlib.sha256("\0".join((who, key)).encode()).hexdigest()[:15]
 
 
-def create_goal(store: Any, spec: Any, who: str, key: str | None) -> Any:
+def create_goal(store: Store, spec: GoalSpec, who: str, key: str | None) -> Goal:
     if key is None:
         return store.create_goal(spec, unique_active=True)
     gid = goal_id_for(who, key)
@@ -43,7 +48,7 @@ def create_goal(store: Any, spec: Any, who: str, key: str | None) -> Any:
         return _same(won, spec)
 
 
-def _same(goal: Any, spec: Any) -> Any:
+def _same(goal: Goal, spec: GoalSpec) -> Goal:
     if goal.spec_hash != spec.spec_hash():
         raise HTTPException(422, [{"loc": ["header", "Idempotency-Key"], "type": "value_error",
                                    "msg": "already used for a different goal spec; send a new key"}])

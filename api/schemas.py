@@ -94,6 +94,10 @@ class InstructionOut(snapshots.Instruction):
     one, `note` tells the person at once what it replaced and whether it waits for a person's decision."""
 
     note: str | None = None
+    # the outcome's kind and the instruction that replaced it are the code's to branch on; the answer shows the
+    # outcome's words, as it always did
+    outcome_kind: snapshots.OutcomeKind | None = Field(None, exclude=True)
+    superseded_by: int | None = Field(None, exclude=True)
 
 
 class DecisionOut(BaseModel):

@@ -9,7 +9,7 @@ prefill-side one (TTFT; E2E). The validated spec (state/goal.py GoalSpec) derive
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Mapping, Protocol, runtime_checkable
 
 from core.summary import Summary
 
@@ -160,7 +160,79 @@ class GoalView:
         return out
 
 
-def goal_view(goal: Any) -> GoalView:
+class GoalObjective(Protocol):
+    """What is maximised, in which window."""
+
+    @property
+    def metric(self) -> Literal["output_tok_s_per_card", "output_tok_s", "qps", "goodput"]: ...
+    @property
+    def window(self) -> Literal["native", "whole"]: ...
+    def value(self, summary: Summary) -> float | None: ...
+    def model_dump_json(self, *, exclude_none: bool = False) -> str: ...
+
+
+class GoalConstraints(Protocol):
+    """The SLO: latency limits (`<metric>_<stat>_ms_lt`), the contract's figures."""
+
+    @property
+    def all_succeed(self) -> bool: ...
+    @property
+    def output_len(self) -> int | None: ...
+    @property
+    def cards(self) -> int | None: ...
+    @property
+    def min_cache_hit(self) -> float | None: ...
+    def latency_limits(self) -> dict[str, float]: ...
+    def violations(self, summary: Summary) -> list[str]: ...
+    def model_dump_json(self, *, exclude_none: bool = False) -> str: ...
+
+
+class GoalProtocol(Protocol):
+    """The experiment protocol: a screen's N, a confirm's (larger) N, the warm-up, the seeds."""
+
+    @property
+    def screen_n(self) -> int: ...
+    @property
+    def confirm_n(self) -> int: ...
+    @property
+    def warmup(self) -> int: ...
+    @property
+    def seeds(self) -> tuple[int, ...]: ...
+
+
+class GoalStop(Protocol):
+    """When a goal stops: K experiments in a row that changed nothing, the least gain worth a run."""
+
+    @property
+    def max_without_improvement(self) -> int: ...
+    @property
+    def min_gain_pct(self) -> float: ...
+
+
+@runtime_checkable
+class PlannerGoal(Protocol):
+    """The goal as the planner reads it (History.goal): the pure part of the validated spec (state/goal.py GoalSpec
+    is one), so the planner, which imports only core/ and prompts/, types it without the store's validation."""
+
+    @property
+    def engine(self) -> str: ...
+    @property
+    def scenario(self) -> str: ...
+    @property
+    def objective(self) -> GoalObjective: ...
+    @property
+    def constraints(self) -> GoalConstraints: ...
+    @property
+    def protocol(self) -> GoalProtocol: ...
+    @property
+    def stop(self) -> GoalStop: ...
+    @property
+    def authorisation(self) -> Mapping[str, str]: ...
+    def space(self) -> dict[str, tuple[Any, ...]]: ...
+    def view(self) -> GoalView: ...
+
+
+def goal_view(goal: PlannerGoal) -> GoalView:
     """The view of a validated goal (state/goal.py GoalSpec: its objective, constraints and stop rules)."""
     c = goal.constraints
     limits = tuple(sorted((limit_of(k, v) for k, v in c.latency_limits().items()), key=lambda x: x.key))

@@ -19,6 +19,7 @@ from sqlalchemy import select, update
 
 from state.authorisation import validate_instruction
 from state.db import Database, canon, get_row, snap, utcnow
+from state.lifecycle import OutcomeKind
 from state.snapshots import Instruction
 from state.tables import GoalRow, InstructionRow
 
@@ -45,7 +46,7 @@ class Instructions:
             row = InstructionRow(goal_id=goal_id, kind=kind, count=count, remaining=count, knobs=canon(knobs or {}),
                                  restore=restore, who=who, text=text, active=first is None, created_at=now)
             if first is not None:
-                row.outcome, row.outcome_at = f"refused: {_pending(first)}", now
+                row.outcome, row.outcome_kind, row.outcome_at = f"refused: {_pending(first)}", OutcomeKind.REFUSED, now
             s.add(row)
             s.flush()
             for old in older if first is None else ():
@@ -59,7 +60,7 @@ class Instructions:
                     ran = (f" after {old.count - old.remaining} of {old.count} round(s)"
                            if old.count and old.remaining is not None and old.remaining < old.count else "")
                     old.outcome = f"superseded by {row.id} ({kind.replace('_', ' ')} by {who}){ran or ' before it took effect'}"
-                    old.outcome_at = now
+                    old.outcome_kind, old.superseded_by, old.outcome_at = OutcomeKind.SUPERSEDED, row.id, now
             return snap(Instruction, row)
 
     def current_instruction(self, goal_id: str) -> Instruction | None:
@@ -76,20 +77,21 @@ class Instructions:
             rows = s.execute(select(InstructionRow).where(InstructionRow.goal_id == goal_id).order_by(InstructionRow.id))
             return [snap(Instruction, r) for r in rows.scalars()]
 
-    def close_instruction(self, instruction_id: int, outcome: str | None = None) -> None:
+    def close_instruction(self, instruction_id: int, kind: OutcomeKind | None = None, words: str = "") -> None:
         """An instruction carried out once (e.g. "go back to the best") or refused stops being in force, with its
         outcome (kept if one was recorded before)."""
         with self._db.write() as s:
             s.execute(update(InstructionRow).where(InstructionRow.id == instruction_id).values(active=False))
-        if outcome is not None:
-            self.settle_instruction(instruction_id, outcome)
+        if kind is not None:
+            self.settle_instruction(instruction_id, kind, words)
 
-    def settle_instruction(self, instruction_id: int, outcome: str) -> None:
-        """Record what became of an instruction (once: the first outcome stands); it may stay in force (a pause
-        that paused the goal holds until the next mode)."""
+    def settle_instruction(self, instruction_id: int, kind: OutcomeKind, words: str) -> None:
+        """Record what became of an instruction, its kind and its words (recorded as "<kind>: <words>"; once: the
+        first outcome stands); it may stay in force (a pause that paused the goal holds until the next mode)."""
+        outcome = f"{kind.value}: {words}"
         with self._db.write() as s:
             s.execute(update(InstructionRow).where(InstructionRow.id == instruction_id, InstructionRow.outcome.is_(None))
-                      .values(outcome=outcome[:2000], outcome_at=utcnow()))
+                      .values(outcome=outcome[:2000], outcome_kind=kind.value, outcome_at=utcnow()))
 
     def consume_round(self, goal_id: str) -> Instruction | None:
         """Count one finished round against the instruction in force; returns it (remaining 0 = stop)."""

@@ -5,6 +5,7 @@ which transitions are legal.
 """
 from __future__ import annotations
 
+from enum import Enum
 from typing import Literal
 
 from state.errors import InvalidTransition
@@ -43,6 +44,23 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
     },
 }
 TERMINAL_CANDIDATE = frozenset({"done", "rejected", "cancelled"})
+
+
+class WaitingFor(str, Enum):
+    """What a waiting goal waits for (its status reason's kind): the code branches on this, people read the reason."""
+
+    APPROVAL = "approval"  # a person's decision on a card
+    BUDGET_EXTENSION = "budget_extension"  # a person's grant (or refusal) of a budget extension
+
+
+class OutcomeKind(str, Enum):
+    """What became of an instruction (its outcome's kind); the value is how its outcome's words begin."""
+
+    DONE = "done"  # carried out
+    NOT_DONE = "not done"  # the loop stopped before it was carried out in full
+    FAILED = "failed"  # carried out, and it failed (a restore whose station did not come back healthy)
+    REFUSED = "refused"  # could not be carried out (or changes nothing: one of its kind goes first)
+    SUPERSEDED = "superseded"  # a later instruction replaced it before it took effect
 
 
 def check(entity: str, old: str, new: str) -> None:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.journal import PhaseRecord  # noqa: F401  (re-exported: phases() returns these)
 from core.trial import TrialResult
 from state.goal import GoalSpec
+from state.lifecycle import OutcomeKind, WaitingFor
 
 DecisionKind = Literal["baseline", "new_best", "tradeoff", "negative", "promising", "quality_pending",
                        "quality_passed", "quality_failed", "fault", "restore", "stop", "note",
@@ -29,8 +30,14 @@ class Goal(_Snap):
     spec_hash: str
     status: str
     status_reason: str | None = None
+    waiting_for: WaitingFor | None = None  # what a waiting goal waits for (None unless status is "waiting")
     created_at: datetime
     updated_at: datetime
+
+    @property
+    def waits_for_extension(self) -> bool:
+        """The loop asked a person for a budget extension and waits for the answer."""
+        return self.status == "waiting" and self.waiting_for is WaitingFor.BUDGET_EXTENSION
 
 
 class Station(_Snap):
@@ -128,6 +135,8 @@ class Instruction(_Snap):
     # None while it waits or is in force
     outcome: str | None = None
     outcome_at: datetime | None = None
+    outcome_kind: OutcomeKind | None = None  # the outcome's kind (what code branches on)
+    superseded_by: int | None = None  # the instruction that replaced it (outcome_kind superseded)
 
 
 class Conditions(_Snap):

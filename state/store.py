@@ -115,11 +115,14 @@ class Store(Fencing, Candidates, Instructions, Negatives, Steering):
         with self._db.read() as s:
             return [self._goal(r) for r in s.execute(select(GoalRow).order_by(GoalRow.created_at)).scalars()]
 
-    def set_goal_status(self, goal_id: str, status: str, reason: str | None = None) -> Goal:
+    def set_goal_status(self, goal_id: str, status: str, reason: str | None = None,
+                        waiting_for: lifecycle.WaitingFor | None = None) -> Goal:
+        """The goal's status and why; `waiting_for`: what a waiting goal waits for (kept only while it waits)."""
         with self._db.write() as s:
             row = get_row(s, GoalRow, goal_id, "goal", lock=True)
             lifecycle.check("goal", row.status, status)
             row.status, row.status_reason, row.updated_at = status, reason, utcnow()
+            row.waiting_for = waiting_for.value if waiting_for is not None and status == "waiting" else None
             return self._goal(row)
 
     def _goal(self, row: GoalRow) -> Goal:
@@ -130,7 +133,8 @@ class Store(Fencing, Candidates, Instructions, Negatives, Steering):
                 self._specs.clear()
             self._specs[row.spec_hash] = spec
         return Goal(id=row.id, name=row.name, spec=spec, spec_hash=row.spec_hash,
-                    status=row.status, status_reason=row.status_reason, created_at=row.created_at,
+                    status=row.status, status_reason=row.status_reason, waiting_for=row.waiting_for,
+                    created_at=row.created_at,
                     updated_at=row.updated_at)
 
     # -- stations ------------------------------------------------------------------------------------

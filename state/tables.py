@@ -46,6 +46,7 @@ class GoalRow(Base):
     spec_hash: Mapped[str] = mapped_column(String(32))
     status: Mapped[str] = mapped_column(String(24), default="running")
     status_reason: Mapped[str | None] = mapped_column(Text)
+    waiting_for: Mapped[str | None] = mapped_column(String(24))  # lifecycle.WaitingFor while status is "waiting"
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 
@@ -164,6 +165,8 @@ class InstructionRow(Base):
     created_at: Mapped[datetime]
     outcome: Mapped[str | None] = mapped_column(Text)  # done: … / superseded by N … / refused: …
     outcome_at: Mapped[datetime | None]
+    outcome_kind: Mapped[str | None] = mapped_column(String(24))  # lifecycle.OutcomeKind of `outcome`
+    superseded_by: Mapped[int | None] = mapped_column(Integer)  # the instruction that replaced it
 
 
 class NegativeRow(Base):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from agent.planner import checks, explorer
 from agent.planner.cards import Change
 from agent.planner.checks import check
+from agent.planner.refusals import RefusalKind
 from agent.planner.deterministic import DeterministicPlanner
 from agent.planner.inert import CLEAR_OF_CAP, learns
 from agent.planner.pairs import build_pair
@@ -18,7 +19,7 @@ BUDGET_SPARE_EV = PREFILL_BOUND | {"prefill_batch_tokens_mean": 4096.0}  # half 
 
 
 def inert(card, h) -> list[str]:
-    return [r for r in check(card, h) if r.startswith("inert:")]
+    return [str(r) for r in check(card, h) if r.kind is RefusalKind.INERT]
 
 
 def measured(ev=PREFILL_BOUND, conc: float = 120.0, knobs=None, more=()):
@@ -69,7 +70,7 @@ def test_after_c_160_changed_nothing_c_192_is_refused_as_well():
     assert inert(screen("concurrency", 192), h)
     plan = DeterministicPlanner().ask(h)  # whatever the planner picks, it is no C raise
     assert plan.card is None or not any(c.knob == "concurrency" and c.new > c.old for c in plan.card.changes)
-    rows = [why for t, _, why in plan.ranked if t.startswith("screen N=320: concurrency 128 -> 1")]
+    rows = [r.why for r in plan.ranked if r.title.startswith("screen N=320: concurrency 128 -> 1")]
     assert rows and all("inert:" in why or "measured:" in why for why in rows)  # 160 ran: measured, not inert
 
 

@@ -6,6 +6,7 @@ from planner_support import DECODE_BOUND, GOAL16, PREFILL_BOUND, TPOT20, baselin
 
 from agent.planner.candidates import build_card, station_hash, with_stage
 from agent.planner.checks import check, retry_note
+from agent.planner.refusals import RefusalKind
 from agent.planner.diagnosis import diagnose
 from agent.planner.history import Figures, Negative
 from agent.planner.judgement import compare, decide, frontier
@@ -59,21 +60,21 @@ def test_checks_refuse_bad_proposals_with_reasons():
     h = history([outcome(baseline(), summary(), "reference")])
     assert check(screen("max_prefill_reqs", 2), h) == []
     two = screen("max_prefill_reqs", 2).model_copy(update={"parent_knobs": GOAL16.start_station() | {"concurrency": 90}})
-    assert any(r.startswith("parent") for r in check(two, h))
-    assert any(r.startswith("in_range") for r in check(screen("max_prefill_reqs", 3), h))
-    assert any(r.startswith("in_range") for r in check(screen("long_prefill_token_threshold", 64), h))
+    assert any(r.kind is RefusalKind.PARENT for r in check(two, h))
+    assert any(r.kind is RefusalKind.IN_RANGE for r in check(screen("max_prefill_reqs", 3), h))
+    assert any(r.kind is RefusalKind.IN_RANGE for r in check(screen("long_prefill_token_threshold", 64), h))
     # a draft width needs a speculative method first: from a station without MTP the width is refused
     no_mtp = GOAL16.start_station() | {"speculative_method": "none", "num_speculative_tokens": 0}
     h_no_mtp = history([outcome(baseline(no_mtp), summary(), "reference")], best=no_mtp)
     dep = screen("num_speculative_tokens", 2, parent=no_mtp)
-    assert any(r.startswith("dependencies") for r in check(dep, h_no_mtp))
+    assert any(r.kind is RefusalKind.DEPENDENCIES for r in check(dep, h_no_mtp))
     neg = Negative(knob="max_prefill_reqs", value=2, scenario=GOAL16.scenario, data_version="dv1",
                    parent_knobs_hash=station_hash(GOAL16.start_station()), source_identity="sim", experiment_key="x")
-    assert any(r.startswith("known_negative") for r in check(screen("max_prefill_reqs", 2), history(
+    assert any(r.kind is RefusalKind.KNOWN_NEGATIVE for r in check(screen("max_prefill_reqs", 2), history(
         [outcome(baseline(), summary(), "reference")], negatives=[neg])))
-    assert any(r.startswith("affordable") for r in check(screen("max_prefill_reqs", 2), history(
+    assert any(r.kind is RefusalKind.AFFORDABLE for r in check(screen("max_prefill_reqs", 2), history(
         [outcome(baseline(), summary(), "reference")], budget=0.01)))
-    assert any(r.startswith("not_finished") for r in check(baseline(), h))
+    assert any(r.kind is RefusalKind.NOT_FINISHED for r in check(baseline(), h))
 
 
 def test_negative_may_be_retried_when_conditions_changed_saying_which():
@@ -174,8 +175,8 @@ def test_a_full_token_budget_puts_the_budget_before_a_higher_request_cap():
     plan = ask(full)
     assert plan.card is not None and plan.card.change is not None
     assert (plan.card.change.knob, plan.card.change.new) == ("max_num_batched_tokens", 16384)
-    cap_up = next(r for r in plan.ranked if "max_prefill_reqs 2 -> 4" in r[0])
-    assert "a higher request cap cannot add tokens" in cap_up[2]
+    cap_up = next(r for r in plan.ranked if "max_prefill_reqs 2 -> 4" in r.title)
+    assert "a higher request cap cannot add tokens" in cap_up.why
     plan = ask(full | {"prefill_batch_reqs_mean": 2.0, "prefill_batch_tokens_mean": 5400.0})
     assert (plan.card.change.knob, plan.card.change.new) == ("max_prefill_reqs", 4)
 
@@ -223,8 +224,8 @@ def test_a_whole_window_goal_never_spends_its_warm_start_on_a_latency_trade_off(
     plan = DeterministicPlanner().ask(h)
     assert plan.card is not None and plan.card.change is not None
     assert plan.card.change.knob == "max_prefill_reqs", plan.ranked
-    c_down = next(r for r in plan.ranked if "concurrency 128 -> 90" in r[0])
-    assert "confidence 0.5" not in c_down[2]  # a missing native window lends it nothing here
+    c_down = next(r for r in plan.ranked if "concurrency 128 -> 90" in r.title)
+    assert "confidence 0.5" not in c_down.why  # a missing native window lends it nothing here
 
 
 def test_the_decode_queue_sizes_the_batch_limit_jump_and_the_one_step_stays_behind_it():

@@ -8,6 +8,7 @@ from __future__ import annotations
 from agent.loop.approval import _title
 from agent.planner.candidates import build_card, change_words
 from agent.planner.checks import check
+from agent.planner.refusals import RefusalKind
 from agent.planner.explorer import propose
 from agent.planner.history import Negative, Veto
 from agent.planner.pairs import build_pair
@@ -64,20 +65,20 @@ def test_the_checks_hold_for_both_changes_of_a_pair(tmp_path):
         neg = Negative(knob=knob, value=value, scenario=h.goal.scenario, data_version="dv1",
                        parent_station=h.best_knobs_hash, source_identity="sim", experiment_key="x1")
         hn = h.model_copy(update={"negatives": [neg]})
-        assert any(r.startswith(f"known_negative: {knob}={value}") for r in check(card, hn))
+        assert any(str(r).startswith(f"known_negative: {knob}={value}") for r in check(card, hn))
         assert all(check(c, hn) for c, _ in _pairs(hn) if (knob, value) in [(x.knob, x.new) for x in c.changes])
         assert DeterministicPlanner().ask(hn).card.experiment_key != card.experiment_key
         veto = Veto(knob=knob, value=value, scenario=h.goal.scenario, data_version="dv1",
                     parent_station=h.best_knobs_hash, source_identity="sim", who="ops")
-        assert any(r.startswith("rejected:") for r in check(card, h.model_copy(update={"vetoes": [veto]})))
+        assert any(r.kind is RefusalKind.REJECTED for r in check(card, h.model_copy(update={"vetoes": [veto]})))
     bare = card.model_copy(update={"coupling": None})
-    assert "one_change: a second change needs the coupling the evidence names" in check(bare, h)
+    assert "one_change: a second change needs the coupling the evidence names" in map(str, check(bare, h))
     cheap = card.model_copy(update={"cost_class": "hot"})
-    assert any(r.startswith("cost_class: a coupled pair costs its dearer change's class (restart)") for r in check(cheap, h))
+    assert any(str(r).startswith("cost_class: a coupled pair costs its dearer change's class (restart)") for r in check(cheap, h))
     elsewhere = card.model_copy(update={"parent_knobs": h.best_knobs | {"concurrency": 128}})
-    assert "parent: a screen starts from the current best station" in check(elsewhere, h)
+    assert "parent: a screen starts from the current best station" in map(str, check(elsewhere, h))
     same = build_pair(h, ("max_num_seqs", 128), ("max_num_seqs", 160), coupling="x")
-    assert any(r.startswith("one_change: a coupled pair must change its two knobs") for r in check(same, h))
+    assert any(str(r).startswith("one_change: a coupled pair must change its two knobs") for r in check(same, h))
 
 
 def test_no_pair_where_no_coupling_is_named_and_one_change_cards_are_unchanged(tmp_path):
@@ -173,8 +174,8 @@ def test_a_person_rejecting_a_pair_card_vetoes_that_pair_and_neither_change_alon
         assert len(rejected) == 1 and f" + {second['knob']}" in rejected[0].text
         assert "not both at once" in rejected[0].text
         pair = card_of({k: v for k, v in card.items() if k != "id"})
-        assert h.vetoed(pair) is veto and any(r.startswith("rejected:") for r in check(pair, h))
+        assert h.vetoed(pair) is veto and any(r.kind is RefusalKind.REJECTED for r in check(pair, h))
         alone = build_card(gid, pair.scenario, h.best_knobs, first["knob"], first["new"], stage=pair.stage, n=pair.n)
-        assert h.vetoed(alone) is None and not [r for r in check(alone, h) if r.startswith("rejected:")]
+        assert h.vetoed(alone) is None and not [r for r in check(alone, h) if r.kind is RefusalKind.REJECTED]
     finally:
         st.close()

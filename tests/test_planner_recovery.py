@@ -6,6 +6,7 @@ from planner_support import DECODE_BOUND, GOAL16, PREFILL_BOUND, TPOT20, baselin
 
 from agent.planner.candidates import station_hash, with_stage
 from agent.planner.checks import check
+from agent.planner.refusals import RefusalKind
 from agent.planner.diagnosis import diagnose
 from agent.planner.history import Figures, Negative, Outcome
 from agent.planner.judgement import decide
@@ -31,7 +32,7 @@ def test_latency_headroom_with_c_capping_the_batch_names_load_headroom_and_raise
     plan = DeterministicPlanner().ask(h)
     assert plan.card is not None and plan.card.change is not None
     assert (plan.card.change.knob, plan.card.change.new, plan.card.cost_class) == ("concurrency", 160, "hot")
-    assert "load_headroom" in plan.ranked[0][2]
+    assert "load_headroom" in plan.ranked[0].why
 
 
 def test_confirm_without_the_objective_window_is_never_the_best_and_a_lower_c_recovers_it():
@@ -175,7 +176,7 @@ def test_a_faulted_experiment_is_retried_as_a_new_attempt_never_a_dead_end():
     assert again.attempt == 2 and again.experiment_key == nxt.experiment_key
     assert again.run_id() != nxt.run_id() and again.content_hash != nxt.content_hash
     worn = history(h.outcomes + [fault(baseline(n=640))] * (MAX_ATTEMPTS - 1), budget=400.0, experiments=40)
-    assert any(r.startswith("faults:") for r in check(baseline(n=640), worn))
+    assert any(r.kind is RefusalKind.FAULTS for r in check(baseline(n=640), worn))
 
 
 def test_a_negative_rules_its_hypothesis_out_and_the_load_is_tried_next():
@@ -200,10 +201,10 @@ def test_hot_moves_run_while_the_best_is_warm_and_a_measured_station_is_never_ru
     outs = [outcome(baseline(), summary(), "reference"), outcome(baseline(n=640), summary(n=640), "reference")]
     warm = DeterministicPlanner().ask(history(outs, budget=400.0, experiments=40))
     assert warm.card is not None and (warm.card.change.knob, warm.card.change.new) == ("concurrency", 90)
-    assert "warm" in warm.ranked[-1][2] and warm.ranked[0][0].endswith("max_prefill_reqs 1 -> 2")
+    assert "warm" in warm.ranked[-1].why and warm.ranked[0].title.endswith("max_prefill_reqs 1 -> 2")
     cold = history(outs, budget=400.0, experiments=40).model_copy(update={"warm_knobs": None})
     assert DeterministicPlanner().ask(cold).card.change.knob == "max_prefill_reqs"  # nothing warm to save
     best = GOAL16.start_station() | {"request_rate": 8}
     back = screen("request_rate", 6.0, parent=best)  # back to the start: measured at N=320 already
     h = history(outs + [outcome(baseline(best), summary(), "reference")], best=best, budget=400.0, experiments=40)
-    assert any(r.startswith("measured:") for r in check(back, h))
+    assert any(r.kind is RefusalKind.MEASURED for r in check(back, h))

@@ -58,7 +58,7 @@ def test_expert_load_leads_to_a_relayout_where_imbalance_dominates_and_not_where
     answered = _answered_except(skewed, "expert_layout")
     plan = DeterministicPlanner().ask(answered)
     assert plan.card is not None and plan.card.change.knob == "expert_layout", plan.ranked[:3]
-    assert plan.card.hypothesis == "expert_imbalance" and "relayout wins back" in plan.ranked[-1][2] + str(plan.ranked)
+    assert plan.card.hypothesis == "expert_imbalance" and "relayout wins back" in plan.ranked[-1].why + str(plan.ranked)
 
     balanced = measured_start(tmp_path, "qwen3-30b-910b-prefill-bound")
     d = diagnosis_for(balanced)

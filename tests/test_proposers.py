@@ -57,8 +57,8 @@ def test_a_new_proposer_is_one_registry_line_and_its_move_is_ranked_and_checked_
     # and checked like the rest: a value outside the goal's space is refused, with the check's reason
     monkeypatch.setattr(deterministic, "RANK", RANK + (OneMove(knob, -7, gain=50.0),))
     plan = DeterministicPlanner().ask(h.model_copy(update={"warm_knobs": None}))  # past its warm reference
-    refused = [r for r in plan.ranked if f"{knob} " in r[0] and "-7" in r[0]]
-    assert refused and "in_range" in refused[0][2]
+    refused = [r for r in plan.ranked if f"{knob} " in r.title and "-7" in r.title]
+    assert refused and "in_range" in refused[0].why
     assert plan.card is None or plan.card.change is None or plan.card.change.new != -7
     # the same proposer with a move worth more than every rule's runs it (through the checks, into the plan)
     monkeypatch.setattr(deterministic, "RANK", RANK + (OneMove(knob, space[knob][-1], gain=50.0),))

@@ -9,6 +9,7 @@ from core.trial import TrialSpec
 from state.authorisation import instruction_effect
 from state.errors import Conflict, InvalidTransition, NotFound, NotValid, Stale, StaleEpoch
 from state.goal import load_goal
+from state.lifecycle import OutcomeKind, WaitingFor
 from state.snapshots import Conditions
 from state.store import Store
 
@@ -44,6 +45,13 @@ def test_goal_round_trip_is_frozen_and_reopened(store: Store):
     with pytest.raises(InvalidTransition):
         store.set_goal_status(g.id, "bogus")
     assert store.set_goal_status(g.id, "paused", "user asked").status_reason == "user asked"
+    store.set_goal_status(g.id, "running")
+    waiting = store.set_goal_status(g.id, "waiting", "waiting for a budget extension of 1.00 card-hours",
+                                    WaitingFor.BUDGET_EXTENSION)
+    assert waiting.waits_for_extension and store.get_goal(g.id).waiting_for is WaitingFor.BUDGET_EXTENSION
+    assert not store.set_goal_status(g.id, "running").waits_for_extension  # kept only while it waits
+    assert not store.set_goal_status(g.id, "waiting", "waiting for a budget extension", WaitingFor.APPROVAL) \
+        .waits_for_extension  # the kind decides, never the words
 
 
 def test_stations_are_content_hashed_and_idempotent(store: Store):
@@ -153,6 +161,39 @@ def test_opening_an_older_database_upgrades_it(store_url: str):
     s.close()
 
 
+def test_the_kinds_of_reasons_written_before_they_were_columns_are_read_once_from_their_words(store_url: str):
+    """Migration 0007: a goal that waited for a budget extension, and instructions refused, done, superseded, keep
+    their kinds when an older database is upgraded (the code reads only the columns after that)."""
+    import sqlalchemy as sa
+    from alembic import command
+
+    from state.db import Database
+    from state.migrate import alembic_config
+
+    db = Database(store_url)
+    with db.engine.connect() as conn:
+        command.upgrade(alembic_config(conn), "0006")
+        now = "2026-12-01 00:00:00"
+        for gid, reason in (("g1", "waiting for a budget extension of 1.00 card-hours: x"),
+                            ("g2", "waiting for approval of candidate 3: y")):
+            conn.execute(sa.text("INSERT INTO goals (id, name, spec, spec_hash, status, status_reason, created_at, "
+                                 "updated_at) VALUES (:id, 'n', '{}', 'h', 'waiting', :r, :t, :t)"),
+                         {"id": gid, "r": reason, "t": now})
+        for outcome in ("refused: instruction 1 goes first", "done: the goal paused", "superseded by 9 (stop by d)",
+                        None):
+            conn.execute(sa.text("INSERT INTO instructions (goal_id, kind, knobs, who, active, created_at, outcome) "
+                                 "VALUES ('g1', 'pause', '{}', 'p', 0, :t, :o)"), {"t": now, "o": outcome})
+        conn.commit()
+    db.dispose()
+    s = Store(store_url)
+    with s._db.read() as sess:
+        waits = dict(sess.execute(sa.text("SELECT id, waiting_for FROM goals")).all())
+        kinds = [k for (k,) in sess.execute(sa.text("SELECT outcome_kind FROM instructions ORDER BY id"))]
+    s.close()
+    assert waits == {"g1": "budget_extension", "g2": "approval"}
+    assert kinds == ["refused", "done", "superseded", None]
+
+
 def test_phase_records_are_append_only_in_the_database(store: Store):
     import sqlalchemy as sa
 
@@ -231,9 +272,9 @@ def test_no_instruction_is_dropped_a_restore_waits_its_turn_and_what_is_replaced
     pause = store.add_instruction(g.id, "pause", "bob")
     # the restore was given first: it is what the loop acts on next, and the pause did not cancel it
     assert store.current_instruction(g.id).id == restore.id
-    store.close_instruction(restore.id, "done: went back to station abc")
+    store.close_instruction(restore.id, OutcomeKind.DONE, "went back to station abc")
     assert store.current_instruction(g.id).id == pause.id  # then the pause holds
-    store.settle_instruction(pause.id, "done: the goal paused")
+    store.settle_instruction(pause.id, OutcomeKind.DONE, "the goal paused")
     rounds = store.add_instruction(g.id, "one_more_round", "carol", count=3)
     store.consume_round(g.id)
     store.add_instruction(g.id, "stop", "dave")
@@ -246,10 +287,14 @@ def test_no_instruction_is_dropped_a_restore_waits_its_turn_and_what_is_replaced
     assert got[restore.id].outcome == "done: went back to station abc" and not got[restore.id].active
     assert got[pause.id].outcome == "done: the goal paused"  # carried out, then replaced: its outcome stands
     assert got[rounds.id].outcome == "superseded by %d (stop by dave) after 1 of 3 round(s)" % (rounds.id + 1)
+    # the kinds the code branches on, beside the words people read
+    assert frank.outcome_kind is OutcomeKind.REFUSED and got[restore.id].outcome_kind is OutcomeKind.DONE
+    assert got[rounds.id].outcome_kind is OutcomeKind.SUPERSEDED and got[rounds.id].superseded_by == rounds.id + 1
+    assert got[later.id].outcome_kind is None and got[later.id].superseded_by is None
     assert got[later.id].outcome is None and got[later.id].active  # erin's is what the loop carries out next
     assert store.current_instruction(g.id).id == later.id
     assert all(i.outcome_at is not None for i in got.values() if i.outcome)
-    store.settle_instruction(pause.id, "done: something else")  # an outcome is set once
+    store.settle_instruction(pause.id, OutcomeKind.DONE, "something else")  # an outcome is set once
     assert store.instructions(g.id)[1].outcome == "done: the goal paused"
 
 

@@ -11,6 +11,7 @@ from agent.loop.record import build_history
 from agent.loop.session import run_session, twin_enabled
 from agent.planner import twin as tw
 from agent.planner.checks import check
+from agent.planner.refusals import RefusalKind
 from agent.planner.deterministic import candidates, diagnosis_for
 from agent.planner.proposers.twin_search import LED, RULES_LED
 from core import profiles
@@ -279,10 +280,10 @@ def test_the_twin_jumps_to_its_optimum_naming_every_change_only_while_it_predict
     assert three.cost_class == "restart"
     assert check(three, h) == []
     same = three.model_copy(update={"more": (three.more[0].model_copy(update={"new": 8192}),)})
-    assert any(r.startswith("one_change: a jump of 3 changes must change its 3 knobs") for r in check(same, h))
-    assert any(r.startswith("one_change: a jump names its second change first") for r in
+    assert any(str(r).startswith("one_change: a jump of 3 changes must change its 3 knobs") for r in check(same, h))
+    assert any(str(r).startswith("one_change: a jump names its second change first") for r in
                check(three.model_copy(update={"also": None}), h))
-    assert any(r.startswith("cost_class: a jump costs its dearest change's class (restart)") for r in
+    assert any(str(r).startswith("cost_class: a jump costs its dearest change's class (restart)") for r in
                check(three.model_copy(update={"cost_class": "hot"}), h))
 
 
@@ -366,7 +367,7 @@ def test_a_card_that_removes_instances_the_cards_contract_needs_is_refused_by_th
         h = loose.model_copy(update={"goal": g, "experiments_left": 4})
         card = build_card(h.goal_id, g.scenario, h.best_knobs, "num_prefill_instances", 1, stage="screen",
                           n=g.protocol.screen_n)
-        return [r for r in check(card, h) if r.startswith("cards:")]
+        return [str(r) for r in check(card, h) if r.kind is RefusalKind.CARDS]
 
     (refusal,) = at(used)
     assert f"removes 1 instance(s) from a station whose run ({base.run_id}) used {used} card(s)" in refusal

@@ -6,7 +6,7 @@ import shlex
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -15,6 +15,9 @@ from rich.table import Table
 
 from agent.planner.candidates import change_words
 from agent.loop.session import SessionResult, default_store_url, make_planner, run_session
+
+if TYPE_CHECKING:  # the store is only annotated here (its import is deferred to the commands)
+    from state.store import Store
 
 PROGRESS_EVERY_S = 10.0  # piped output: one [progress] line this often while an experiment runs
 
@@ -35,7 +38,7 @@ class Display:
         self.live: Live | None = None
         self.goal_id: str | None = None
         self.every = float(os.environ.get("TUNELOOP_PROGRESS_S") or PROGRESS_EVERY_S)
-        self._store: Any = None
+        self._store: Store | None = None
         self._lock = threading.Lock()
         self._read_at = 0.0
         self._ticker: threading.Event | None = None
@@ -201,7 +204,7 @@ def summary_text(res: SessionResult, store_url: str, targets: Path | str | None 
         st.close()
 
 
-def _report(store: Any, goal_id: str) -> str | None:
+def _report(store: Store, goal_id: str) -> str | None:
     """Write the report (agent.report, issue 8) beside the store; its path."""
     from agent.report import write_report
 

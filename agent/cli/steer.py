@@ -114,7 +114,7 @@ def budget_refuse(goal: str = typer.Argument(..., help="goal id"),
 
     with steering_store(db, f"goal {goal}", (NotFound, ValueError)) as st:
         g = st.get_goal(goal)
-        if g.status != "waiting" or not (g.status_reason or "").startswith("waiting for a budget extension"):
+        if not g.waits_for_extension:
             typer.echo(f"goal {goal}: not waiting for a budget extension ({g.status})", err=True)
             raise typer.Exit(1)
         ext = st.refuse_extension(goal, f"{who} (cli)", reason)

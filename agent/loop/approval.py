@@ -9,7 +9,7 @@ already in the store is not asked again while the budget and deadline it was giv
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph.types import interrupt
 
@@ -19,7 +19,10 @@ from state.approvals import PAST
 from state.authorisation import decide
 from state.errors import Conflict
 
-Outcome = Literal["approve", "reject", "deny", "stop", "reask"]
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
+
+Outcome = Literal["approve", "reject", "deny", "stop", "spent", "reask"]
 
 
 def action_classes(card: dict[str, Any]) -> list[str]:
@@ -65,13 +68,14 @@ def _title(card: dict[str, Any]) -> str:
     return f"{card.get('stage')} N={card.get('n')}: {what}"
 
 
-def authorise(store: Any, goal_id: str, candidate_id: int, card: dict[str, Any], card_hash: str, *,
-              auto_approve: bool, who: str, estimate: float, instructed_by: str | None = None) -> tuple[str, str]:
-    """(approve | reject | deny | stop | reask, why). May interrupt the graph to ask a person.
+def authorise(store: Store, goal_id: str, candidate_id: int, card: dict[str, Any], card_hash: str, *,
+              auto_approve: bool, who: str, estimate: float, instructed_by: str | None = None) -> tuple[Outcome, str]:
+    """(approve | reject | deny | stop | spent | reask, why). May interrupt the graph to ask a person.
 
     deny: the authorisation table forbids the card's action class (the loop remembers it like a rejection);
-    stop: the budget cannot pay for it and no extension can be had (denied by the table, refused by a person,
-    or --auto-approve, which never extends a budget); reask: an approval given before the deadline, which has
+    spent: the budget cannot pay for it and no extension can be had (denied by the table, or --auto-approve,
+    which never extends a budget): the goal is done; stop: a person refused the extension, or the deadline passed
+    and the table denies extensions: the goal stops; reask: an approval given before the deadline, which has
     passed since (the loop asks again with a fresh card)."""
     goal = store.get_goal(goal_id)
     table = goal.spec.authorisation
@@ -87,14 +91,14 @@ def authorise(store: Any, goal_id: str, candidate_id: int, card: dict[str, Any],
         ext = table.get("budget_extension", "ask")
         why = f"{_title(card)}: " + "; ".join(over)
         if ext == "deny":
-            return "stop", f"budget spent: {why}; budget_extension -> deny"
+            return "spent", f"budget spent: {why}; budget_extension -> deny"
         cand = store.get_candidate(candidate_id)
         refused = [x for x in store.extensions(goal_id) if x.decision == "refuse" and x.created_at >= cand.created_at]
         if refused:
             r = refused[-1]
             return "stop", f"budget extension refused by {r.who}" + (f": {r.reason}" if r.reason else "") + f" ({why})"
         if auto_approve:
-            return "stop", f"budget spent: {why}; --auto-approve never extends a budget (a person can grant one)"
+            return "spent", f"budget spent: {why}; --auto-approve never extends a budget (a person can grant one)"
         hours, runs = extension_needed(budget, estimate)
         answer = interrupt({"kind": "budget_extension", "candidate_id": candidate_id, "card_hash": card_hash,
                             "card": card, "card_hours": hours, "experiments": runs,
@@ -131,7 +135,7 @@ def authorise(store: Any, goal_id: str, candidate_id: int, card: dict[str, Any],
     return _record(store, candidate_id, card_hash, "approve", approver, why)
 
 
-def _record(store: Any, candidate_id: int, card_hash: str, decision: str, who: str, reason: str | None) -> tuple[str, str]:
+def _record(store: Store, candidate_id: int, card_hash: str, decision: str, who: str, reason: str | None) -> tuple[str, str]:
 
     try:
         if decision == "approve":

@@ -8,25 +8,34 @@ card that waited for a person before the instruction was given.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.loop.record import OPEN_STATUSES
 from agent.planner.candidates import CandidateCard, Change, build_card, direction_of
 from agent.planner.checks import check, estimate
 from agent.planner.history import History
+from agent.planner.refusals import RefusalKind, said
+
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
+
+# what a person's say-so covers: the budget, and what the loop would not repeat by itself (a known negative, an
+# earlier veto, a prediction)
+SAID_SO = frozenset({RefusalKind.AFFORDABLE, RefusalKind.KNOWN_NEGATIVE, RefusalKind.REJECTED,
+                     RefusalKind.PREDICTED_NEGATIVE})
 
 
-def started(store: Any, goal_id: str, cand: Any) -> bool:
+def started(store: Store, goal_id: str, cand: Any) -> bool:
     """The card's experiment was launched (it runs, failed, is unknown, or has a run)."""
     return cand.status in ("running", "failed", "unknown") or any(r.candidate_id == cand.id for r in store.runs(goal_id))
 
 
-def awaiting_person(store: Any, goal_id: str) -> bool:
+def awaiting_person(store: Store, goal_id: str) -> bool:
     """The goal waits for a person: a card asked about and not decided, or a budget extension."""
     goal = store.get_goal(goal_id)
     if goal.status != "waiting":
         return False
-    if (goal.status_reason or "").startswith("waiting for a budget extension"):
+    if goal.waits_for_extension:
         return True
     return any(c.status in OPEN_STATUSES and store.approval(c.id) is None and not started(store, goal_id, c)
                for c in store.candidates(goal_id))
@@ -50,7 +59,7 @@ def _after(a: datetime, b: datetime) -> bool:
     return a >= b
 
 
-def instructed_card(store: Any, goal_id: str, history: History) -> tuple[CandidateCard | None, str]:
+def instructed_card(store: Store, goal_id: str, history: History) -> tuple[CandidateCard | None, str]:
     """"One more round at C90": that one change from the best station, screened or confirmed as the protocol
     says, after the reference it is judged against when that was never measured at its N; (None, why) when it
     cannot run (the loop stops and says so rather than run something else); (None, "") once its screen and
@@ -61,6 +70,7 @@ def instructed_card(store: Any, goal_id: str, history: History) -> tuple[Candida
     old = history.best_knobs.get(knob)
     direction = direction_of(Change(knob=knob, old=old, new=value)) if knob in history.goal.space() else "up"
     why: list[str] = []
+    blocked = False  # a reason other than "already ran": the round cannot be carried out
     for stage, n in (("screen", proto.screen_n), ("confirm", proto.confirm_n)):
         if stage == "screen" and history.best_at_confirm_only():
             continue  # the best station was measured at confirm N only: the comparison that exists is there
@@ -77,18 +87,18 @@ def instructed_card(store: Any, goal_id: str, history: History) -> tuple[Candida
             if ref.experiment_key in history.finished_keys:
                 why.append(f"no valid reference of the best station at N={n} (its measurement ran and was not "
                            "valid): the round could not be judged")
+                blocked = True
                 break
             return ref.model_copy(update={"est_card_hours": round(estimate(ref, history), 4)}), ""
-        # a person's say-so covers the budget and what the loop would not repeat by itself (a known negative,
-        # an earlier veto); not a card that breaks the protocol or the search space
-        said = ("affordable", "known_negative", "rejected:", "predicted_negative")
-        refusals = [r for r in check(card, history) if not r.startswith(said)]
+        # a person's say-so (SAID_SO); never a card that breaks the protocol or the search space
+        refusals = [r for r in check(card, history) if r.kind not in SAID_SO]
         if not refusals:
-            overridden = [r for r in check(card, history) if r.startswith(said[1:])]
-            note = card.note + ("; run although " + "; ".join(overridden) if overridden else "")
+            overridden = [r for r in check(card, history) if r.kind in SAID_SO - {RefusalKind.AFFORDABLE}]
+            note = card.note + ("; run although " + said(overridden) if overridden else "")
             return card.model_copy(update={"est_card_hours": round(estimate(card, history), 4), "note": note}), ""
-        why.append(f"{card.title()}: " + "; ".join(refusals))
+        why.append(f"{card.title()}: " + said(refusals))
+        blocked = True
         break
-    if all(w.endswith("already ran") for w in why):
+    if not blocked:
         return None, ""  # its screen and confirm ran: the rounds left are the planner's, counted all the same
     return None, f"instruction {ins.id} by {ins.who} cannot be carried out: " + "; ".join(why)

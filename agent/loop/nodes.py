@@ -6,7 +6,7 @@ back, and names where the graph goes next. Graph state holds only ids and small 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from langgraph.types import Command
 
@@ -25,7 +25,11 @@ from agent.loop.state import LoopState
 from core.station import Station
 from core.trial import TrialSpec
 from state.authorisation import instruction_effect
+from state.lifecycle import OutcomeKind
 from state.ledger import tooling_note
+
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
 
 FAULT_RETRIES = 2  # re-entries of run_trial for one run after a fault (it resumes at the failed phase)
 
@@ -38,7 +42,7 @@ def _unknown(result: Any) -> bool:
 class Loop:
     """Everything the nodes share: the store, the executor, the planner and the run's options."""
 
-    store: Any
+    store: Store
     executor: Any
     goal_id: str
     planner: Any = field(default_factory=DeterministicPlanner)
@@ -81,16 +85,16 @@ class Loop:
         if effect == "restore":
             return "restore", f"go back to the best, asked by {ins.who}"
         if effect == "pause":
-            self.store.settle_instruction(ins.id, "done: the goal paused")
+            self.store.settle_instruction(ins.id, OutcomeKind.DONE, "the goal paused")
             return "paused", f"paused by {ins.who}"
         if effect == "stop":
             if ins.kind == "one_more_round":
-                self.store.settle_instruction(ins.id, f"done: {ins.count} more round(s) ran")
+                self.store.settle_instruction(ins.id, OutcomeKind.DONE, f"{ins.count} more round(s) ran")
                 return "stopped", f"instruction fulfilled: {ins.count} more round(s) ran"
-            self.store.settle_instruction(ins.id, "done: the goal stopped")
+            self.store.settle_instruction(ins.id, OutcomeKind.DONE, "the goal stopped")
             return "stopped", f"stopped by {ins.who}"
         if ins is not None and ins.kind == "resume":
-            self.store.settle_instruction(ins.id, "done: the loop resumed")
+            self.store.settle_instruction(ins.id, OutcomeKind.DONE, "the loop resumed")
         return None
 
     # -- nodes ---------------------------------------------------------------------------------------
@@ -132,7 +136,7 @@ class Loop:
         if instructed:
             card, refusal = instructed_card(self.store, self.goal_id, history)
             if card is None and refusal:
-                self.store.close_instruction(ins.id, f"refused: {refusal}")
+                self.store.close_instruction(ins.id, OutcomeKind.REFUSED, refusal)
                 return Command(goto="stop", update={"stop_status": "stopped", "stop_reason": refusal})
         if card is None:
             plan = self.planner.ask(history)
@@ -150,7 +154,7 @@ class Loop:
             rec["profile_reason"] = plan.diagnosis.profile_reason
         if plan is not None and plan.diagnosis is not None:
             rec["diagnosis"] = plan.diagnosis.model_dump(mode="json")
-            rec["ranked"] = [list(r) for r in plan.ranked[:8]]
+            rec["ranked"] = [r.record() for r in plan.ranked[:8]]
         cand = self.store.add_candidate(self.goal_id, rec)
         vetoed = any(v.candidate_id == cand.id for v in self.store.vetoes(self.goal_id))
         if cand.status == "rejected" and not vetoed:  # rejected while no loop ran: authorise records the veto
@@ -183,11 +187,11 @@ class Loop:
         if decision == "approve":
             self.event("authorise", card=cand.card, why=why)
             return Command(goto="execute")
-        if decision == "stop":  # the budget cannot pay for it and no extension can be had
+        if decision in ("stop", "spent"):  # the budget cannot pay for it and no extension can be had
             if cand.status not in ("rejected", "cancelled"):
                 self.store.set_candidate_status(cand.id, "cancelled", why)
             self.store.record_decision(self.goal_id, "note", candidate_id=cand.id, text=f"{card.title()} not run: {why}")
-            return Command(goto="stop", update={"stop_status": "done" if why.startswith("budget spent") else "stopped",
+            return Command(goto="stop", update={"stop_status": "done" if decision == "spent" else "stopped",
                                                 "stop_reason": why, "candidate_id": None})
         if decision == "reask":  # the approval no longer covers it: the same experiment, asked again as a new card
             self.store.set_candidate_status(cand.id, "cancelled", why)
@@ -356,8 +360,8 @@ class Loop:
         ins = self.store.current_instruction(self.goal_id)
         if ins is not None and ins.kind == "one_more_round" and (ins.remaining or 0) > 0:
             # the loop ended before the rounds asked for ran (the budget, the planner, a fault): say so
-            self.store.settle_instruction(ins.id, f"not done: {ins.count - ins.remaining} of {ins.count} round(s) "
-                                                  f"ran before the loop stopped ({reason})")
+            self.store.settle_instruction(ins.id, OutcomeKind.NOT_DONE, f"{ins.count - ins.remaining} of {ins.count} "
+                                                                        f"round(s) ran before the loop stopped ({reason})")
         goal = self.store.get_goal(self.goal_id)
         if goal.status != status:
             try:

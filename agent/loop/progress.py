@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from agent.planner.checks import estimate
 from agent.loop.record import build_history, card_of
+
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
 
 OPEN_RUNS = ("pending", "running", "unknown")
 
@@ -64,7 +67,7 @@ def _aware(t: datetime | None) -> datetime | None:
     return t.replace(tzinfo=timezone.utc) if t is not None and t.tzinfo is None else t
 
 
-def goal_progress(store: Any, goal_id: str, runs_root: str | Path, now: datetime | None = None) -> Progress | None:
+def goal_progress(store: Store, goal_id: str, runs_root: str | Path, now: datetime | None = None) -> Progress | None:
     """The goal's running experiment now, or None when none runs. `runs_root`: the executor's run folder
     (where the runner writes progress.json beside each run's spec)."""
     runs = [r for r in store.runs(goal_id) if r.status in OPEN_RUNS]
@@ -111,7 +114,7 @@ def goal_progress(store: Any, goal_id: str, runs_root: str | Path, now: datetime
                     experiments_limit=b.experiments_limit)
 
 
-def _estimate(store: Any, goal_id: str, card: dict[str, Any]) -> float | None:
+def _estimate(store: Store, goal_id: str, card: dict[str, Any]) -> float | None:
     """The cost model's card-hours for a card the planner did not price (a reference, an instruction)."""
     try:
         return round(estimate(card_of(card), build_history(store, goal_id)), 4)
@@ -139,7 +142,7 @@ def ranking(card: dict[str, Any]) -> Ranking:
                    why=str(mine[-1][2]) if mine else None)
 
 
-def card_estimate(store: Any, goal_id: str, card: dict[str, Any]) -> float | None:
+def card_estimate(store: Store, goal_id: str, card: dict[str, Any]) -> float | None:
     """Estimated card-hours of a card: the planner's own, else the cost model's."""
     est = card.get("est_card_hours")
     return float(est) if est is not None else _estimate(store, goal_id, card)

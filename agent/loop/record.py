@@ -16,7 +16,7 @@ from agent.planner.costs import CostModel
 from core.evidence import Evidence
 from core.scenarios import load
 from state.snapshots import Conditions
-from state.store import best_of
+from state.store import Store, best_of
 
 # planner decision -> the store's decision kind
 KIND = {"reference": "baseline", "negative": "negative", "promising": "promising", "window_pending": "promising", "new_best": "new_best",
@@ -31,7 +31,7 @@ def outcome_data(outcome: str, verdict: str, figures: Figures | None, knobs: dic
             "figures": figures.model_dump(mode="json") if figures else None}
 
 
-def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None) -> History:
+def build_history(store: Store, goal_id: str, extra_notes: list[str] | None = None) -> History:
     goal = store.get_goal(goal_id)
     spec = goal.spec
     cands = {c.id: c for c in store.candidates(goal_id)}
@@ -94,7 +94,7 @@ def build_history(store: Any, goal_id: str, extra_notes: list[str] | None = None
                    cost=cost, planner_notes=list(extra_notes or []), predicted_negatives=predicted)
 
 
-def frozen_stations(store: Any, goal_id: str) -> dict[str, str]:
+def frozen_stations(store: Store, goal_id: str) -> dict[str, str]:
     """Each card's knobs digest -> the frozen station hash its run recorded (the executor's hash that
     `/stations/<hash>` and `tuneloop restore` resolve); the first run of those knobs names it."""
     cards = {c.id: c.card for c in store.candidates(goal_id)}

@@ -5,10 +5,15 @@ what came back; the instruction then stops being in force (a restart after that 
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+from state.lifecycle import OutcomeKind
+
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
 
 
-def go_back(store: Any, executor: Any, goal_id: str, event: Callable[..., None]) -> str:
+def go_back(store: Store, executor: Any, goal_id: str, event: Callable[..., None]) -> str:
     """Restore the best (or the instruction's) station; the stop reason."""
     ins = store.current_instruction(goal_id)
     if ins is None or ins.kind != "restore":  # carried out before a restart
@@ -18,7 +23,7 @@ def go_back(store: Any, executor: Any, goal_id: str, event: Callable[..., None])
     if target is None:
         text = f"go back to the best, asked by {ins.who}: there is no best station yet; nothing restored"
         store.record_decision(goal_id, "restore", text=text, data={"asked_by": ins.who, "station": None})
-        store.close_instruction(ins.id, "refused: there is no best station yet; nothing restored")
+        store.close_instruction(ins.id, OutcomeKind.REFUSED, "there is no best station yet; nothing restored")
         return text
     event("restore", station=target, asked_by=ins.who)
     try:
@@ -30,5 +35,5 @@ def go_back(store: Any, executor: Any, goal_id: str, event: Callable[..., None])
             ("healthy, identical to the frozen station" if ok else f"FAILED ({out.get('error') or out})"))
     store.record_decision(goal_id, "restore", station_hash=target, text=text,
                           data={"asked_by": ins.who, "station": target, "result": out})
-    store.close_instruction(ins.id, ("done: " if ok else "failed: ") + text)
+    store.close_instruction(ins.id, OutcomeKind.DONE if ok else OutcomeKind.FAILED, text)
     return text

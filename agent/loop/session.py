@@ -17,6 +17,9 @@ from agent.planner.deterministic import DeterministicPlanner
 from agent.planner.prescreen import Prescreened, calibrated
 from executor.phases import crashpoint
 from executor.runner import Executor
+from state.goal import GoalSpec
+from state.lifecycle import OutcomeKind, WaitingFor
+from state.snapshots import Goal
 from state.statefile import write_state
 from state.store import Store, default_url
 
@@ -36,7 +39,7 @@ def default_store_url(goal_path: str | Path | None = None) -> str:
     return default_url()
 
 
-def finished(store: Any, goal: Any) -> bool:
+def finished(store: Store, goal: Goal) -> bool:
     """Done, and no instruction given since that asks for more (one more round, resume, go back)."""
     if goal.status != "done":
         return False
@@ -49,12 +52,12 @@ def finished(store: Any, goal: Any) -> bool:
     return made <= done_at
 
 
-def finished_reason(goal: Any, state_path: str) -> str:
+def finished_reason(goal: Goal, state_path: str) -> str:
     return (f"goal {goal.id} already finished: {goal.status_reason or 'done'}. Results: {state_path}, "
             f"`tuneloop report {goal.id}`; run with --new to start a fresh goal with this spec")
 
 
-def bind_sim_profile(executor: Any, spec: Any) -> None:
+def bind_sim_profile(executor: Any, spec: GoalSpec) -> None:
     """A goal on a simulator target is simulated on the goal's own `sim_profile` (its cards, costs and
     engine), whichever executor runs it: the built-in `sim` target alone would always be the dsv4 one. A target's
     `truth_profile` (a truth the goal does not name, e.g. bench --perturb-truth) is left alone: the simulator runs
@@ -89,14 +92,24 @@ def make_planner(llm_base_url: str | None, llm_model: str = "tuneloop-planner", 
 
 
 def waiting_reason(payload: dict[str, Any]) -> str:
+    """The goal's status reason while it waits (and the ask's text): what it waits for, then why it asks."""
+    return f"{waiting_head(payload)}: {payload.get('why')}"
+
+
+def waiting_head(payload: dict[str, Any]) -> str:
+    """What the loop waits for, from the ask's payload (or its recorded data: the same keys)."""
     if payload.get("kind") == "budget_extension":
         return (f"waiting for a budget extension of {payload.get('card_hours', 0):.2f} card-hours and "
-                f"{payload.get('experiments', 0)} experiment(s) for candidate {payload.get('candidate_id')}: "
-                f"{payload.get('why')}")
-    return f"waiting for approval of candidate {payload.get('candidate_id')}: {payload.get('why')}"
+                f"{payload.get('experiments', 0)} experiment(s) for candidate {payload.get('candidate_id')}")
+    return f"waiting for approval of candidate {payload.get('candidate_id')}"
 
 
-def record_ask(store: Any, goal_id: str, payload: dict[str, Any], reason: str) -> None:
+def waiting_for(payload: dict[str, Any]) -> WaitingFor:
+    """What the loop's ask waits for: a budget extension, or a decision on a card."""
+    return WaitingFor.BUDGET_EXTENSION if payload.get("kind") == "budget_extension" else WaitingFor.APPROVAL
+
+
+def record_ask(store: Store, goal_id: str, payload: dict[str, Any], reason: str) -> None:
     """What the loop asked a person, in the decision log (once per card hash and kind): the card hash in it
     is the one the person is shown, so an approval by chat is bound to it."""
     data = {k: payload.get(k) for k in ("kind", "candidate_id", "card_hash", "card_hours", "experiments")}
@@ -106,7 +119,7 @@ def record_ask(store: Any, goal_id: str, payload: dict[str, Any], reason: str) -
     store.record_decision(goal_id, "ask", candidate_id=payload.get("candidate_id"), text=reason, data=data)
 
 
-def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planner: Any = None,
+def run_session(spec: GoalSpec, store_url: str, *, auto_approve: bool = False, planner: Any = None,
                 executor: Any = None, faults: Callable | None = None, resume: Any = None,
                 on_event: Callable[[str, dict[str, Any]], None] | None = None, who: str = "tuneloop run",
                 goal_id: str | None = None, targets: dict[str, Any] | None = None,
@@ -132,14 +145,14 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
         if resume is None and finished(store, goal):
             ins = store.current_instruction(goal.id)
             if ins is not None and ins.kind in ("pause", "stop"):  # nothing left for it to hold: say so
-                store.settle_instruction(ins.id, f"done: the goal had already ended ({goal.status})")
+                store.settle_instruction(ins.id, OutcomeKind.DONE, f"the goal had already ended ({goal.status})")
             path = str(write_state(store, goal.id, runs_root=runs_root))
             return SessionResult(goal.id, goal.status, finished_reason(goal, path), state_path=path,
                                  already_finished=True)
         bind_sim_profile(executor, goal.spec)
         state_path: list[str] = []
 
-        def state_file(st: Any, gid: str, **info: Any) -> None:
+        def state_file(st: Store, gid: str, **info: Any) -> None:
             state_path[:] = [str(write_state(st, gid, runs_root=runs_root))]
 
         planner = planner or DeterministicPlanner()
@@ -161,7 +174,7 @@ def run_session(spec: Any, store_url: str, *, auto_approve: bool = False, planne
             payload = interrupts[0].value
             reason = waiting_reason(payload)
             if store.get_goal(goal.id).status == "running":
-                store.set_goal_status(goal.id, "waiting", reason)
+                store.set_goal_status(goal.id, "waiting", reason, waiting_for(payload))
             record_ask(store, goal.id, payload, reason)
             crashpoint("approval", "waiting")  # tests: SIGKILL while the loop waits for a person (checkpoint written)
             state_file(store, goal.id)

@@ -2,7 +2,8 @@
 that no card raises a cap the evidence shows does not bind (agent/planner/inert.py), and that no card removes
 instances its parent's run shows the goal's cards contract needs (`cards_refusal`).
 
-Each check returns a refusal line (check name + reason) or nothing; a card passes when the list is empty.
+Each check returns a refusal (agent/planner/refusals.py: its kind and words) or nothing; a card passes when the
+list is empty.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from agent.planner.candidates import CandidateCard, Change
 from agent.planner.history import History
 from agent.planner.inert import inert_refusal
+from agent.planner.refusals import Refusal, RefusalKind, budget_only, said  # noqa: F401 (budget_only, said: the planner's)
 from core.canonical import canon
 from core.knobs import COST_ORDER, DECODE_INSTANCES, PREFILL_INSTANCES, KnobError, catalog, role_of
 from core.station import change_cost
@@ -36,44 +38,44 @@ def estimate(card: CandidateCard, history: History) -> float:
     return history.cost.estimate(cls, card.n, history.goal.protocol.warmup, needs_restart=needs)
 
 
-def check(card: CandidateCard, history: History) -> list[str]:
+def check(card: CandidateCard, history: History) -> list[Refusal]:
     """Refusals for this card; empty = accepted."""
-    out: list[str] = []
+    out: list[Refusal] = []
     goal = history.goal
     cat = catalog()
     if card.goal_id != history.goal_id or card.scenario != goal.scenario:
-        out.append(f"goal: card is for {card.goal_id}/{card.scenario}, not {history.goal_id}/{goal.scenario}")
+        out.append(Refusal(RefusalKind.GOAL, f"card is for {card.goal_id}/{card.scenario}, not {history.goal_id}/{goal.scenario}"))
     if card.change is None:
         if card.stage != "baseline":
-            out.append("one_change: a screen or confirm card must change exactly one knob")
+            out.append(Refusal(RefusalKind.ONE_CHANGE, "a screen or confirm card must change exactly one knob"))
     else:
         diff = {k for k in set(card.knobs) | set(card.parent_knobs)
                 if not _eq(card.knobs.get(k), card.parent_knobs.get(k))}
         named = {c.knob for c in card.changes}
         if not card.multi and len(diff) != 1:
-            out.append(f"one_change: {len(diff)} knobs differ from the parent ({sorted(diff)})")
+            out.append(Refusal(RefusalKind.ONE_CHANGE, f"{len(diff)} knobs differ from the parent ({sorted(diff)})"))
         elif card.multi and (diff != named or len(named) != len(card.changes)):
             what = "a coupled pair must change its two knobs" if len(card.changes) == 2 else \
                 f"a jump of {len(card.changes)} changes must change its {len(card.changes)} knobs"
-            out.append(f"one_change: {what}, {sorted(diff)} differ")
+            out.append(Refusal(RefusalKind.ONE_CHANGE, f"{what}, {sorted(diff)} differ"))
         if card.multi and not card.coupling:
-            out.append("one_change: a second change needs the coupling the evidence names")
+            out.append(Refusal(RefusalKind.ONE_CHANGE, "a second change needs the coupling the evidence names"))
         if card.more and card.also is None:
-            out.append("one_change: a jump names its second change first (`also`)")
+            out.append(Refusal(RefusalKind.ONE_CHANGE, "a jump names its second change first (`also`)"))
         risky = False
         for c in card.changes:
             found = _change_refusals(c, card, history)
             out += found
-            if any(r.startswith("knob_exists: ") and "catalog" in r for r in found):
+            if c.knob not in cat:  # no further check can read a knob the catalog does not know
                 return out
             risky = risky or catalog().get(c.knob).quality_risk
         try:
             cat.validate(dict(card.knobs), engine=goal.engine)
         except KnobError as e:
             if "first" in e.reason:
-                out.append(f"dependencies: {e}")
-            elif not any(x.startswith("in_range") for x in out):
-                out.append(f"in_range: {e}")
+                out.append(Refusal(RefusalKind.DEPENDENCIES, str(e)))
+            elif not any(x.kind is RefusalKind.IN_RANGE for x in out):
+                out.append(Refusal(RefusalKind.IN_RANGE, str(e)))
         for c in card.changes:
             out += _negatives(c, card, history)
         inert = inert_refusal(card, history)  # a cap the evidence shows does not bind, raised (agent/planner/inert.py)
@@ -83,66 +85,66 @@ def check(card: CandidateCard, history: History) -> list[str]:
         if short is not None:
             out.append(short)
         if card.station_key in history.predicted_negatives:  # set aside unrun (any stage): a prediction, not a result
-            out.append(f"predicted_negative: {history.predicted_negatives[card.station_key]}")
+            out.append(Refusal(RefusalKind.PREDICTED_NEGATIVE, history.predicted_negatives[card.station_key]))
         if card.stage == "screen" and card.parent_knobs_hash != history.best_knobs_hash:
-            out.append("parent: a screen starts from the current best station")
+            out.append(Refusal(RefusalKind.PARENT, "a screen starts from the current best station"))
         if card.quality_risk != risky:
-            out.append(f"quality_risk: {' + '.join(sorted(named))} quality risk is {risky}")
+            out.append(Refusal(RefusalKind.QUALITY_RISK, f"{' + '.join(sorted(named))} quality risk is {risky}"))
         worst = max((catalog().get(c.knob).cost_class for c in card.changes), key=COST_ORDER.__getitem__)
         if card.multi and card.cost_class != worst:
             what = "a coupled pair costs its dearer" if len(card.changes) == 2 else "a jump costs its dearest"
-            out.append(f"cost_class: {what} change's class ({worst}), not {card.cost_class}")
+            out.append(Refusal(RefusalKind.COST_CLASS, f"{what} change's class ({worst}), not {card.cost_class}"))
     if card.stage == "screen" and card.n != goal.protocol.screen_n:
-        out.append(f"protocol: screen N must be {goal.protocol.screen_n}, not {card.n}")
+        out.append(Refusal(RefusalKind.PROTOCOL, f"screen N must be {goal.protocol.screen_n}, not {card.n}"))
     if card.stage == "confirm" and card.n != goal.protocol.confirm_n:
-        out.append(f"protocol: confirm N must be {goal.protocol.confirm_n}, not {card.n}")
+        out.append(Refusal(RefusalKind.PROTOCOL, f"confirm N must be {goal.protocol.confirm_n}, not {card.n}"))
     veto = history.vetoed(card)
     if veto is not None:
         out.append(veto.refusal())
     known = history.reference(card.knobs, card.n) if card.stage != "baseline" else None
     if known is not None:  # e.g. a move back to the parent: its measurement at this N is reused, not repeated
-        out.append(f"measured: this station was measured at N={card.n} already ({known.run_id})")
+        out.append(Refusal(RefusalKind.MEASURED, f"this station was measured at N={card.n} already ({known.run_id})"))
     if card.experiment_key in history.finished_keys:
-        out.append(f"not_finished: experiment {card.experiment_key} already ran")
+        out.append(Refusal(RefusalKind.NOT_FINISHED, f"experiment {card.experiment_key} already ran"))
     elif history.faulted(card.experiment_key) >= MAX_ATTEMPTS:
-        out.append(f"faults: experiment {card.experiment_key} ended in a tooling fault {MAX_ATTEMPTS} times; "
-                   "a person should look at the target")
+        out.append(Refusal(RefusalKind.FAULTS, f"experiment {card.experiment_key} ended in a tooling fault "
+                                              f"{MAX_ATTEMPTS} times; a person should look at the target"))
     if history.experiments_left < 1:
-        out.append("affordable: no experiments left in the budget")
+        out.append(Refusal(RefusalKind.AFFORDABLE, "no experiments left in the budget"))
     cost = estimate(card, history)
     if cost > history.budget_left_card_hours:
-        out.append(f"affordable: ~{cost:.2f} card-h estimated, {history.budget_left_card_hours:.2f} left")
+        out.append(Refusal(RefusalKind.AFFORDABLE, f"~{cost:.2f} card-h estimated, {history.budget_left_card_hours:.2f} left"))
     return out
 
 
-def _change_refusals(c: Change, card: CandidateCard, history: History) -> list[str]:
+def _change_refusals(c: Change, card: CandidateCard, history: History) -> list[Refusal]:
     """The checks of one change of a card (both of a coupled pair's): the knob, its range, its old value, and the
     known negatives under the same conditions."""
-    out: list[str] = []
+    out: list[Refusal] = []
     goal, cat = history.goal, catalog()
     if c.knob not in cat:
-        return [f"knob_exists: {c.knob!r} is not in the knob catalog"]
+        return [Refusal(RefusalKind.KNOB_EXISTS, f"{c.knob!r} is not in the knob catalog")]
     knob = cat.get(c.knob)
     if goal.engine not in knob.engines and knob.cost_class != "hot":
-        out.append(f"knob_exists: {c.knob} is not a knob of engine {goal.engine!r}")
+        out.append(Refusal(RefusalKind.KNOB_EXISTS, f"{c.knob} is not a knob of engine {goal.engine!r}"))
     try:
         knob.coerce(c.new)
     except KnobError as e:
-        out.append(f"in_range: {e}")
+        out.append(Refusal(RefusalKind.IN_RANGE, str(e)))
     space = goal.space()
     if c.knob not in space:
-        out.append(f"in_range: {c.knob} is not in the goal's search space")
+        out.append(Refusal(RefusalKind.IN_RANGE, f"{c.knob} is not in the goal's search space"))
     elif not any(_eq(c.new, v) for v in space[c.knob]):
-        out.append(f"in_range: {c.knob}={c.new!r} is not one of the goal's values {list(space[c.knob])}")
+        out.append(Refusal(RefusalKind.IN_RANGE, f"{c.knob}={c.new!r} is not one of the goal's values {list(space[c.knob])}"))
     if not _eq(c.old, card.parent_knobs.get(c.knob, knob.default)):
-        out.append(f"one_change: old value {c.old!r} is not the parent's {card.parent_knobs.get(c.knob)!r}")
+        out.append(Refusal(RefusalKind.ONE_CHANGE, f"old value {c.old!r} is not the parent's {card.parent_knobs.get(c.knob)!r}"))
     return out
 
 
-def _negatives(c: Change, card: CandidateCard, history: History) -> list[str]:
+def _negatives(c: Change, card: CandidateCard, history: History) -> list[Refusal]:
     """A known negative of this change under the same conditions (a pair with one in it is refused too)."""
-    return [f"known_negative: {c.knob}={c.new!r} was negative under the same conditions "
-            f"({neg.experiment_key}: {neg.reason})" for neg in history.negatives
+    return [Refusal(RefusalKind.KNOWN_NEGATIVE, f"{c.knob}={c.new!r} was negative under the same conditions "
+                                               f"({neg.experiment_key}: {neg.reason})") for neg in history.negatives
             if card.stage == "screen" and neg.applies(c.knob, c.new, card.scenario, history.data_version,
                                                       card.parent_knobs_hash, history.source_identity)]
 
@@ -166,7 +168,7 @@ def retry_note(card: CandidateCard, history: History) -> str | None:
 INSTANCE_ROLES = {PREFILL_INSTANCES: "prefill", DECODE_INSTANCES: "decode"}
 
 
-def cards_refusal(card: CandidateCard, history: History) -> str | None:
+def cards_refusal(card: CandidateCard, history: History) -> Refusal | None:
     """The goal's cards contract, read off the parent's own run: a card that only removes instances (of one role or
     both, nothing else re-laid) from a station whose run used `cards` cards, where the goal requires more than
     `cards` minus the instances removed (every instance holds at least one card), would run on fewer cards than the
@@ -193,7 +195,7 @@ def cards_refusal(card: CandidateCard, history: History) -> str | None:
             return None  # the run did not count this role at the old value, or the card adds instances
         removed += old - new
     if removed and ref.summary.cards - removed < required:
-        return (f"cards: {card.title()} removes {removed} instance(s) from a station whose run "
-                f"({ref.run_id}) used {ref.summary.cards} card(s); the goal requires {required}, so the run would be "
-                f"invalid (cards_missing)")
+        return Refusal(RefusalKind.CARDS, f"{card.title()} removes {removed} instance(s) from a station whose run "
+                                          f"({ref.run_id}) used {ref.summary.cards} card(s); the goal requires "
+                                          f"{required}, so the run would be invalid (cards_missing)")
     return None

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from agent.planner.candidates import CandidateCard, build_card, direction_of, rule_for, station_hash, with_stage
 from agent.planner.cards import CARD_HOURS_DIGITS
-from agent.planner.checks import check, estimate
+from agent.planner.checks import budget_only, check, estimate, said
 from agent.planner.diagnosis import OPEN_LOW, Diagnosis, diagnose
 from agent.planner.history import History
 from agent.planner.pairs import hold, pair_hypothesis
-from agent.planner.plan import Plan
+from agent.planner.plan import Plan, PlanRow
 from agent.planner.proposers import RANK, RECOVER, Asking
 from agent.planner.proposers.guarded import asked
 from agent.planner.proposers.twin_search import RULES_LED, likely
@@ -201,12 +201,12 @@ class DeterministicPlanner:
             card = build_card(history.goal_id, goal.scenario, history.best_knobs, None, None, stage="baseline",
                               n=goal.protocol.confirm_n)
             refusals = check(card, history)
-            if refusals and all(r.startswith("affordable") for r in refusals):  # a budget that pays a screen-N one
+            if refusals and budget_only(refusals):  # a budget that pays a screen-N one
                 card = with_stage(card, "baseline", goal.protocol.screen_n)
             veto = history.vetoed(card)
             if veto is not None:
                 return Plan(card=None, stop_reason=f"nothing left that was not rejected: the reference of the "
-                                                   f"starting station was {veto.refusal().split(' was ', 1)[1]}")
+                                                   f"starting station was {veto.how()}")
             return self._checked(card, history, None, "reference of the starting station")
         diag = diagnosis_for(history)
         if goal.protocol.confirm_n != goal.protocol.screen_n and not any(o.card.stage != "baseline" for o in history.outcomes) \
@@ -235,7 +235,7 @@ class DeterministicPlanner:
         if at_confirm and history.vetoed(ref_card) is not None:
             direct = True  # a person rejected the reference: the moves go straight to confirm N
         stale = _stale_streak(history) >= goal.stop.max_without_improvement
-        ranked: list[tuple[str, float, str]] = []
+        ranked: list[PlanRow] = []
         passing: list[tuple[CandidateCard, Value]] = []
         left = (f"{history.experiments_left} experiment(s) left cannot pay a reference, a screen and its confirm"
                 if direct else None)
@@ -247,7 +247,7 @@ class DeterministicPlanner:
             if why_direct and not refusals:
                 card = straight_to_confirm(card, history, why_direct)
                 refusals = check(card, history)
-            ranked.append((card.title(), v.value, "; ".join(refusals) or v.why))
+            ranked.append(PlanRow.of(card.title(), v.value, v.why, refusals))
             if not refusals:
                 passing.append((card, v))
         chosen = worth_running(passing)
@@ -258,8 +258,8 @@ class DeterministicPlanner:
             hot = hot_while_warm(passing, history) if not likely(card, v) else None
             if hot is not None and hot[0] is not card:
                 card = hot[0]
-                ranked.append((card.title(), hot[1].value, "runs first: a hot move on the warm best station; "
-                                                           "after a restart elsewhere it would cost a restart too"))
+                ranked.append(PlanRow.of(card.title(), hot[1].value, "runs first: a hot move on the warm best station; "
+                                                                     "after a restart elsewhere it would cost a restart too"))
             plan = Plan(card=card, diagnosis=diag, ranked=ranked, move=True)
         elif settled and not stale:  # the twin, predicting the runs, searched the space: nothing left to gain
             plan = Plan(card=None, diagnosis=diag, ranked=ranked, stop_reason=settled)
@@ -291,16 +291,16 @@ class DeterministicPlanner:
     def _checked(card: CandidateCard, history: History, diag: Diagnosis | None, why: str,
                  extension_ok: bool = False) -> Plan:
         refusals = check(card, history)
-        if refusals and extension_ok and all(r.startswith("affordable") for r in refusals):
+        if refusals and extension_ok and budget_only(refusals):
             card = card.model_copy(update={"est_card_hours": round(estimate(card, history), CARD_HOURS_DIGITS)})
-            return Plan(card=card, diagnosis=diag, ranked=[(card.title(), 1.0, f"{why}; needs a budget extension: "
-                                                            + "; ".join(refusals))])
+            return Plan(card=card, diagnosis=diag, ranked=[PlanRow.of(card.title(), 1.0, f"{why}; needs a budget extension: "
+                                                                      + said(refusals))])
         if refusals:
-            spent = "budget spent: " if all(r.startswith("affordable") for r in refusals) else ""
-            return Plan(card=None, diagnosis=diag, ranked=[(card.title(), 0.0, "; ".join(refusals))],
-                        stop_reason=f"{spent}cannot run the {why}: " + "; ".join(refusals))
+            spent = "budget spent: " if budget_only(refusals) else ""
+            return Plan(card=None, diagnosis=diag, ranked=[PlanRow.of(card.title(), 0.0, "", refusals)],
+                        stop_reason=f"{spent}cannot run the {why}: " + said(refusals))
         card = card.model_copy(update={"est_card_hours": round(estimate(card, history), CARD_HOURS_DIGITS)})
-        return Plan(card=card, diagnosis=diag, ranked=[(card.title(), 1.0, why)])
+        return Plan(card=card, diagnosis=diag, ranked=[PlanRow.of(card.title(), 1.0, why)])
 
 
 def _cheaper_direct(card: CandidateCard, v: Value, history: History, screens: int) -> str | None:

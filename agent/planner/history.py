@@ -11,8 +11,10 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
 
 from agent.planner.cards import CandidateCard, station_hash
 from agent.planner.costs import CostModel
+from agent.planner.refusals import Refusal, RefusalKind
 from core.canonical import canon
 from core.evidence import Evidence
+from core.goalview import PlannerGoal
 from core.summary import Summary
 
 Decision = Literal[
@@ -125,10 +127,13 @@ class Veto(BaseModel):
                 and self.parent_knobs_hash == card.parent_knobs_hash and self.data_version == data_version
                 and self.source_identity == source_identity)
 
-    def refusal(self) -> str:
+    def refusal(self) -> Refusal:
+        return Refusal(RefusalKind.REJECTED, f"candidate {self.candidate_id} was {self.how()}")
+
+    def how(self) -> str:
+        """How the card was ruled out, and by whom (the refusal's words after the candidate)."""
         what = "rejected by" if self.source == "person" else "denied by the authorisation table, as decided by"
-        return (f"rejected: candidate {self.candidate_id} was {what} {self.who} under the same conditions"
-                + (f" ({self.reason})" if self.reason else ""))
+        return f"{what} {self.who} under the same conditions" + (f" ({self.reason})" if self.reason else "")
 
 
 class History(BaseModel):
@@ -159,7 +164,7 @@ class History(BaseModel):
         self._twin = fitter
         return self
     goal_id: str
-    goal: Any  # state.goal.GoalSpec (frozen)
+    goal: PlannerGoal  # the goal as the planner reads it (state.goal.GoalSpec, frozen)
     data_version: str
     source_identity: str = "sim"
     best_knobs: dict[str, Any]

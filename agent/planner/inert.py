@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from agent.planner.cards import CandidateCard, Change, direction_of
 from agent.planner.history import History, Outcome
+from agent.planner.refusals import Refusal, RefusalKind
 from agent.planner.rules import MOVES, NAMES
 from agent.planner.rules.prefill_supply import prefill_limit
 from core.knobs import ARRIVAL_RATE, BATCH_CAP, CLIENT_CAP, COST_ORDER, PREFILL_REQUEST_CAP, KnobError, catalog, role_of
@@ -39,11 +40,10 @@ LOAD_KNOBS = (CLIENT_CAP, ARRIVAL_RATE)  # the roles that set the offered load: 
 # a fifth of its slots stay free, clearly beyond the 85-90 % at which the rules already call a filled cap binding
 # (load_headroom C_FILLED, client_supply CAP_FILLED) and beyond a sampled gauge's miss of a peak (AT_LIMIT's 5 %);
 # relative, so it reads the same at C=16 as at C=512
-INERT = "inert:"  # the refusal's code: a card whose change the evidence shows cannot move the objective
 CLEAR_OF_CAP = 0.8  # a judgement: a fifth of the cap's slots free is clearly not binding
 
 
-def inert_refusal(card: CandidateCard, history: History) -> str | None:
+def inert_refusal(card: CandidateCard, history: History) -> Refusal | None:
     """The refusal of a card whose every change the parent's latest valid run shows cannot move the objective
     (with the evidence's figures), or None: a change that may bind, no evidence, or the narrow exception."""
     if not card.changes or card.stage == "baseline" or history.latest_valid(card.knobs) is not None:
@@ -63,7 +63,7 @@ def inert_refusal(card: CandidateCard, history: History) -> str | None:
                     f"learns what that change alone would")
     if learns(card, history) is not None:
         return None
-    return f"{INERT} " + "; ".join(idle)
+    return Refusal(RefusalKind.INERT, "; ".join(idle))
 
 
 def inert_why(c: Change, run: Outcome, history: History) -> str | None:

@@ -16,10 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 import prompts
 from agent.planner.candidates import build_card, rule_for
 from agent.planner.cards import CARD_HOURS_DIGITS
-from agent.planner.checks import check, estimate, retry_note
+from agent.planner.checks import check, estimate, retry_note, said
 from agent.planner.history import History
 from agent.planner.rules import prompt_lines
 from agent.planner.deterministic import DeterministicPlanner, Plan, diagnosis_for
+from agent.planner.plan import PlanRow
 from agent.planner.value import value_of
 from core.knobs import KnobError, catalog
 
@@ -131,12 +132,12 @@ class LLMPlanner:
             return self._fall_back(base, f"invalid proposal {proposal.knob}={proposal.value!r}: {e}")
         refusals = check(card, history)
         if refusals:
-            return self._fall_back(base, f"proposal {card.title()} refused: " + "; ".join(refusals))
+            return self._fall_back(base, f"proposal {card.title()} refused: " + said(refusals))
         cost = estimate(card, history)
         v = value_of(card, rule_for(proposal.knob, _direction(proposal.knob, card.change.old, new)), base.diagnosis, cost, history.budget_left_card_hours)
         card = card.model_copy(update={"score": v.value, "est_card_hours": round(cost, CARD_HOURS_DIGITS),
                                        "note": retry_note(card, history)})
-        return Plan(card=card, diagnosis=base.diagnosis, ranked=[(card.title(), v.value, "proposed by the LLM")],
+        return Plan(card=card, diagnosis=base.diagnosis, ranked=[PlanRow.of(card.title(), v.value, "proposed by the LLM")],
                     llm_hypotheses=[h.model_dump() for h in proposal.hypotheses])
 
     def _propose(self, history: History) -> Proposal:

@@ -21,6 +21,7 @@ from typing import Any
 from agent.planner.candidates import CandidateCard, card_record
 from agent.planner.checks import estimate
 from agent.planner.history import History
+from agent.planner.plan import PlanRow
 from agent.planner.judgement import CLEAR_LOSS, LATENCY_WIN
 from core.ledger import DRIFT_THRESHOLD, Interval, Prediction, relative
 
@@ -105,8 +106,8 @@ class Prescreened:
                                                 f"value per card-hour"})
         card = card.model_copy(update={"note": "; ".join(x for x in (card.note, why) if x), "prediction": pred})
         first = passing[0][2]
-        ranked = list(first.ranked) + [(p.card.title(), v, f"simulated {pr.objective_effect.value:+.1%} over "
-                                        f"{cost:.2f} card-h") for v, cost, p, pr in passing]
+        ranked = list(first.ranked) + [PlanRow.of(p.card.title(), v, f"simulated {pr.objective_effect.value:+.1%} over "
+                                                  f"{cost:.2f} card-h") for v, cost, p, pr in passing]
         return plan.model_copy(update={"card": card, "ranked": ranked, "diagnosis": first.diagnosis})
 
     def _predict(self, history: History, knobs: dict[str, Any], n: int) -> dict[str, Any]:

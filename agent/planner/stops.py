@@ -16,14 +16,14 @@ from agent.planner.proposers.base import Asking
 from agent.planner.proposers.guarded import asked
 from agent.planner.diagnosis import Diagnosis
 from agent.planner.history import History
-from agent.planner.inert import INERT
-from agent.planner.plan import Plan
+from agent.planner.plan import Plan, PlanRow, Stop, StopKind
+from agent.planner.refusals import GONE, RefusalKind
 from agent.planner.value import Value
 
 MIN_VALUE = 0.02  # below this a rule's candidate is not worth its cost
 
 
-def explore_or_stop(history: History, diag: Diagnosis | None, ranked: list[tuple[str, float, str]],
+def explore_or_stop(history: History, diag: Diagnosis | None, ranked: list[PlanRow],
                     passing: list[tuple[CandidateCard, Value]], stale: bool,
                     restage: Callable[[CandidateCard], CandidateCard] | None = None) -> Plan:
     """The explorer's best card (re-staged by `restage` where a screen cannot serve), or the stop."""
@@ -44,14 +44,14 @@ def explore_or_stop(history: History, diag: Diagnosis | None, ranked: list[tuple
     if props and (infeasible or best_ei >= min_gain):
         p = props[0]
         if infeasible:
-            ranked.append((p.card.title(), p.value.value, f"the best station breaks the SLO: explore toward "
-                                                          f"feasibility ({p.prediction.text(goal.objective.metric)})"))
+            ranked.append(PlanRow.of(p.card.title(), p.value.value, f"the best station breaks the SLO: explore toward "
+                                                                    f"feasibility ({p.prediction.text(goal.objective.metric)})"))
         else:
-            ranked.append((p.card.title(), p.value.value, p.value.why))
+            ranked.append(PlanRow.of(p.card.title(), p.value.value, p.value.why))
         return Plan(card=p.card, diagnosis=diag, ranked=ranked, move=True)
     if infeasible and passing:  # getting feasible first: any rule move that passes, however small its value
         card, v = passing[0]
-        ranked.append((card.title(), v.value, "the best station breaks the SLO: the budget goes on toward feasibility"))
+        ranked.append(PlanRow.of(card.title(), v.value, "the best station breaks the SLO: the budget goes on toward feasibility"))
         return Plan(card=card, diagnosis=diag, ranked=ranked, move=True)
     model = (f"the explorer expects at most {best_ei:.2f} % (< min_gain_pct {min_gain:g} %) from "
              f"{len(props)} proposal(s) over {told} valid run(s)" if props else
@@ -62,30 +62,31 @@ def explore_or_stop(history: History, diag: Diagnosis | None, ranked: list[tuple
         return Plan(card=None, diagnosis=diag, ranked=ranked,
                     stop_reason=f"nothing left is worth its cost (best value {passing[0][1].value:.3f} < "
                                 f"{MIN_VALUE}), and {model}")
-    reason = no_candidate_reason(ranked, history)
-    if not reason.startswith(("budget spent", "nothing left that was not rejected")):
+    stop = no_candidate_reason(ranked, history)
+    reason = stop.words
+    if stop.kind not in (StopKind.BUDGET_SPENT, StopKind.ALL_REJECTED):
         reason += f", and {model}"
     return Plan(card=None, diagnosis=diag, ranked=ranked, stop_reason=reason)
 
 
-def no_candidate_reason(ranked: list[tuple[str, float, str]], history: History) -> str:
+def no_candidate_reason(ranked: list[PlanRow], history: History) -> Stop:
     """Why nothing passed: say so plainly when the budget is what refused the candidates left."""
-    vetoed = [r for r in ranked if "rejected:" in r[2]]
-    # not candidates at all: measured, a known negative, a change the evidence shows cannot move the objective
-    gone = ("not_finished", "known_negative", "measured:", INERT)
-    if vetoed and all("rejected:" in r[2] or "affordable:" in r[2] or any(g in r[2] for g in gone) for r in ranked):
-        return (f"nothing left that was not rejected: {len(vetoed)} of the {len(ranked)} remaining candidate(s) "
-                f"were rejected by a person or denied by the authorisation table")
-    unaffordable = [r for r in ranked if "affordable:" in r[2]]
-    if unaffordable and all("affordable:" in r[2] or any(g in r[2] for g in gone) for r in ranked):
-        return (f"budget spent: none of the {len(unaffordable)} remaining candidate(s) is affordable "
-                f"({history.budget_left_card_hours:.2f} card-h left)")
+    rejected, affordable = RefusalKind.REJECTED, RefusalKind.AFFORDABLE
+    vetoed = [r for r in ranked if r.refused(rejected)]
+    # not candidates at all (GONE): measured, a known negative, a change the evidence shows cannot move the objective
+    if vetoed and all(r.refused(rejected, affordable, *GONE) for r in ranked):
+        return Stop(StopKind.ALL_REJECTED, f"nothing left that was not rejected: {len(vetoed)} of the {len(ranked)} "
+                                           f"remaining candidate(s) were rejected by a person or denied by the "
+                                           f"authorisation table")
+    unaffordable = [r for r in ranked if r.refused(affordable)]
+    if unaffordable and all(r.refused(affordable, *GONE) for r in ranked):
+        return Stop(StopKind.BUDGET_SPENT, f"budget spent: none of the {len(unaffordable)} remaining candidate(s) is "
+                                           f"affordable ({history.budget_left_card_hours:.2f} card-h left)")
     why: dict[str, int] = {}
-    for _, _, reasons in ranked:
-        for r in reasons.split("; "):
-            key = r.split(":", 1)[0].strip() or "refused"
-            why[key] = why.get(key, 0) + 1
+    for row in ranked:
+        for r in row.refusals:
+            why[r.kind.value] = why.get(r.kind.value, 0) + 1
     if not why:
-        return "no candidate passes the checks"
+        return Stop(StopKind.NO_CANDIDATE, "no candidate passes the checks")
     detail = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(why.items(), key=lambda kv: -kv[1]))
-    return f"no candidate passes the checks ({len(ranked)} left: {detail})"
+    return Stop(StopKind.NO_CANDIDATE, f"no candidate passes the checks ({len(ranked)} left: {detail})")

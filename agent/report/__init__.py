@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import make_url
 
@@ -13,6 +13,9 @@ from agent.report.blocks import to_html, to_markdown
 from agent.report.build import Report, build_report
 from agent.report.document import document
 from core.records import write_atomic
+
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
 
 __all__ = ["Report", "ReportPaths", "build_report", "default_dir", "render", "render_report", "write_report"]
 
@@ -25,7 +28,7 @@ class ReportPaths:
     images: dict[str, Path] = field(default_factory=dict)
 
 
-def render_report(store: Any, goal_id: str, out_dir: str | Path, *, base: str | Path | None = None) -> ReportPaths:
+def render_report(store: Store, goal_id: str, out_dir: str | Path, *, base: str | Path | None = None) -> ReportPaths:
     """Write report.html, report.md and images/*.png for one goal under out_dir (atomically per file).
     `base`: the folder relative run directories in the store are relative to (default: cwd)."""
     return render(build_report(store, goal_id, base), out_dir)
@@ -60,6 +63,6 @@ def default_dir(store_url: str, goal_id: str) -> Path:
     return Path(".tuneloop") / "reports" / goal_id
 
 
-def write_report(store: Any, goal_id: str, out_dir: str | Path | None = None) -> Path:
+def write_report(store: Store, goal_id: str, out_dir: str | Path | None = None) -> Path:
     """The loop's hook: write the report to its default place; the HTML path."""
     return render_report(store, goal_id, out_dir or default_dir(store.url, goal_id)).html

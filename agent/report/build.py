@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from agent.report import plots, raw
 from agent.report.content import (
@@ -16,6 +16,9 @@ from agent.report.content import (
     objective_of,
 )
 
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
+
 
 @dataclass
 class Report:
@@ -24,7 +27,7 @@ class Report:
     missing: dict[str, str] = field(default_factory=dict)  # plot name -> why it is not drawn
 
 
-def build_report(store: Any, goal_id: str, base: str | Path | None = None) -> Report:
+def build_report(store: Store, goal_id: str, base: str | Path | None = None) -> Report:
     """The report's content and plots; `base` is where relative run directories are (default: cwd)."""
     c = gather(store, goal_id, base)
     rep = Report(content=c)

@@ -23,7 +23,7 @@ from state.hypotheses import hypothesis_ledger
 from state.kpis import LoopKPIs, compute_kpis
 from state.ledger import BudgetState, summarize_ledger
 from state.snapshots import Decision, Goal, LedgerEntry
-from state.store import BEST_KINDS
+from state.store import BEST_KINDS, Store
 
 # what a decision of each kind ruled out, when it is not a negative (only a valid negative rules a change out)
 RULED_OUT = {
@@ -66,7 +66,7 @@ def objective_of(goal: Goal, s: Summary | None) -> float | None:
     return goal.spec.objective.value(s) if s is not None else None
 
 
-def gather(store: Any, goal_id: str, base: str | Path | None = None) -> Content:
+def gather(store: Store, goal_id: str, base: str | Path | None = None) -> Content:
     """Everything the report says; relative run directories in the store resolve against `base`
     (default: the current folder, where `tuneloop run` wrote them)."""
     base = Path(base) if base is not None else Path.cwd()

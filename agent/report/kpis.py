@@ -1,12 +1,15 @@
 """The loop KPIs (docs/protocol.md §9) as lines: what `tuneloop run` prints at its end and the API's report text."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from state.kpis import compute_kpis
 
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
 
-def kpi_lines(store: Any, goal_id: str) -> list[str]:
+
+def kpi_lines(store: Store, goal_id: str) -> list[str]:
     """The loop KPIs (docs/protocol.md §9) as lines, for the end of a run."""
     k = compute_kpis(store, goal_id)
     fmt = lambda v, f="{:.2f}": "—" if v is None else f.format(v)  # noqa: E731

@@ -8,10 +8,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.planner.candidates import change_words
 from agent.report.blocks import Block, Cell, Heading, Para, Table
+
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
 
 _VIA = re.compile(r"^(?P<name>.*\S) \((?P<via>[a-z][a-z0-9_-]*)\)$")  # "alice (slack)"; not "(--auto-approve)"
 AUTO = "authorisation table:"  # the reason the loop records with an approval no person gave (agent.loop.approval)
@@ -44,7 +47,7 @@ def _card(cid: int, card: dict[str, Any]) -> str:
     return f"candidate {cid}: {card.get('stage', '?')} N={card.get('n', '?')}, {what}"
 
 
-def gather_people(store: Any, goal_id: str, cards: dict[int, dict[str, Any]]) -> tuple[list[PersonDecision], int]:
+def gather_people(store: Store, goal_id: str, cards: dict[int, dict[str, Any]]) -> tuple[list[PersonDecision], int]:
     """Every person's decision on the goal in time order, and how many approvals the loop gave itself."""
     out: list[PersonDecision] = []
     auto = 0

@@ -5,10 +5,10 @@ same N and window.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from agent.report.experiment import Experiment
 from core.summary import Summary
+from state.goal import GoalSpec
 from state.snapshots import Goal
 
 KEPT = ("baseline", "new_best", "tradeoff", "quality_pending", "quality_passed")  # frontier candidates
@@ -64,7 +64,7 @@ def tradeoffs(goal: Goal, experiments: list[Experiment]) -> dict[str, dict[int, 
     return {sc: dict(sorted(v.items())) for sc, v in out.items()}
 
 
-def _row(sc: str, e: Experiment, s: Summary, spec: Any) -> TradeRow:
+def _row(sc: str, e: Experiment, s: Summary, spec: GoalSpec) -> TradeRow:
     metric = spec.objective.metric
     w, nat = s.whole, s.native
     return TradeRow(
@@ -79,7 +79,7 @@ def _row(sc: str, e: Experiment, s: Summary, spec: Any) -> TradeRow:
         and not any(d.kind == "quality_failed" for d in e.decisions))  # never deployable: off the frontier
 
 
-def _vs(row: TradeRow, ref: Experiment | None, spec: Any) -> TradeRow:
+def _vs(row: TradeRow, ref: Experiment | None, spec: GoalSpec) -> TradeRow:
     """The gain over the parent's latest valid run at the same N, in the objective's window when both have
     it, else the whole window for both; None without such a run (never a percentage across N)."""
     if ref is None or ref.summary is None or ref.run.n != row.n:

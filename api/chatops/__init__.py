@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from api.chatops.common import Replays
 from api.chatops.feishu import FeishuApp, preload
 from api.chatops.slack import SlackApp
+
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
 
 _LOCK = threading.Lock()
 
@@ -24,7 +27,7 @@ class ChatApps:
     feishu: FeishuApp
     replays: Replays = field(default_factory=Replays)
 
-    def sinks(self, store: Any, apps: list[Any]) -> list[Callable[[str, str, str, dict[str, Any]], bool]]:
+    def sinks(self, store: Store, apps: list[Any]) -> list[Callable[[str, str, str, dict[str, Any]], bool]]:
         """Notifier sinks that post the cards of `apps` (those configured to post)."""
         out = []
         for app in apps:

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.planner.candidates import change_words
 from agent.loop.progress import card_estimate, ranking
+
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
 
 APPROVE, REJECT = "tuneloop_approve", "tuneloop_reject"  # Slack action ids
 REASON_BLOCK, REASON_ACTION = "tuneloop_reason", "reason"  # the reason input (message and modal)
@@ -93,7 +96,7 @@ def rows(card: dict[str, Any], card_hash: str, est: float | None, cost_class: st
     return out
 
 
-def view(store: Any, candidate_id: int, card_hash: str | None = None) -> CardView:
+def view(store: Store, candidate_id: int, card_hash: str | None = None) -> CardView:
     """The card of a candidate from the store, shown with `card_hash` (the hash the loop asked about; the
     stored one by default)."""
     c = store.get_candidate(candidate_id)

@@ -17,7 +17,7 @@ import json
 import logging
 import re
 from functools import lru_cache
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from api.chatops import cards
 from api.chatops.common import (Refused, Replays, Unverified, click, command, decided, fresh, offered_card,
@@ -25,6 +25,9 @@ from api.chatops.common import (Refused, Replays, Unverified, click, command, de
 from api.logfilter import SecretFilter
 from api.service import Service
 from api.settings import Settings
+
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
 
 log = logging.getLogger("tuneloop.chatops.feishu")
 Later = Callable[[], None]
@@ -145,7 +148,7 @@ class FeishuApp:
             raise RuntimeError(f"im.v1.message.create: Feishu code {resp.code}")
         return resp.data.message_id if resp.data else None
 
-    def on_event(self, event: str, goal_id: str, text: str, data: dict[str, Any], store: Any) -> bool:
+    def on_event(self, event: str, goal_id: str, text: str, data: dict[str, Any], store: Store) -> bool:
         """A notifier event: a card (or a budget question) when the loop asks for a decision; True when posted."""
         chat = self.settings.feishu_chat_id
         if event != "approval_needed" or not self.ready or not chat:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 from slack_sdk import WebClient
@@ -24,6 +24,9 @@ from api.chatops.common import (Refused, Replays, Unverified, click, command, de
 from api.service import Service
 from api.settings import Settings
 from state.approvals import PAST
+
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
 
 log = logging.getLogger("tuneloop.chatops.slack")
 Later = Callable[[], None]  # a follow-up to run once the answer is sent
@@ -63,7 +66,7 @@ class SlackApp:
         token = settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else None
         self.client = WebClient(token=token, base_url=settings.slack_api_url, timeout=5) if token else None
 
-    def on_event(self, event: str, goal_id: str, text: str, data: dict[str, Any], store: Any) -> bool:
+    def on_event(self, event: str, goal_id: str, text: str, data: dict[str, Any], store: Store) -> bool:
         """A notifier event: a card (or a budget question) when the loop asks for a decision; True when posted."""
         if event != "approval_needed" or self.client is None or not self.settings.slack_channel:
             return False

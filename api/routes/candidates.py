@@ -1,37 +1,37 @@
 """Candidates (experiment cards): list, get, approve, reject — each bound to the card's content hash."""
 from __future__ import annotations
 
-import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
 
 from agent.loop.progress import card_estimate, ranking
 from agent.loop.record import card_of, frozen_stations
+from agent.loop.session import waiting_head
 from api import actions
 from api.auth import Approver, Viewer
 from api.deps import ServiceDep, StoreDep, ViaDep
 from api.schemas import ApprovalOut, CandidateOut, DecisionIn, RejectIn
 
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
+
 router = APIRouter(tags=["candidates"])
 CONFLICT = {409: {"description": "already decided (one decision per card), or the card changed since it was shown"}}
 
 
-# the ask's text is agent.loop.session.waiting_reason's: "waiting for approval of candidate 7: <why>"
-_WAITING = re.compile(r"^waiting for (approval of candidate \d+|a budget extension[^:]*): ")
-
-
-def asked(store: Any, goal_id: str) -> dict[int, str]:
+def asked(store: Store, goal_id: str) -> dict[int, str]:
     """Candidate id -> why the loop asked a person about it (its latest ask), without the 'waiting for' head."""
     out: dict[int, str] = {}
     for d in store.decisions(goal_id, ("ask",)):
         if d.candidate_id is not None:
             head = "" if (d.data or {}).get("kind") != "budget_extension" else "budget extension needed: "
-            out[d.candidate_id] = head + _WAITING.sub("", d.text)
+            # the ask's text is agent.loop.session.waiting_reason's: its head (rebuilt from the same data), then why
+            out[d.candidate_id] = head + d.text.removeprefix(f"{waiting_head(d.data or {})}: ")
     return out
 
 
-def candidate_out(c: Any, frozen: dict[str, str], waiting: set[int] | None = None, store: Any = None,
+def candidate_out(c: Any, frozen: dict[str, str], waiting: set[int] | None = None, store: Store | None = None,
                   asks: dict[int, str] | None = None) -> CandidateOut:
     """A card as shown, its own and its parent's station named by the frozen hash `/stations` resolves
     (`frozen`: agent.loop.record.frozen_stations); with `store`, an estimate is computed where the planner gave

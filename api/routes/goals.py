@@ -1,7 +1,7 @@
 """Goals: create, list, get, pause / resume / stop, instructions, decisions."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from fastapi import APIRouter, HTTPException, Request, status
@@ -20,12 +20,16 @@ from state.errors import GoalError
 from state.hypotheses import hypothesis_ledger
 from state.goal import parse_goal
 
+if TYPE_CHECKING:  # annotations only
+    from api.service import Service
+    from state.snapshots import Goal
+
 router = APIRouter(prefix="/goals", tags=["goals"])
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 GOAL_BODY = {"$ref": "#/components/schemas/GoalSpec"}  # api.app puts state.goal.GoalSpec's schema there
 
 
-def goal_out(g: Any, svc: Any) -> GoalOut:
+def goal_out(g: Goal, svc: Service) -> GoalOut:
     store = svc.store
     w = store.work_item(g.id)
     return GoalOut(id=g.id, name=g.name, status=shown_status(g, w is not None and w.state == "failed"),

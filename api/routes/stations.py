@@ -1,7 +1,7 @@
 """Stations: the best, the valid frontier (JSON and a PNG plot), one station, restore (queued for the loop)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, status
 from fastapi.responses import Response
@@ -14,10 +14,13 @@ from api.deps import ServiceDep, StoreDep, ViaDep
 from api.routes.goals import instruction_out
 from api.schemas import BestOut, FrontierPoint, InstructionOut, StationOut
 
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.store import Store
+
 router = APIRouter(tags=["stations"])
 
 
-def frontier_points(store: Any, goal_id: str) -> list[FrontierPoint]:
+def frontier_points(store: Store, goal_id: str) -> list[FrontierPoint]:
     n_of = {r.id: r.n for r in store.runs(goal_id)}
     out = []
     for d in store.frontier(goal_id):
