@@ -11,9 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from agent.loop.record import OPEN_STATUSES
-from agent.planner.candidates import CandidateCard, Change, build_card, direction_of
-from agent.planner.checks import check, estimate
-from agent.planner.history import History
+from agent.planner import CandidateCard, Change, History, build_card, check, direction_of, estimate
 
 
 def started(store: Any, goal_id: str, cand: Any) -> bool:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agent.planner.candidates import change_words
+from agent.planner import change_words
 from agent.report.blocks import Block, Cell, Heading, Para, Table
 
 _VIA = re.compile(r"^(?P<name>.*\S) \((?P<via>[a-z][a-z0-9_-]*)\)$")  # "alice (slack)"; not "(--auto-approve)"
