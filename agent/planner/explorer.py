@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 import optuna
 
+from agent.planner.best import best_infeasible
 from agent.planner.candidates import CandidateCard, build_card
 from agent.planner.cards import CARD_HOURS_DIGITS
 from agent.planner.checks import check, estimate, retry_note
@@ -29,7 +30,7 @@ from agent.planner.history import History
 from agent.planner.pairs import build_pair
 from agent.planner.screens import load_unchanged, screen_blind, to_confirm
 from agent.planner.tpot_fit import normal_cdf
-from agent.planner.value import BUDGET_SHARE_DAMP, CLASS_FACTOR, DEFAULT_CLASS_FACTOR, VALUE_DIGITS, Value
+from agent.planner.value import INTERVAL_Z, PREDICTED_DIGITS, VALUE_DIGITS, Value, per_card_hour
 from core.canonical import canon
 from core.ledger import Interval
 from core.ledger import Prediction as LedgerPrediction
@@ -37,11 +38,9 @@ from core.knobs import catalog
 
 BANDWIDTH = 0.25  # kernel width in the encoded space (each ordered knob spans 0..1; another enum choice is 1)
 DEFAULT_EFFECT = 0.1  # the relative effect of one change before two stations one change apart were measured
-INTERVAL_Z = 1.64  # the predicted interval: mean ± 1.64 σ (90 %)
 ASKS = 24  # TPE suggestions drawn per planning step (each projected onto the one-change neighbourhood)
 WEIGHT_FLOOR = 1e-12  # added to every kernel weight: far from every measurement the weights still sum above 0
 SEED_STRIDE = 7919  # a prime (the 1000th): the sampler's seed is the goal's first seed × it + the runs it was told
-PREDICTED_DIGITS = 4  # the ledger's predicted objective is kept to 1/10000 of its unit
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -292,19 +291,10 @@ def _card(history: History, space: Space, model: Model, moves: list[tuple[str, i
             return None
     cost = estimate(card, history)
     gain = pred.ei / pred.base if pred.base > 0 else 0.0
-    per_hour = restart / (restart + cost) if restart else 1.0
-    share = cost / history.budget_left_card_hours if history.budget_left_card_hours > 0 else 1.0
-    v = gain * CLASS_FACTOR.get(card.cost_class, DEFAULT_CLASS_FACTOR) * per_hour \
-        * max(0.0, 1.0 - BUDGET_SHARE_DAMP * share)
+    v = per_card_hour(gain, card.cost_class, cost, history.budget_left_card_hours, restart)
     value = Value(value=round(v, VALUE_DIGITS), gain=gain, confidence=1.0, rules_out=0.0, cost_card_hours=cost,
                   why=f"exploration: expected improvement {pred.ei_pct:.2f} %; {card.cost_class}, ~{cost:.2f} card-h")
     card = card.model_copy(update={"score": value.value, "est_card_hours": round(cost, CARD_HOURS_DIGITS),
                                    "note": retry_note(card, history) or card.note,
                                    "prediction": pred.ledger(goal.objective.metric, goal.objective.window)})
     return Proposal(card=card, value=value, prediction=pred)
-
-
-def best_infeasible(history: History) -> bool:
-    """The best station's latest valid run breaks the SLO (the start may)."""
-    ref = history.latest_valid(history.best_knobs)
-    return ref is not None and ref.figures is not None and bool(ref.figures.slo_violations)

@@ -24,6 +24,7 @@ from agent.planner.checks import estimate
 from agent.planner.history import History
 from agent.planner.judgement import CLEAR_LOSS, LATENCY_WIN
 from agent.planner.plan import Plan, Planner, SetAside
+from agent.planner.value import PREDICTED_DIGITS
 from core.ledger import DRIFT_THRESHOLD, Interval, Prediction, relative
 
 
@@ -32,7 +33,6 @@ def screened(card: CandidateCard, history: History) -> bool:
     return any(o.card.stage == "screen" and o.card.knobs_hash == card.knobs_hash for o in history.outcomes)
 
 MAX_SKIPS = 32  # screens set aside in one planning step before the planner's own answer is taken
-PREDICTED_DIGITS = 4  # a predicted figure is kept to 1/10000 of its unit
 RANK = 4  # passing moves compared by their simulated value per card-hour in one planning step
 ORDINALS = {2: "second", 3: "third", 4: "fourth"}  # the words for a move's place up to RANK (4); past it "5th"
 RANKED = "ranked first of"

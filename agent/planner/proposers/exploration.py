@@ -3,10 +3,10 @@ suggestions, valued by expected improvement per card-hour) proposes the next sta
 from __future__ import annotations
 
 from agent.planner import explorer
-from agent.planner.proposers.base import Asking, Proposals, Proposed
+from agent.planner.proposers.base import Asking, Proposals, Proposed, Proposer
 
 
-class Explorer:
+class Explorer(Proposer):
     name = "explorer"
     phase = "explore"
 
