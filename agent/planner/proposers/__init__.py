@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agent.planner.proposers.base import PHASES, RULES_LED, Asking, Forecast, Phase, Proposals, Proposed, Proposer
 from agent.planner.proposers.coupled import CoupledPairs
-from agent.planner.proposers.exploration import Explorer
+from agent.planner.proposers.explorer import Explorer
 from agent.planner.proposers.recoveries import LatencyRecovery, WindowRecovery
 from agent.planner.proposers.rule_moves import RuleMoves
 from agent.planner.proposers.twin_search import TwinSearch

@@ -28,6 +28,7 @@ from agent.planner.cards import CARD_HOURS_DIGITS
 from agent.planner.checks import check, estimate, retry_note
 from agent.planner.history import History
 from agent.planner.pairs import build_pair
+from agent.planner.proposers.base import Asking, Proposals, Proposed, Proposer
 from agent.planner.screens import load_unchanged, screen_blind, to_confirm
 from agent.planner.tpot_fit import normal_cdf
 from agent.planner.value import INTERVAL_Z, PREDICTED_DIGITS, VALUE_DIGITS, Value, per_card_hour
@@ -298,3 +299,14 @@ def _card(history: History, space: Space, model: Model, moves: list[tuple[str, i
                                    "note": retry_note(card, history) or card.note,
                                    "prediction": pred.ledger(goal.objective.metric, goal.objective.window)})
     return Proposal(card=card, value=value, prediction=pred)
+
+
+class Explorer(Proposer):
+    """The explore-phase proposer: when the rules run out, this model of the deployment's own runs proposes."""
+
+    name = "explorer"
+    phase = "explore"
+
+    def propose(self, asking: Asking) -> Proposals:
+        props, told = propose(asking.history, asking.why_rules, asking.restage)
+        return Proposals(moves=[Proposed(p.card, p.value, p.prediction) for p in props], told=told)
