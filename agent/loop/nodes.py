@@ -134,6 +134,7 @@ class Loop:
         if card is None:
             plan = self.planner.ask(history)
             record_set_asides(self.store, self.goal_id, plan)  # the pre-screen's set-asides: notes, never negatives
+            self.notes.extend(plan.notes)
             if plan.fallback:
                 self.store.record_decision(self.goal_id, "note", text=f"LLM planner fell back: {plan.fallback}")
             card = plan.card

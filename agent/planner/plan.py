@@ -33,6 +33,7 @@ class Plan(BaseModel):
     llm_hypotheses: list[dict] | None = None
     move: bool = False  # the card is a chosen move (a rule's or the explorer's), not protocol (reference, confirm)
     set_aside: tuple[SetAside, ...] = ()  # screens predicted negative while planning, for the loop to record
+    notes: tuple[str, ...] = ()  # what the planner could not do while planning (a pre-screen not possible), for the loop
 
 
 class Planner(Protocol):

@@ -64,10 +64,12 @@ class Prescreened:
 
     def ask(self, history: History) -> Plan:
         aside: list[SetAside] = []
-        plan = self._ask(history, aside)
-        return plan.model_copy(update={"set_aside": tuple(aside)}) if aside else plan
+        notes: list[str] = []
+        plan = self._ask(history, aside, notes)
+        return plan.model_copy(update={"set_aside": tuple(aside), "notes": plan.notes + tuple(notes)}) \
+            if aside or notes else plan
 
-    def _ask(self, history: History, aside: list[SetAside]) -> Plan:
+    def _ask(self, history: History, aside: list[SetAside], notes: list[str]) -> Plan:
         passing: list[tuple[float, float, Plan, Prediction]] = []  # (value per card-h, card-h, plan, prediction)
         probe = history  # the history the planner is asked with: set-asides and moves held back for the ranking
         for _ in range(MAX_SKIPS):
@@ -80,7 +82,7 @@ class Prescreened:
             if card is None or card.change is None or card.stage not in ("screen", "confirm") \
                     or card.planner == "instruction" or (card.stage == "confirm" and screened(card, probe)):
                 break  # a confirm of a measured screen: the screen, not the simulator, predicts it
-            pred, why = self.simulate(card, probe)
+            pred, why = self.simulate(card, probe, notes)
             if pred is None:
                 break
             if why is None:
@@ -131,13 +133,16 @@ class Prescreened:
                                                              seed=g.protocol.seeds[0], slos=g.view().slos() or None)
         return self._cache[key]
 
-    def simulate(self, card: CandidateCard, history: History) -> tuple[Prediction | None, str | None]:
-        """(the simulator's prediction, why it is a predicted negative or None)."""
+    def simulate(self, card: CandidateCard, history: History,
+                 notes: list[str] | None = None) -> tuple[Prediction | None, str | None]:
+        """(the simulator's prediction, why it is a predicted negative or None); a station it cannot simulate is
+        said in `notes` (the plan carries them to the loop)."""
         goal = history.goal
         try:
             new, old = self._predict(history, card.knobs, card.n), self._predict(history, card.parent_knobs, card.n)
         except Exception as e:  # a station the profile cannot simulate: no pre-screen, the planner's card runs
-            history.planner_notes.append(f"pre-screen of {card.title()} not possible: {e}")
+            if notes is not None:
+                notes.append(f"pre-screen of {card.title()} not possible: {e}")
             return None, None
         if new is None or old is None:
             return None, None
