@@ -4,7 +4,8 @@ while the batches filled the token budget; C 128 -> 160, then -> 192, with 93 in
 moves where the cap binds are not."""
 from __future__ import annotations
 
-from agent.planner import checks, explorer
+from agent.planner import checks
+from agent.planner.proposers import explorer
 from agent.planner.cards import Change
 from agent.planner.checks import check
 from agent.planner.refusals import RefusalKind

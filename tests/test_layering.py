@@ -188,6 +188,14 @@ def test_the_planner_imports_only_core_prompts_and_itself():
     assert lg == []
 
 
+def test_the_rest_of_agent_enters_the_planner_by_its_front_door():
+    """The loop, the report and the commands import the planner's names from `agent.planner` (its __init__), never
+    one of its modules: what the planner exports is what the rest of agent/ may rely on."""
+    side = [f"{f.relative_to(ROOT).as_posix()}: {m}" for sub in AGENT_SUBPACKAGES if sub != "planner"
+            for f in (ROOT / "agent" / sub).rglob("*.py") for m, _, _ in imports(f) if m.startswith("agent.planner.")]
+    assert side == []
+
+
 def test_agent_has_no_flat_module_left():
     """agent/ shows its layers: every module lives in a sub-package (agent/__init__.py aside)."""
     assert sorted(p.name for p in (ROOT / "agent").glob("*.py")) == ["__init__.py"]

@@ -9,7 +9,7 @@ from agent.loop.approval import _title
 from agent.planner.candidates import build_card, change_words
 from agent.planner.checks import check
 from agent.planner.refusals import RefusalKind
-from agent.planner.explorer import propose
+from agent.planner.proposers.explorer import propose
 from agent.planner.history import Negative, Veto
 from agent.planner.pairs import build_pair
 from agent.planner.deterministic import DeterministicPlanner, candidates, closes_hypothesis, diagnosis_for, ruled_out

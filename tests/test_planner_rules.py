@@ -8,7 +8,7 @@ import prompts
 from agent.planner import rules
 from agent.planner.candidates import rule_for
 from agent.planner.checks import check
-from agent.planner.explorer import propose
+from agent.planner.proposers.explorer import propose
 from agent.planner.history import Negative
 from agent.planner.llm import system_prompt
 from agent.planner.deterministic import DeterministicPlanner, candidates, diagnosis_for

@@ -13,7 +13,8 @@ from agent.planner import twin as tw
 from agent.planner.checks import check
 from agent.planner.refusals import RefusalKind
 from agent.planner.deterministic import candidates, diagnosis_for
-from agent.planner.proposers.twin_search import LED, RULES_LED
+from agent.planner.proposers import RULES_LED
+from agent.planner.proposers.twin_search import LED
 from core import profiles
 from executor.targets import builtin_sim
 from executor.twin import Twin, Twins, prior_of

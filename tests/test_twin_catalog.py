@@ -15,7 +15,7 @@ import pytest
 from agent.planner import twin as tw
 from agent.planner.accepted import accepted, refusal
 from agent.planner.deterministic import DeterministicPlanner
-from agent.planner.proposers import RANK
+from agent.planner.proposers import PROPOSERS
 from agent.planner.proposers.base import Proposals
 from agent.planner.proposers.guarded import asked
 from bench.tuners.cases import load_cases
@@ -91,13 +91,13 @@ class Raising:
 
 def test_a_proposer_that_raises_yields_with_its_reason():
     got = asked(Raising(), None)  # type: ignore[arg-type]
-    assert got.moves == [] and not got.lead
+    assert got.moves == [] and not got.lead()
     assert got.yields == "the boom proposer failed (RuntimeError: a station the model cannot handle), " \
                          "so it proposes nothing this time"
 
 
 def test_a_proposer_that_raises_never_stops_the_goal_and_the_cards_say_why(monkeypatch):
-    monkeypatch.setattr("agent.planner.deterministic.RANK", (Raising(),) + RANK)
+    monkeypatch.setattr("agent.planner.proposers.PROPOSERS", (Raising(),) + PROPOSERS)
     ref = baseline(n=GOAL16.protocol.confirm_n)
     h = history([outcome(ref, summary(n=640, whole=180.0, native=180.0), "reference")])
     plan = DeterministicPlanner().ask(h)

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from agent.planner.candidates import change_words
+from agent.planner import change_words
 from agent.loop.session import SessionResult, default_store_url, make_planner, run_session
 
 if TYPE_CHECKING:  # the store is only annotated here (its import is deferred to the commands)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph.types import interrupt
 
-from agent.planner.candidates import change_words
+from agent.planner import change_words
 
 from state.approvals import PAST
 from state.authorisation import decide

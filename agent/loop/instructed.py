@@ -11,10 +11,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from agent.loop.record import OPEN_STATUSES
-from agent.planner.candidates import CandidateCard, Change, build_card, direction_of
-from agent.planner.checks import check, estimate
-from agent.planner.history import History
-from agent.planner.refusals import RefusalKind, said
+from agent.planner import (CandidateCard, Change, History, RefusalKind, build_card, check, direction_of,
+                           estimate, said)
 
 if TYPE_CHECKING:  # the store is only annotated here
     from state.store import Store

@@ -11,14 +11,11 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 from langgraph.types import Command
 
 from agent.loop import approval
-from agent.planner.candidates import CandidateCard
-from agent.planner.checks import estimate, with_attempt
-from agent.planner.history import Figures, History
-from agent.planner.judgement import decide as judge_run
-from agent.planner.deterministic import DeterministicPlanner, carry_diagnosis, closes_hypothesis, diagnosis_for
-from agent.planner.diagnosis import wants_profile
-from agent.planner.prediction import observed, predict
-from agent.loop.record import CHANGED, KIND, OPEN_STATUSES, build_history, card_of, card_record, conditions, outcome_data
+from agent.planner import (CandidateCard, DeterministicPlanner, Figures, History, Planner, carry_diagnosis,
+                           closes_hypothesis, diagnosis_for, estimate, judge_run, observed, predict, wants_profile,
+                           with_attempt)
+from agent.loop.record import (CHANGED, KIND, OPEN_STATUSES, build_history, card_of, card_record, conditions,
+                               outcome_data, record_set_asides)
 from agent.loop.instructed import awaiting_person, counts_as_round, instructed_card, started
 from agent.loop.restore import go_back
 from agent.loop.state import LoopState
@@ -45,7 +42,7 @@ class Loop:
     store: Store
     executor: Any
     goal_id: str
-    planner: Any = field(default_factory=DeterministicPlanner)
+    planner: Planner = field(default_factory=DeterministicPlanner)
     auto_approve: bool = False
     who: str = "tuneloop run"
     faults: Callable[[CandidateCard, int], list[str]] | None = None  # fault injection (tests)
@@ -140,6 +137,8 @@ class Loop:
                 return Command(goto="stop", update={"stop_status": "stopped", "stop_reason": refusal})
         if card is None:
             plan = self.planner.ask(history)
+            record_set_asides(self.store, self.goal_id, plan)  # the pre-screen's set-asides: notes, never negatives
+            self.notes.extend(plan.notes)
             if plan.fallback:
                 self.store.record_decision(self.goal_id, "note", text=f"LLM planner fell back: {plan.fallback}")
             card = plan.card

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agent.planner.checks import estimate
+from agent.planner import estimate
 from agent.loop.record import build_history, card_of
 
 if TYPE_CHECKING:  # the store is only annotated here

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.planner.candidates import CandidateCard, card_of, card_record  # noqa: F401  (the store side reads cards here too)
-from agent.planner.history import Figures, History, Negative, Outcome, Veto
-from agent.planner.costs import CostModel
+from agent.planner import (CandidateCard, CostModel, Figures, History, Negative, Outcome, Plan, Veto, card_of,
+                           card_record)  # noqa: F401  (the store side reads cards here too)
 from core.evidence import Evidence
 from core.scenarios import load
 from state.snapshots import Conditions
@@ -92,6 +91,26 @@ def build_history(store: Store, goal_id: str, extra_notes: list[str] | None = No
                    best_knobs=best_knobs, warm_knobs=warm, outcomes=outcomes, negatives=negatives, vetoes=vetoes,
                    budget_left_card_hours=budget.card_hours_left, experiments_left=budget.experiments_left,
                    cost=cost, planner_notes=list(extra_notes or []), predicted_negatives=predicted)
+
+
+def record_set_asides(store: Store, goal_id: str, plan: Plan) -> None:
+    """Each screen the pre-screen set aside (agent/planner/prescreen.py) stored and cancelled unrun, with a note that
+    says what was predicted: a prediction, never a measured negative."""
+    for s in plan.set_aside:
+        card, pred, why = s.card, s.prediction, s.why
+        cand = store.add_candidate(goal_id, card_record(card.model_copy(update={"prediction": pred})))
+        if cand.status in ("proposed", "awaiting_approval"):
+            store.set_candidate_status(cand.id, "cancelled", f"predicted negative (simulated, not measured): {why}")
+        c = card.change
+        assert c is not None
+        store.record_decision(
+            goal_id, "note", candidate_id=cand.id,
+            text=(f"{card.title()}: predicted negative by the calibrated simulator, not run — {why}; a prediction, "
+                  f"not a measured negative; to run it anyway: tuneloop instruct {goal_id} one_more_round "
+                  f"--knob {c.knob}={c.new}"),
+            data={"predicted_negative": {"experiment_key": card.experiment_key, "station_key": card.station_key,
+                                         "knob": c.knob, "value": c.new,
+                                         "why": why, "prediction": pred.model_dump(mode="json")}})
 
 
 def frozen_stations(store: Store, goal_id: str) -> dict[str, str]:

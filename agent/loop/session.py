@@ -11,10 +11,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agent.loop.graph import build_graph, checkpointer, run_config
-from agent.planner.llm import LLMPlanner
 from agent.loop.nodes import Loop
-from agent.planner.deterministic import DeterministicPlanner
-from agent.planner.prescreen import Prescreened, calibrated
+from agent.planner import LLMEndpoint, Planner, build_planner
 from executor.phases import crashpoint
 from executor.runner import Executor
 from state.goal import GoalSpec
@@ -84,11 +82,9 @@ def twin_enabled(twin: bool | None) -> bool:
     return raw == "on"
 
 
-def make_planner(llm_base_url: str | None, llm_model: str = "tuneloop-planner", api_key: str | None = None) -> Any:
-    if not llm_base_url:
-        return DeterministicPlanner()
-
-    return LLMPlanner(llm_base_url, model=llm_model, api_key=api_key or "not-needed")
+def make_planner(llm_base_url: str | None, llm_model: str = "tuneloop-planner", api_key: str | None = None) -> Planner:
+    """The LLM planner on that endpoint, or the deterministic one without a base URL (agent/planner/compose.py)."""
+    return build_planner(llm=LLMEndpoint(llm_base_url, llm_model, api_key))
 
 
 def waiting_reason(payload: dict[str, Any]) -> str:
@@ -119,7 +115,7 @@ def record_ask(store: Store, goal_id: str, payload: dict[str, Any], reason: str)
     store.record_decision(goal_id, "ask", candidate_id=payload.get("candidate_id"), text=reason, data=data)
 
 
-def run_session(spec: GoalSpec, store_url: str, *, auto_approve: bool = False, planner: Any = None,
+def run_session(spec: GoalSpec, store_url: str, *, auto_approve: bool = False, planner: Planner | None = None,
                 executor: Any = None, faults: Callable | None = None, resume: Any = None,
                 on_event: Callable[[str, dict[str, Any]], None] | None = None, who: str = "tuneloop run",
                 goal_id: str | None = None, targets: dict[str, Any] | None = None,
@@ -155,9 +151,8 @@ def run_session(spec: GoalSpec, store_url: str, *, auto_approve: bool = False, p
         def state_file(st: Store, gid: str, **info: Any) -> None:
             state_path[:] = [str(write_state(st, gid, runs_root=runs_root))]
 
-        planner = planner or DeterministicPlanner()
-        if calibrated(executor, goal.spec.target):  # a calibrated profile: screens are simulated before they run
-            planner = Prescreened(planner, executor, store)
+        # a calibrated profile: screens are simulated before they run
+        planner = build_planner(planner, simulator=executor, target=goal.spec.target)
         fitter = executor.twin_fitter(goal.spec.target, goal.spec.sim_profile) \
             if twin_enabled(twin) and hasattr(executor, "twin_fitter") else None
         loop = Loop(store=store, executor=executor, goal_id=goal.id, planner=planner,

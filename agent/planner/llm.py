@@ -19,8 +19,8 @@ from agent.planner.cards import CARD_HOURS_DIGITS
 from agent.planner.checks import check, estimate, retry_note, said
 from agent.planner.history import History
 from agent.planner.rules import prompt_lines
-from agent.planner.deterministic import DeterministicPlanner, Plan, diagnosis_for
-from agent.planner.plan import PlanRow
+from agent.planner.deterministic import DeterministicPlanner, diagnosis_for
+from agent.planner.plan import Plan, PlanRow
 from agent.planner.value import value_of
 from core.knobs import KnobError, catalog
 

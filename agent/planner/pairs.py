@@ -12,7 +12,7 @@ acceptance model: agent/planner/tpot_fit.py sized_pair, sized_draft_batch), and 
 value. The card names that coupling and its
 evidence (`coupling`), costs its dearer change's class, and passes the same checks as a one-change card (a known
 negative or a veto of either change refuses the pair; its parent is the best station). The explorer's pair
-(agent/planner/explorer.py) comes from the same builder.
+(agent/planner/proposers/explorer.py) comes from the same builder.
 """
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 first simulated (its station and its parent's, same scenario, N and seed) before any device time is spent.
 
 A screen the simulator predicts negative (less than the goal's least gain with no latency win, or a break of any
-of the goal's latency limits at its own statistic, read off the simulated run's whole Summary) is set aside unrun: recorded as a note "predicted negative" with the prediction, its card cancelled,
-and never a negative (no negative memory, no ruled-out hypothesis, no KPI). A person runs it anyway with the usual
+of the goal's latency limits at its own statistic, read off the simulated run's whole Summary) is set aside unrun:
+returned with the plan (`Plan.set_aside`), which the loop records as a note "predicted negative" with the
+prediction, its card cancelled (agent/loop/record.py record_set_asides), and never a negative (no negative memory, no ruled-out hypothesis, no KPI). A person runs it anyway with the usual
 instruction, e.g. `tuneloop instruct G one_more_round --knob KNOB=VALUE` (REST and chat alike): an instructed card
 is never pre-screened. A screen that passes carries the simulator's numeric prediction (the hypothesis ledger's
 source "simulator") in place of the value model's.
@@ -16,13 +17,15 @@ later. An LLM planner's card is not re-ranked (each ask would be a model call).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from agent.planner.candidates import CandidateCard, card_record
+from agent.planner.candidates import CandidateCard
 from agent.planner.checks import estimate
 from agent.planner.history import History
 from agent.planner.plan import PlanRow
 from agent.planner.judgement import CLEAR_LOSS, LATENCY_WIN
+from agent.planner.plan import Plan, Planner, SetAside
+from agent.planner.value import PREDICTED_DIGITS
 from core.ledger import DRIFT_THRESHOLD, Interval, Prediction, relative
 
 
@@ -31,32 +34,44 @@ def screened(card: CandidateCard, history: History) -> bool:
     return any(o.card.stage == "screen" and o.card.knobs_hash == card.knobs_hash for o in history.outcomes)
 
 MAX_SKIPS = 32  # screens set aside in one planning step before the planner's own answer is taken
-PREDICTED_DIGITS = 4  # a predicted figure is kept to 1/10000 of its unit
 RANK = 4  # passing moves compared by their simulated value per card-hour in one planning step
 ORDINALS = {2: "second", 3: "third", 4: "fourth"}  # the words for a move's place up to RANK (4); past it "5th"
 RANKED = "ranked first of"
 HELD = "held back while the pre-screen ranks the moves by simulated value per card-hour"
 
 
+class Simulator(Protocol):
+    """What the pre-screen asks of the executor: one station simulated on the target's calibrated profile."""
+
+    def predict_station(self, target: str, scenario: Any, knobs: dict[str, Any], n: int, *, warmup: Any,
+                        seed: int, slos: Any) -> dict[str, Any] | None: ...
+
+
 def calibrated(executor: Any, target: str) -> bool:
+    """The executor can simulate the goal's target on a calibrated profile (so screens are pre-screened)."""
     t = (getattr(executor, "targets", None) or {}).get(target)
     return bool(getattr(t, "calibrated_profile", None)) and hasattr(executor, "predict_station")
 
 
 class Prescreened:
     """A planner wrapper: asks the planner, simulates its move, and asks again while the move is predicted
-    negative (each one recorded in the store) or, once one passes, to rank up to RANK passing moves."""
+    negative (each one set aside on the plan, for the loop to record) or, once one passes, to rank up to RANK
+    passing moves."""
 
-    def __init__(self, inner: Any, executor: Any, store: Any):
-        self.inner, self.executor, self.store = inner, executor, store
-        self.name = getattr(inner, "name", "deterministic")
+    def __init__(self, inner: Planner, simulator: Simulator):
+        self.inner, self.simulator = inner, simulator
+        self.name = inner.name
         self._cache: dict[str, dict[str, Any]] = {}
 
-    def __getattr__(self, item: str) -> Any:
-        return getattr(self.inner, item)
+    def ask(self, history: History) -> Plan:
+        aside: list[SetAside] = []
+        notes: list[str] = []
+        plan = self._ask(history, aside, notes)
+        return plan.model_copy(update={"set_aside": tuple(aside), "notes": plan.notes + tuple(notes)}) \
+            if aside or notes else plan
 
-    def ask(self, history: History) -> Any:
-        passing: list[tuple[float, float, Any, Prediction]] = []  # (value per card-h, card-h, plan, prediction)
+    def _ask(self, history: History, aside: list[SetAside], notes: list[str]) -> Plan:
+        passing: list[tuple[float, float, Plan, Prediction]] = []  # (value per card-h, card-h, plan, prediction)
         probe = history  # the history the planner is asked with: set-asides and moves held back for the ranking
         for _ in range(MAX_SKIPS):
             plan = self.inner.ask(probe)
@@ -68,7 +83,7 @@ class Prescreened:
             if card is None or card.change is None or card.stage not in ("screen", "confirm") \
                     or card.planner == "instruction" or (card.stage == "confirm" and screened(card, probe)):
                 break  # a confirm of a measured screen: the screen, not the simulator, predicts it
-            pred, why = self.simulate(card, probe)
+            pred, why = self.simulate(card, probe, notes)
             if pred is None:
                 break
             if why is None:
@@ -80,17 +95,18 @@ class Prescreened:
                                                  | {card.station_key: HELD}})
                 continue
             if not passing:  # the planner's own proposal: set aside and recorded (a later one is proposed again)
-                self.record(card, pred, why, history)
+                aside.append(SetAside(card=card, prediction=pred, why=why))
                 history = history.model_copy(update={"predicted_negatives": history.predicted_negatives
                                                      | {card.station_key: why}})
             probe = probe.model_copy(update={"predicted_negatives": probe.predicted_negatives | {card.station_key: why}})
         else:
-            plan = None if passing else self.inner.ask(history)
+            if not passing:
+                return self.inner.ask(history)
         if not passing:
             return plan
         return self.ranked(passing)
 
-    def ranked(self, passing: list[tuple[float, float, Any, Prediction]]) -> Any:
+    def ranked(self, passing: list[tuple[float, float, Plan, Prediction]]) -> Plan:
         """The passing move with the highest simulated value per card-hour (the planner's first on a tie)."""
         best = max(range(len(passing)), key=lambda i: (passing[i][0], -i))
         _, _, plan, pred = passing[best]
@@ -114,17 +130,20 @@ class Prescreened:
         key = repr(sorted(knobs.items())) + f"|{n}"
         if key not in self._cache:
             g = history.goal
-            self._cache[key] = self.executor.predict_station(g.target, g.scenario, knobs, n, warmup=g.protocol.warmup,
+            self._cache[key] = self.simulator.predict_station(g.target, g.scenario, knobs, n, warmup=g.protocol.warmup,
                                                              seed=g.protocol.seeds[0], slos=g.view().slos() or None)
         return self._cache[key]
 
-    def simulate(self, card: CandidateCard, history: History) -> tuple[Prediction | None, str | None]:
-        """(the simulator's prediction, why it is a predicted negative or None)."""
+    def simulate(self, card: CandidateCard, history: History,
+                 notes: list[str] | None = None) -> tuple[Prediction | None, str | None]:
+        """(the simulator's prediction, why it is a predicted negative or None); a station it cannot simulate is
+        said in `notes` (the plan carries them to the loop)."""
         goal = history.goal
         try:
             new, old = self._predict(history, card.knobs, card.n), self._predict(history, card.parent_knobs, card.n)
         except Exception as e:  # a station the profile cannot simulate: no pre-screen, the planner's card runs
-            history.planner_notes.append(f"pre-screen of {card.title()} not possible: {e}")
+            if notes is not None:
+                notes.append(f"pre-screen of {card.title()} not possible: {e}")
             return None, None
         if new is None or old is None:
             return None, None
@@ -158,23 +177,6 @@ class Prescreened:
         if gain < view.least_gain and not latency_win:
             return pred, f"predicted {gain:+.1%} {metric} (below the least gain {goal.stop.min_gain_pct:g} %, no latency win)"
         return pred, None
-
-    def record(self, card: CandidateCard, pred: Prediction, why: str, history: History) -> None:
-        """The card stored and cancelled unrun, and a note that says what was predicted (not a negative)."""
-        rec = card_record(card.model_copy(update={"prediction": pred}))
-        cand = self.store.add_candidate(history.goal_id, rec)
-        if cand.status in ("proposed", "awaiting_approval"):
-            self.store.set_candidate_status(cand.id, "cancelled", f"predicted negative (simulated, not measured): {why}")
-        c = card.change
-        assert c is not None
-        self.store.record_decision(
-            history.goal_id, "note", candidate_id=cand.id,
-            text=(f"{card.title()}: predicted negative by the calibrated simulator, not run — {why}; a prediction, "
-                  f"not a measured negative; to run it anyway: tuneloop instruct {history.goal_id} one_more_round "
-                  f"--knob {c.knob}={c.new}"),
-            data={"predicted_negative": {"experiment_key": card.experiment_key, "station_key": card.station_key,
-                                         "knob": c.knob, "value": c.new,
-                                         "why": why, "prediction": pred.model_dump(mode="json")}})
 
 
 def _nth(i: int) -> str:

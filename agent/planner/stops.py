@@ -9,18 +9,17 @@ from __future__ import annotations
 
 from typing import Callable
 
-from agent.planner import explorer
+from agent.planner.best import best_infeasible
 from agent.planner.candidates import CandidateCard
-from agent.planner.proposers import EXPLORE
-from agent.planner.proposers.base import Asking
-from agent.planner.proposers.guarded import asked
 from agent.planner.diagnosis import Diagnosis
 from agent.planner.history import History
 from agent.planner.plan import Plan, PlanRow, Stop, StopKind
+from agent.planner.proposers import Asking, Proposed, of_phase
+from agent.planner.proposers.guarded import asked
 from agent.planner.refusals import GONE, RefusalKind
-from agent.planner.value import Value
+from agent.planner.value import MIN_VALUE, Value
 
-MIN_VALUE = 0.02  # below this a rule's candidate is not worth its cost
+__all__ = ["MIN_VALUE", "explore_or_stop", "no_candidate_reason"]  # MIN_VALUE is value.py's, read here too
 
 
 def explore_or_stop(history: History, diag: Diagnosis | None, ranked: list[PlanRow],
@@ -35,15 +34,17 @@ def explore_or_stop(history: History, diag: Diagnosis | None, ranked: list[PlanR
         why = f"the rules' best move is worth {passing[0][1].value:.3f} < {MIN_VALUE}"
     else:
         why = "no rule move passes the checks"
-    props, told = [], 0
-    for proposer in EXPLORE:  # the explore-phase proposers (the explorer), pooled in registry order
+    props: list[Proposed] = []
+    told = 0
+    for proposer in of_phase("explore"):  # the explore-phase proposers (the explorer), pooled in registry order
         got = asked(proposer, Asking(history, diag, why_rules=why, restage=restage))
         props, told = props + got.moves, max(told, got.told)
-    infeasible = explorer.best_infeasible(history)
-    best_ei = max((p.prediction.ei_pct for p in props), default=0.0)
+    infeasible = best_infeasible(history)
+    best_ei = max((p.prediction.ei_pct for p in props if p.prediction is not None), default=0.0)
     if props and (infeasible or best_ei >= min_gain):
         p = props[0]
-        if infeasible:
+        assert p.value is not None  # an explore-phase move is valued
+        if infeasible and p.prediction is not None:
             ranked.append(PlanRow.of(p.card.title(), p.value.value, f"the best station breaks the SLO: explore toward "
                                                                     f"feasibility ({p.prediction.text(goal.objective.metric)})"))
         else:

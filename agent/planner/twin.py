@@ -30,9 +30,9 @@ from agent.planner.judgement import CLEAR_LOSS
 from agent.planner.twin_space import (  # noqa: F401  (the twin's search, read through this module)
     OBJECTIVE_KEY, STATIONS_PER_PROPOSAL, Search, Station, figures, gain, predicted, prediction_of, search,
 )
+from agent.planner.value import INTERVAL_Z  # the twin's interval: ± INTERVAL_Z × the RMS of its measured errors
 from core.ledger import DRIFT_THRESHOLD
 
-INTERVAL_Z = 1.64  # the twin's interval: ± 1.64 × the RMS of its measured errors (90 % of a normal error)
 MISSES_TO_YIELD = 2  # misses in a row before the twin hands the lead over (one miss refits it with the run it missed)
 ERRORS_SHOWN = 3  # a card shows the twin's errors on the goal's last three runs (the rest are in the ledger)
 PRIOR_INTERVAL = DRIFT_THRESHOLD  # before any run was predicted: the error at which a calibrated simulator is off

@@ -1,24 +1,24 @@
-"""The goal's space searched on its twin (agent/planner/twin.py): every station predicted whole, feasibility from
-every limit the goal names.
+"""The goal's space searched on its twin (agent/planner/twin.py): every station predicted whole, feasibility from every
+limit the goal names.
 
 A station's prediction is the twin's Summary of it at the goal's confirm N (the comparison the objective is judged
 by), with the goal's SLOs, so every objective and every latency limit at its own statistic is read off it
 (core/goalview.py); a station is feasible when each limit's predicted figure is under its limit and the contract
-(all succeed, output length, cards, cache hit) holds. Stations rank by the objective in the whole window (the
-window every simulated station has), feasible first; an infeasible one by how little it breaks its worst limit; one
-that breaks the contract last (a run of it would be invalid, never a result).
+(all succeed, output length, cards, cache hit) holds. Stations rank by the objective in the whole window (the window
+every simulated station has), feasible first; an infeasible one by how little it breaks its worst limit; one that
+breaks the contract last (a run of it would be invalid, never a result).
 
 Where the space of the knobs the simulator models is small enough to simulate within one proposal
 (STATIONS_PER_PROPOSAL, a count of stations: the proposal's time over one station's simulation), every station of it
 is predicted and the best is the twin's optimum, exactly. A larger space is searched model-based within the same
 count: the best station's one-change neighbours, then Optuna's TPE over the modelled knobs with the twin's objective
-and each station's limit excess as its constraint (agent/planner/explorer.py's encoding and study, seeded from the
-goal and the best station, so the same inputs give the same proposal), then a coordinate ascent from the study's best.
-A one-change ascent alone stops where no single change gains, however far the optimum (a rate that needs a wider
-decode batch to keep its tail); the study moves several knobs at once (bench/twin_search.py). Only stations the knob
-catalog accepts are simulated (a dependency such as a draft width without a draft method is skipped, and the study
-is told it is out), each once per search. Gains are relative to the twin's own prediction of the best station, so a
-bias the twin shares across stations cancels.
+and each station's limit excess as its constraint (agent/planner/encoded.py: the explorer's encoding and study, seeded
+from the goal and the best station, so the same inputs give the same proposal), then a coordinate ascent from the
+study's best. A one-change ascent alone stops where no single change gains, however far the optimum (a rate that
+needs a wider decode batch to keep its tail); the study moves several knobs at once (bench/twin_search.py). Only
+stations the knob catalog accepts are simulated (a dependency such as a draft width without a draft method is
+skipped, and the study is told it is out), each once per search. Gains are relative to the twin's own prediction of
+the best station, so a bias the twin shares across stations cancels.
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.planner.accepted import accepted
-from agent.planner.explorer import Space, _study
+from agent.planner.encoded import Space
+from agent.planner.encoded import study as study_of
 from agent.planner.history import History
 from core.canonical import canon, digest, dumps
 from core.goalview import GoalView
@@ -138,7 +139,7 @@ def model_based(history: History, base: Station, space: dict[str, list[Any]], at
     singles = _neighbours(goal.engine, space, best, at, seen, budget)
     enc = Space(space)
     told = [(enc.encode(st.knobs), st) for st in [base] + [st for _, _, st in singles]]
-    study = _study(enc, [(idx, st.objective or 0.0, _violation(st)) for idx, st in told if idx is not None],
+    study = study_of(enc, [(idx, st.objective or 0.0, _violation(st)) for idx, st in told if idx is not None],
                    int(digest([goal.model_dump(mode="json"), best], 8), 16))
     dists = enc.distributions()
     polish = sum(len(v) - 1 for v in space.values())  # one neighbourhood of the study's best left for the ascent

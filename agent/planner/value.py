@@ -23,6 +23,20 @@ NATIVE_MISSING_CONFIDENCE = 0.5  # a trade-off move while the native window is m
 RULES_OUT_SHARE = 0.1  # what a negative that closes a hypothesis is worth: a tenth of its confidence (a judgement)
 BUDGET_SHARE_DAMP = 0.5  # value falls with the share of the budget left a card spends: half at all of it (judgement)
 VALUE_DIGITS = 6  # a card's value (its score) is kept to 1e-6
+MIN_VALUE = 0.02  # the rules' least value: below it a move is not worth its cost (agent/planner/stops.py)
+PREDICTED_DIGITS = 4  # a predicted figure (the hypothesis ledger's `predicted`) is kept to 1/10000 of its unit
+INTERVAL_Z = 1.64  # a model's predicted interval: ± 1.64 σ, 90 % of a normal error (the explorer's, the twin's)
+
+
+def per_card_hour(worth: float, cost_class: str, cost_card_hours: float, budget_left: float,
+                  restart_card_hours: float | None = None) -> float:
+    """A move's worth (its expected gain, in the objective's relative units) per card-hour, the one scale every move
+    is ranked on: scaled by its cost class, by its cost against a restarting screen's (`restart_card_hours`: a hot
+    screen on the warm service costs a fraction of one) and by its share of the budget left."""
+    share = cost_card_hours / budget_left if budget_left > 0 else 1.0
+    per_hour = restart_card_hours / (restart_card_hours + cost_card_hours) if restart_card_hours else 1.0
+    return worth * CLASS_FACTOR.get(cost_class, DEFAULT_CLASS_FACTOR) * per_hour \
+        * max(0.0, 1.0 - BUDGET_SHARE_DAMP * share)
 
 
 class Value(BaseModel):
@@ -71,10 +85,7 @@ def value_of(card: CandidateCard, rule: MoveRule, diag: Diagnosis | None, cost_c
     # design, so only its gain counts, unless it may give the missing native window.
     closes = not rule.tradeoff or native_missing
     rules_out = RULES_OUT_SHARE * conf if conf >= OPEN_LOW and not answered and closes else 0.0
-    share = cost_card_hours / budget_left if budget_left > 0 else 1.0
-    per_hour = restart_card_hours / (restart_card_hours + cost_card_hours) if restart_card_hours else 1.0
-    v = (gain * conf + rules_out) * CLASS_FACTOR.get(card.cost_class, DEFAULT_CLASS_FACTOR) * per_hour \
-        * max(0.0, 1.0 - BUDGET_SHARE_DAMP * share)
+    v = per_card_hour(gain * conf + rules_out, card.cost_class, cost_card_hours, budget_left, restart_card_hours)
     why = (f"gain {gain:.2f} × confidence {conf0 if limit_note else conf:.2f}" + (f" ({hyp})" if hyp else "") + limit_note +
            f" + rules out {rules_out:.2f}; {card.cost_class}, ~{cost_card_hours:.2f} card-h of {budget_left:.2f} left")
     return Value(value=round(v, VALUE_DIGITS), gain=gain, confidence=conf, rules_out=rules_out,

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.planner.candidates import change_words
+from agent.planner import change_words
 from core.evidence import Evidence
 from core.summary import Summary
 from core.trial import TrialResult

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from agent.planner.candidates import change_words
+from agent.planner import change_words
 from agent.report.blocks import Block, Cell, Heading, Para, Table
 
 if TYPE_CHECKING:  # the store is only annotated here

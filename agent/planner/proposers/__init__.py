@@ -1,11 +1,11 @@
-"""The proposers, registered in ONE list: the deterministic planner asks them by phase (see base.py) and ranks
-what they return by the same value per card-hour and the same checks. A new proposer is one module in this
-package and one line below."""
+"""The proposers, registered in ONE list: the deterministic planner asks them by phase (see base.py; `of_phase`
+reads this list at each ask) and ranks what they return by the same value per card-hour and the same checks. A new
+proposer is one module in this package and one line below."""
 from __future__ import annotations
 
-from agent.planner.proposers.base import Asking, Phase, Proposals, Proposed, Proposer
+from agent.planner.proposers.base import PHASES, RULES_LED, Asking, Forecast, Phase, Proposals, Proposed, Proposer
 from agent.planner.proposers.coupled import CoupledPairs
-from agent.planner.proposers.exploration import Explorer
+from agent.planner.proposers.explorer import Explorer
 from agent.planner.proposers.recoveries import LatencyRecovery, WindowRecovery
 from agent.planner.proposers.rule_moves import RuleMoves
 from agent.planner.proposers.twin_search import TwinSearch
@@ -21,9 +21,10 @@ PROPOSERS: tuple[Proposer, ...] = (
 
 
 def of_phase(phase: Phase) -> tuple[Proposer, ...]:
+    """The registered proposers of one phase, in registry order, read from the registry when asked."""
     return tuple(p for p in PROPOSERS if p.phase == phase)
 
 
-RECOVER, RANK, EXPLORE = of_phase("recover"), of_phase("rank"), of_phase("explore")
-__all__ = ["Asking", "EXPLORE", "PROPOSERS", "Phase", "Proposals", "Proposed", "Proposer", "RANK", "RECOVER",
-           "of_phase"]
+RECOVER, RANK, EXPLORE = of_phase("recover"), of_phase("rank"), of_phase("explore")  # as registered (the planner asks of_phase)
+__all__ = ["Asking", "EXPLORE", "Forecast", "PHASES", "PROPOSERS", "Phase", "Proposals", "Proposed", "Proposer", "RANK",
+           "RECOVER", "RULES_LED", "of_phase"]

@@ -1,4 +1,4 @@
-"""One interface for everything that proposes a card (as optuna's samplers share one): the planner asks every
+"""One base for everything that proposes a card (as optuna's samplers share `BaseSampler`): the planner asks every
 registered proposer (agent/planner/proposers/__init__.py) and treats what comes back the same way.
 
 A proposer declares when it is asked (`phase`):
@@ -8,17 +8,20 @@ A proposer declares when it is asked (`phase`):
 * `rank`: valued moves from the best station (`Value`: the gain the evidence expects, its confidence and its cost
   in card-hours). Every rank proposer's moves are pooled, ranked by the same value per card-hour and passed
   through the same checks; a proposer may also hold back other proposers' one-change moves its evidence says
-  are held back alone (`holds`), valued at a share of what they were.
-  A proposer that leads (`lead`, the twin) values every pooled move with its `judge` instead, and its own
-  moves rank first; one that yields says why on the cards (`yields`).
+  are held back alone (`holds`), valued at a share of what they were. One that could lead but does not says why
+  on the cards (`yields`).
 * `explore`: asked only when no ranked move passes worth its cost (or too many in a row changed nothing); its
-  moves carry the model's prediction, and the stop rules read them (agent/planner/stops.py).
-A new proposer is one module here and one line in the registry.
+  moves carry the model's prediction (`Forecast`), and the stop rules read them (agent/planner/stops.py).
+
+What a proposer answers (`Proposals`) has hooks, no-ops by default as optuna's sampler hooks are: a proposer that
+leads the ranking (the twin) answers with a subclass whose `lead` says why, whose `judge` values every pooled move
+by its model, whose `likely` names the moves worth running whatever the rules' least value, and whose `settled`
+says why nothing is left to gain. A new proposer is one module here and one line in the registry.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Protocol
+from typing import Callable, ClassVar, Literal, Protocol
 
 from agent.planner.candidates import CandidateCard
 from agent.planner.diagnosis import Diagnosis
@@ -26,6 +29,18 @@ from agent.planner.history import History
 from agent.planner.value import Value
 
 Phase = Literal["recover", "rank", "explore"]
+PHASES: tuple[Phase, ...] = ("recover", "rank", "explore")
+RULES_LED = "led by the evidence rules"  # said on the cards when a proposer that could lead yields
+
+
+class Forecast(Protocol):
+    """An explore-phase move's prediction, as the stop rules read it: the expected improvement over the best
+    station (percent of its objective) and the prediction in words."""
+
+    @property
+    def ei_pct(self) -> float: ...
+
+    def text(self, metric: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -36,7 +51,7 @@ class Asking:
     diag: Diagnosis | None
     restart: float = 0.0  # card-hours of a restart at the screen N (the value model's cost scale)
     native_missing: bool = False  # the objective is read in the native window and the best run has none
-    # explore phase: why the rules' moves were not enough, and how a screen card is re-staged where a screen
+    # explore phase: why the ranked moves were not enough, and how a screen card is re-staged where a screen
     # cannot serve (straight to the confirm N)
     why_rules: str = ""
     restage: Callable[[CandidateCard], CandidateCard] | None = None
@@ -46,29 +61,44 @@ class Asking:
 class Proposed:
     card: CandidateCard
     value: Value | None = None  # None for a recovery (it runs first, unranked)
-    prediction: Any = None  # the explorer's model prediction
+    prediction: Forecast | None = None  # an explore-phase move's prediction (the stop rules read it)
     why: str = ""  # a recovery's reason, in the plan's words
 
 
 @dataclass
 class Proposals:
+    """One proposer's answer to one asking, with the hooks of a proposer that leads (no-ops here)."""
+
     moves: list[Proposed] = field(default_factory=list)
     # (knob, repr(value)) of a one-change move -> why this proposer's evidence holds it back alone
     holds: dict[tuple[str, str], str] = field(default_factory=dict)
-    told: int = 0  # valid runs a model was told (the explorer's basis, named in a stop reason)
-    # a proposer that leads (the twin, while it predicts this goal's runs inside its interval): why, on every card
-    # it values; `judge` values any pooled move by its model ((card with its prediction, value), or None: it
-    # cannot say, the move keeps its own value) and its moves rank before the others'
-    lead: str = ""
-    judge: Callable[[CandidateCard], tuple[CandidateCard, Value] | None] | None = None
+    told: int = 0  # valid runs a model was told (an explore-phase proposer's basis, named in a stop reason)
     yields: str = ""  # why a proposer that could lead does not (said on the cards of those that lead instead)
-    # a leading model that has searched the space and finds nothing worth the least gain: why (the planner stops on
-    # it instead of exploring, once no move is worth running)
-    settled: str = ""
+
+    def lead(self) -> str:
+        """Why this proposer leads the ranking (said on every card it values; its moves rank first); "": it does not."""
+        return ""
+
+    def judge(self, card: CandidateCard) -> tuple[CandidateCard, Value] | None:
+        """A leading proposer's value of any pooled move ((card with its prediction, value)); None: it cannot say,
+        the move keeps its own value."""
+        return None
+
+    def likely(self, card: CandidateCard, value: Value) -> bool:
+        """A move the leading proposer calls worth running whatever the rules' least value (value.MIN_VALUE)."""
+        return False
+
+    def settled(self) -> str:
+        """Why a leading proposer that searched the space finds nothing worth the least gain (the planner stops on
+        it instead of exploring, once no move is worth running); "" otherwise."""
+        return ""
 
 
-class Proposer(Protocol):
-    name: str
-    phase: Phase
+class Proposer:
+    """The base of every proposer: its name (the record's), its phase and `propose`."""
 
-    def propose(self, asking: Asking) -> Proposals: ...
+    name: ClassVar[str]
+    phase: ClassVar[Phase]
+
+    def propose(self, asking: Asking) -> Proposals:
+        raise NotImplementedError

@@ -4,10 +4,10 @@ first; each alone stays open)."""
 from __future__ import annotations
 
 from agent.planner.pairs import pair_moves
-from agent.planner.proposers.base import Asking, Proposals, Proposed
+from agent.planner.proposers.base import Asking, Proposals, Proposed, Proposer
 
 
-class CoupledPairs:
+class CoupledPairs(Proposer):
     name = "coupled_pairs"
     phase = "rank"
 

@@ -8,8 +8,6 @@ proposer's judge that raises on one card leaves that card its own value (as for 
 """
 from __future__ import annotations
 
-from typing import Callable
-
 from agent.planner.candidates import CandidateCard
 from agent.planner.proposers.base import Asking, Proposals, Proposer
 from agent.planner.value import Value
@@ -26,20 +24,15 @@ def failure(name: str, e: Exception) -> str:
 def asked(proposer: Proposer, asking: Asking) -> Proposals:
     """The proposer's proposals, or, where it raises, none: it yields with the reason."""
     try:
-        got = proposer.propose(asking)
+        return proposer.propose(asking)
     except Exception as e:  # noqa: BLE001 - any raise: the goal goes on with the other proposers
         return Proposals(yields=failure(proposer.name, e))
-    if got.judge is not None:
-        got.judge = _judged(got.judge)
-    return got
 
 
-def _judged(judge: Callable[[CandidateCard], tuple[CandidateCard, Value] | None]
-            ) -> Callable[[CandidateCard], tuple[CandidateCard, Value] | None]:
-    """A judge that cannot value a card it raises on: the card keeps its own value."""
-    def value(card: CandidateCard) -> tuple[CandidateCard, Value] | None:
-        try:
-            return judge(card)
-        except Exception:  # noqa: BLE001 - one card the leading model cannot value
-            return None
-    return value
+def judged(got: Proposals, card: CandidateCard) -> tuple[CandidateCard, Value] | None:
+    """A leading proposer's value of a card; None where its judge cannot value the card or raises on it (the card
+    keeps its own value)."""
+    try:
+        return got.judge(card)
+    except Exception:  # noqa: BLE001 - one card the leading model cannot value
+        return None

@@ -3,11 +3,11 @@ is tried: the native window a load gain lost, and a load gain that broke only de
 TPOT, a TPOT tail), kept by capping the decode batch."""
 from __future__ import annotations
 
-from agent.planner.proposers.base import Asking, Proposals, Proposed
+from agent.planner.proposers.base import Asking, Proposals, Proposed, Proposer
 from agent.planner.recovery import latency_recovery, window_recovery
 
 
-class WindowRecovery:
+class WindowRecovery(Proposer):
     name = "window_recovery"
     phase = "recover"
 
@@ -17,7 +17,7 @@ class WindowRecovery:
                          if card is not None else [])
 
 
-class LatencyRecovery:
+class LatencyRecovery(Proposer):
     name = "latency_recovery"
     phase = "recover"
 

@@ -11,7 +11,7 @@ from agent.planner.checks import estimate, retry_note
 from agent.planner.diagnosis import LOAD_HEADROOM, Diagnosis
 from agent.planner.history import History
 from agent.planner.pairs import SIZED_STEP_DISCOUNT
-from agent.planner.proposers.base import Asking, Proposals, Proposed
+from agent.planner.proposers.base import Asking, Proposals, Proposed, Proposer
 from agent.planner.recovery import LOAD_UP, batch_cap_available
 from agent.planner.rules import RULES
 from agent.planner.screens import load_unchanged
@@ -33,7 +33,7 @@ def sized_jumps(knob: str, cur: Any, values: list, history: History, diag: Diagn
     return out
 
 
-class RuleMoves:
+class RuleMoves(Proposer):
     name = "rules"
     phase = "rank"
 

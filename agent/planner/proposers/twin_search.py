@@ -16,6 +16,7 @@ twin led and on what fidelity. When it does not lead, it proposes nothing and sa
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from core.canonical import canon
@@ -27,27 +28,17 @@ from agent.planner.cards import CARD_HOURS_DIGITS
 from agent.planner.checks import estimate
 from agent.planner.history import History
 from agent.planner.pairs import build_jump, build_pair, move_direction
-from agent.planner.proposers.base import Asking, Proposals, Proposed
+from agent.planner.proposers.base import Asking, Proposals, Proposed, Proposer
 from agent.planner.tpot_fit import chance_under, normal_cdf
-from agent.planner.value import BUDGET_SHARE_DAMP, CLASS_FACTOR, DEFAULT_CLASS_FACTOR, VALUE_DIGITS, Value
+from agent.planner.value import PREDICTED_DIGITS, VALUE_DIGITS, Value, per_card_hour
 from core.goalview import GoalView, Limit
 from core.ledger import Interval, Prediction
 
 LED = "led by the twin"
-RULES_LED = "led by the evidence rules"
-PREDICTED_DIGITS = 4  # a predicted figure is kept to 1/10000 of its unit
 LIKELY = 0.5  # a twin-valued move at least this likely to gain the least gain (within every limit) is worth running
 
 
-def likely(card: CandidateCard, value: Value) -> bool:
-    """The twin values this move (it leads) and gives it at least even odds of the least gain within the SLO: worth
-    running whatever the rules' least value (agent/planner/stops.py MIN_VALUE), which prices moves by the rules'
-    rough confidence, not by a model measured on this goal's runs."""
-    return card.prediction is not None and card.prediction.source == "twin" and value.gain is not None \
-        and value.gain > 0 and value.confidence >= LIKELY
-
-
-class TwinSearch:
+class TwinSearch(Proposer):
     name = "twin"
     phase = "rank"
 
@@ -69,7 +60,7 @@ class TwinSearch:
                 continue
             got = judge.value(card, st)
             if got is not None:
-                moves.append(Proposed(got[0], got[1], got[0].prediction))
+                moves.append(Proposed(got[0], got[1]))
         jump = _jump(h, fid, found, judge)
         if jump is not None:
             moves.append(jump)
@@ -81,7 +72,32 @@ class TwinSearch:
         lead = (f"{LED}: {fid.words()}; its optimum ({path}) predicted {opt:+.1%} over the best station, "
                 f"{found.simulated} stations simulated" + (" (the whole space)" if found.exhaustive else "")
                 + (f"; not modelled, so not searched: {', '.join(found.unmodelled)}" if found.unmodelled else ""))
-        return Proposals(moves=moves, lead=lead, judge=judge.value, settled=_settled(h, fid, found, opt))
+        return Led(moves=moves, why=lead, judged=judge, settled_why=_settled(h, fid, found, opt))
+
+
+@dataclass
+class Led(Proposals):
+    """The twin's answer while it leads: every pooled move valued by its model, its own moves first."""
+
+    why: str = ""
+    judged: Judge | None = None
+    settled_why: str = ""
+
+    def lead(self) -> str:
+        return self.why
+
+    def judge(self, card: CandidateCard) -> tuple[CandidateCard, Value] | None:
+        return self.judged.value(card) if self.judged is not None else None
+
+    def likely(self, card: CandidateCard, value: Value) -> bool:
+        """The twin values this move and gives it at least even odds of the least gain within the SLO: worth running
+        whatever the rules' least value (agent/planner/value.py MIN_VALUE), which prices moves by the rules' rough
+        confidence, not by a model measured on this goal's runs."""
+        return card.prediction is not None and card.prediction.source == "twin" and value.gain is not None \
+            and value.gain > 0 and value.confidence >= LIKELY
+
+    def settled(self) -> str:
+        return self.settled_why
 
 
 class Judge:
@@ -120,10 +136,7 @@ class Judge:
             sigma = self.fid.intervals.get(lim.figure_key, tw.PRIOR_INTERVAL) / tw.INTERVAL_Z
             conf *= chance_under(lim.limit_ms, fig, fig * sigma) if fig is not None else 0.0
         cost = estimate(card, self.h)
-        per_hour = self.restart / (self.restart + cost) if self.restart else 1.0
-        share = cost / self.h.budget_left_card_hours if self.h.budget_left_card_hours > 0 else 1.0
-        v = max(0.0, g) * conf * CLASS_FACTOR.get(card.cost_class, DEFAULT_CLASS_FACTOR) * per_hour \
-            * max(0.0, 1.0 - BUDGET_SHARE_DAMP * share)
+        v = per_card_hour(max(0.0, g) * conf, card.cost_class, cost, self.h.budget_left_card_hours, self.restart)
         lat_words = "".join(
             f", {lim.words} {st.figures[lim.figure_key]:.1f} ms (limit {lim.limit_ms:g} ms"
             f"{'' if lim.kept(st.figures[lim.figure_key]) else ': breaks it'})"
@@ -210,7 +223,7 @@ def _pair(h: History, found: tw.Search, judge: Judge) -> Proposed | None:
     except Exception:
         return None
     got = judge.value(card, both)
-    return None if got is None else Proposed(got[0], got[1], got[0].prediction)
+    return None if got is None else Proposed(got[0], got[1])
 
 
 def _jump(h: History, fid: tw.Fidelity, found: tw.Search, judge: Judge) -> Proposed | None:
@@ -243,7 +256,7 @@ def _jump(h: History, fid: tw.Fidelity, found: tw.Search, judge: Judge) -> Propo
     except Exception:  # a knob outside the catalog cannot become a card
         return None
     got = judge.value(card, found.optimum)
-    return None if got is None else Proposed(got[0], got[1], got[0].prediction)
+    return None if got is None else Proposed(got[0], got[1])
 
 
 def _settled(h: History, fid: tw.Fidelity, found: tw.Search, opt: float) -> str:

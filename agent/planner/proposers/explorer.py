@@ -15,33 +15,32 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 import optuna
 
+from agent.planner.best import best_infeasible
 from agent.planner.candidates import CandidateCard, build_card
 from agent.planner.cards import CARD_HOURS_DIGITS
 from agent.planner.checks import check, estimate, retry_note
+from agent.planner.encoded import Space
+from agent.planner.encoded import study as study_of
 from agent.planner.history import History
 from agent.planner.pairs import build_pair
+from agent.planner.proposers.base import Asking, Proposals, Proposed, Proposer
 from agent.planner.screens import load_unchanged, screen_blind, to_confirm
 from agent.planner.tpot_fit import normal_cdf
-from agent.planner.value import BUDGET_SHARE_DAMP, CLASS_FACTOR, DEFAULT_CLASS_FACTOR, VALUE_DIGITS, Value
-from core.canonical import canon
+from agent.planner.value import INTERVAL_Z, PREDICTED_DIGITS, VALUE_DIGITS, Value, per_card_hour
 from core.ledger import Interval
 from core.ledger import Prediction as LedgerPrediction
-from core.knobs import catalog
 
 BANDWIDTH = 0.25  # kernel width in the encoded space (each ordered knob spans 0..1; another enum choice is 1)
 DEFAULT_EFFECT = 0.1  # the relative effect of one change before two stations one change apart were measured
-INTERVAL_Z = 1.64  # the predicted interval: mean ± 1.64 σ (90 %)
 ASKS = 24  # TPE suggestions drawn per planning step (each projected onto the one-change neighbourhood)
 WEIGHT_FLOOR = 1e-12  # added to every kernel weight: far from every measurement the weights still sum above 0
 SEED_STRIDE = 7919  # a prime (the 1000th): the sampler's seed is the goal's first seed × it + the runs it was told
-PREDICTED_DIGITS = 4  # the ledger's predicted objective is kept to 1/10000 of its unit
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -72,53 +71,6 @@ class Prediction:
         return (f"predicted {metric} {self.mean:.1f} ({rel(self.mean)}, 90 % interval {rel(lo)} .. {rel(hi)}); "
                 f"expected improvement {self.ei_pct:.2f} %" + (f"; predicted over a latency limit by "
                                                                 f"{self.violation:.0%}" if self.violation > 0 else ""))
-
-
-class Space:
-    """The goal's discrete space encoded for Optuna (value indices) and for the kernel model (0..1 per knob)."""
-
-    def __init__(self, space: dict[str, tuple[Any, ...] | list[Any]]):
-        self.values = {k: list(v) for k, v in space.items() if v}
-        cat = catalog()
-        self.ordered = {k: all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vs)
-                        and (k not in cat or cat.get(k).type not in ("enum", "bool")) for k, vs in self.values.items()}
-        for k, ordered in self.ordered.items():
-            if ordered:
-                self.values[k] = sorted(self.values[k])
-
-    def index(self, knob: str, value: Any) -> int | None:
-        vs = self.values[knob]
-        for i, v in enumerate(vs):
-            if canon(v) == canon(value):
-                return i
-        if self.ordered[knob] and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return min(range(len(vs)), key=lambda i: abs(vs[i] - value))  # off the grid: its nearest value
-        return None
-
-    def encode(self, knobs: dict[str, Any]) -> dict[str, int] | None:
-        out = {}
-        for k in self.values:
-            i = self.index(k, knobs.get(k, catalog().get(k).default if k in catalog() else None))
-            if i is None:
-                return None
-            out[k] = i
-        return out
-
-    def vector(self, idx: dict[str, int]) -> np.ndarray:
-        return np.array([idx[k] / max(1, len(self.values[k]) - 1) if self.ordered[k] else float(idx[k])
-                         for k in self.values])
-
-    def distance(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        d = np.abs(a - b)
-        cats = np.array([not self.ordered[k] for k in self.values])
-        if cats.any():
-            d[..., cats] = (d[..., cats] > 0).astype(float)
-        return np.sqrt((d ** 2).sum(axis=-1))
-
-    def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
-        return {k: (optuna.distributions.IntDistribution(0, len(vs) - 1) if self.ordered[k]
-                    else optuna.distributions.CategoricalDistribution(list(range(len(vs)))))
-                for k, vs in self.values.items()}
 
 
 def observations(history: History, space: Space) -> list[tuple[dict[str, int], float, float]]:
@@ -176,18 +128,6 @@ class Model:
         return Prediction(mean=mu, sigma=sigma, base=self.base, ei=max(0.0, ei), violation=viol)
 
 
-def _study(space: Space, obs: list[tuple[dict[str, int], float, float]], seed: int) -> optuna.Study:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=2)
-    study = optuna.create_study(direction="maximize", sampler=sampler)
-    dists = space.distributions()
-    for idx, y, viol in obs:
-        study.add_trial(optuna.trial.create_trial(params=dict(idx), distributions=dists, value=y,
-                                                  constraints={"latency_excess": viol}))
-    return study
-
-
 @dataclass(frozen=True)
 class Proposal:
     card: CandidateCard
@@ -208,7 +148,7 @@ def propose(history: History, why_rules: str,
     if not obs or best_idx is None:
         return [], len(obs)
     model = Model(space, obs)
-    study = _study(space, obs, int(goal.protocol.seeds[0]) * SEED_STRIDE + len(obs))
+    study = study_of(space, obs, int(goal.protocol.seeds[0]) * SEED_STRIDE + len(obs))
     seen: dict[str, Proposal | None] = {}
     restart = history.cost.estimate("restart", goal.protocol.screen_n, goal.protocol.warmup, needs_restart=True)
     infeasible = best_infeasible(history)
@@ -292,10 +232,7 @@ def _card(history: History, space: Space, model: Model, moves: list[tuple[str, i
             return None
     cost = estimate(card, history)
     gain = pred.ei / pred.base if pred.base > 0 else 0.0
-    per_hour = restart / (restart + cost) if restart else 1.0
-    share = cost / history.budget_left_card_hours if history.budget_left_card_hours > 0 else 1.0
-    v = gain * CLASS_FACTOR.get(card.cost_class, DEFAULT_CLASS_FACTOR) * per_hour \
-        * max(0.0, 1.0 - BUDGET_SHARE_DAMP * share)
+    v = per_card_hour(gain, card.cost_class, cost, history.budget_left_card_hours, restart)
     value = Value(value=round(v, VALUE_DIGITS), gain=gain, confidence=1.0, rules_out=0.0, cost_card_hours=cost,
                   why=f"exploration: expected improvement {pred.ei_pct:.2f} %; {card.cost_class}, ~{cost:.2f} card-h")
     card = card.model_copy(update={"score": value.value, "est_card_hours": round(cost, CARD_HOURS_DIGITS),
@@ -304,7 +241,12 @@ def _card(history: History, space: Space, model: Model, moves: list[tuple[str, i
     return Proposal(card=card, value=value, prediction=pred)
 
 
-def best_infeasible(history: History) -> bool:
-    """The best station's latest valid run breaks the SLO (the start may)."""
-    ref = history.latest_valid(history.best_knobs)
-    return ref is not None and ref.figures is not None and bool(ref.figures.slo_violations)
+class Explorer(Proposer):
+    """The explore-phase proposer: when the rules run out, this model of the deployment's own runs proposes."""
+
+    name = "explorer"
+    phase = "explore"
+
+    def propose(self, asking: Asking) -> Proposals:
+        props, told = propose(asking.history, asking.why_rules, asking.restage)
+        return Proposals(moves=[Proposed(p.card, p.value, p.prediction) for p in props], told=told)
