@@ -182,7 +182,7 @@ def test_the_kinds_of_reasons_written_before_they_were_columns_are_read_once_fro
         for outcome in ("refused: instruction 1 goes first", "done: the goal paused", "superseded by 9 (stop by d)",
                         None):
             conn.execute(sa.text("INSERT INTO instructions (goal_id, kind, knobs, who, active, created_at, outcome) "
-                                 "VALUES ('g1', 'pause', '{}', 'p', 0, :t, :o)"), {"t": now, "o": outcome})
+                                 "VALUES ('g1', 'pause', '{}', 'p', :a, :t, :o)"), {"a": False, "t": now, "o": outcome})
         conn.commit()
     db.dispose()
     s = Store(store_url)

@@ -41,6 +41,8 @@ STATIONS_PER_PROPOSAL = 128  # stations simulated per proposal (~0.25 s each at 
 ASKS_PER_STATION = 4  # TPE suggestions per simulated station at most (a refused or already simulated one costs none)
 REPEATS_TO_STOP = 24  # suggestions in a row that simulate nothing new: the study has settled, the polish takes over
 UNPREDICTED = 1e6  # the constraint of a station the twin cannot predict or the catalog refuses (Optuna takes no inf)
+SEED_HEX_DIGITS = 8  # hex digits of the goal's and best station's digest that seed the study (a 32-bit seed)
+HEX = 16  # the digest's base
 OBJECTIVE_KEY = "objective (whole)"  # the figure the search ranks stations by and the twin's lead is judged on
 
 
@@ -140,7 +142,7 @@ def model_based(history: History, base: Station, space: dict[str, list[Any]], at
     enc = Space(space)
     told = [(enc.encode(st.knobs), st) for st in [base] + [st for _, _, st in singles]]
     study = study_of(enc, [(idx, st.objective or 0.0, _violation(st)) for idx, st in told if idx is not None],
-                   int(digest([goal.model_dump(mode="json"), best], 8), 16))
+                   int(digest([goal.model_dump(mode="json"), best], SEED_HEX_DIGITS), HEX))
     dists = enc.distributions()
     polish = sum(len(v) - 1 for v in space.values())  # one neighbourhood of the study's best left for the ascent
     asks = repeats = 0
