@@ -205,5 +205,18 @@ def test_quality_risk_knob_is_pending_fails_its_evaluation_and_is_never_the_depl
         assert risky not in best_line
         text = summary_text(SessionResult(res.goal_id, res.status, res.reason), url(tmp_path))
         assert f"tuneloop restore {risky}" not in text and "quality_failed" in text
+        # the failed evaluation is carried over: the planner's history holds its quality-risk settings, and any
+        # station that makes them again (whatever else it changes) is refused and never searched by the twin
+        from agent.loop.record import build_history
+        from agent.planner import RefusalKind, build_card, check
+        from agent.planner.twin import runnable
+
+        h = build_history(st, res.goal_id)
+        (failed,) = h.quality_failures
+        assert failed.settings == (("index_cache_reuse", True),) and failed.run_id == ds[i].run_id
+        again = build_card(res.goal_id, spec.scenario, h.best_knobs | {"concurrency": 90}, "index_cache_reuse",
+                           True, stage="confirm", n=spec.protocol.confirm_n)
+        assert RefusalKind.QUALITY_FAILED in {r.kind for r in check(again, h)}
+        assert not runnable(h, again.knobs) and runnable(h, h.best_knobs)
     finally:
         st.close()

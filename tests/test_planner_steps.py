@@ -74,3 +74,30 @@ def test_screen_reference_puts_the_best_stations_screen_n_reference_before_a_scr
 def test_ask_is_the_first_plan_of_its_steps():
     h = history()
     assert DeterministicPlanner().ask(h) == reference(Asked(h))
+
+
+def test_a_failed_quality_evaluation_rules_out_every_station_with_its_quality_risk_settings():
+    """A failed accuracy evaluation is a fact of the model's outputs, not of the station's speed: a card that makes
+    all of its quality-risk settings again, from any parent, is refused (and not a candidate at all); one that makes
+    only part of a failed combination is not."""
+    from agent.planner.checks import check
+    from agent.planner.history import QualityFailure
+    from agent.planner.refusals import GONE, RefusalKind
+    from agent.planner.twin import runnable
+
+    h = history([outcome(baseline(), summary(), "reference")])
+    risky = screen("index_cache_reuse", True)
+    assert QualityFailure.risky(risky.knobs) == (("index_cache_reuse", True),)
+    assert RefusalKind.QUALITY_FAILED not in {r.kind for r in check(risky, h)}
+    failed = h.model_copy(update={"quality_failures": [QualityFailure(settings=(("index_cache_reuse", True),),
+                                                                      run_id="r-2")]})
+    refused = [r for r in check(risky, failed) if r.kind is RefusalKind.QUALITY_FAILED]
+    assert [str(r) for r in refused] == ["quality_failed: index_cache_reuse=True failed its quality evaluation "
+                                         "(run r-2): never deployable"]
+    assert RefusalKind.QUALITY_FAILED in GONE
+    assert not runnable(failed, risky.knobs) and runnable(failed, GOAL16.start_station())
+    other = screen("max_prefill_reqs", 2)
+    assert RefusalKind.QUALITY_FAILED not in {r.kind for r in check(other, failed)}
+    # a failed combination of two settings rules out stations that make both, not either alone
+    pair = QualityFailure(settings=(("index_cache_reuse", True), ("max_prefill_reqs", 2)))
+    assert pair.covers(risky.knobs | {"max_prefill_reqs": 2}) and not pair.covers(risky.knobs)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.planner import (CandidateCard, CostModel, Figures, History, Negative, Outcome, Plan, Veto, card_of,
-                           card_record)  # noqa: F401  (the store side reads cards here too)
+from agent.planner import (CandidateCard, CostModel, Figures, History, Negative, Outcome, Plan, QualityFailure, Veto,
+                           card_of, card_record)  # noqa: F401  (the store side reads cards here too)
 from core.evidence import Evidence
 from core.scenarios import load
 from state.snapshots import Conditions
@@ -43,8 +43,14 @@ def build_history(store: Store, goal_id: str, extra_notes: list[str] | None = No
     data_version, source = _scenario_version(spec.scenario), "sim"
     results = {r.run_id: r for r in store.results(goal_id)}  # one read, however many decisions there are
     restored = None  # the last "go back to the best" that came back healthy after the last warm run
+    failures: list[QualityFailure] = []
     for d in decisions:
         data = d.data or {}
+        if d.kind == "quality_failed" and d.candidate_id in cands:
+            settings = QualityFailure.risky(card_of(cands[d.candidate_id].card).knobs)
+            if settings:
+                failures.append(QualityFailure(settings=settings, run_id=d.run_id, words=d.text))
+            continue
         if d.kind == "restore" and d.station_hash and ((data.get("result") or {}).get("healthy")):
             restored = d.station_hash
             continue
@@ -90,7 +96,8 @@ def build_history(store: Store, goal_id: str, extra_notes: list[str] | None = No
     return History(goal_id=goal_id, goal=spec, data_version=data_version, source_identity=source,
                    best_knobs=best_knobs, warm_knobs=warm, outcomes=outcomes, negatives=negatives, vetoes=vetoes,
                    budget_left_card_hours=budget.card_hours_left, experiments_left=budget.experiments_left,
-                   cost=cost, planner_notes=list(extra_notes or []), predicted_negatives=predicted)
+                   cost=cost, planner_notes=list(extra_notes or []), predicted_negatives=predicted,
+                   quality_failures=failures)
 
 
 def record_set_asides(store: Store, goal_id: str, plan: Plan) -> None:

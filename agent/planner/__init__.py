@@ -27,7 +27,7 @@ _HOME = {  # public name -> the module that holds it
     "check": "checks", "estimate": "checks", "with_attempt": "checks",
     "CostModel": "costs", "Diagnosis": "diagnosis", "wants_profile": "diagnosis",
     "Figures": "history", "History": "history", "Negative": "history", "Outcome": "history", "Veto": "history",
-    "judge_run": "judgement", "observed": "prediction", "predict": "prediction", "runs_of": "twin",
+    "QualityFailure": "history", "judge_run": "judgement", "observed": "prediction", "predict": "prediction", "runs_of": "twin",
 }
 _RENAMED = {"judge_run": "decide"}  # the front door's name where the module's own would be ambiguous
 __all__ = sorted(_HOME)
@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # the names as a type checker sees them
     from agent.planner.deterministic import (DeterministicPlanner, candidates, carry_diagnosis, closes_hypothesis,
                                              diagnosis_for)
     from agent.planner.diagnosis import Diagnosis, wants_profile
-    from agent.planner.history import Figures, History, Negative, Outcome, Veto
+    from agent.planner.history import Figures, History, Negative, Outcome, QualityFailure, Veto
     from agent.planner.judgement import decide as judge_run
     from agent.planner.llm import LLMPlanner
     from agent.planner.plan import Plan, PlanRow, Planner, SetAside, Stop, StopKind

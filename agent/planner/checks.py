@@ -84,6 +84,9 @@ def check(card: CandidateCard, history: History) -> list[Refusal]:
         short = cards_refusal(card, history)
         if short is not None:
             out.append(short)
+        failed = history.quality_failed(card.knobs)
+        if failed is not None:
+            out.append(failed.refusal())
         if card.station_key in history.predicted_negatives:  # set aside unrun (any stage): a prediction, not a result
             out.append(Refusal(RefusalKind.PREDICTED_NEGATIVE, history.predicted_negatives[card.station_key]))
         if card.stage == "screen" and card.parent_knobs_hash != history.best_knobs_hash:

@@ -13,6 +13,7 @@ from agent.planner.cards import CandidateCard, station_hash
 from agent.planner.costs import CostModel
 from agent.planner.refusals import Refusal, RefusalKind
 from core.canonical import canon
+from core.knobs import catalog
 from core.evidence import Evidence
 from core.goalview import PlannerGoal
 from core.summary import Summary
@@ -136,6 +137,34 @@ class Veto(BaseModel):
         return f"{what} {self.who} under the same conditions" + (f" ({self.reason})" if self.reason else "")
 
 
+class QualityFailure(BaseModel):
+    """A station whose accuracy evaluation failed, by the quality-risk settings it had (each quality-risk knob it set
+    away from the knob's default). Accuracy is the model's outputs, not the station's speed: any station that makes
+    every one of these settings alters the outputs at least as much, so it is never deployable either and is not
+    proposed, screened or searched again (a data version or source identity of its own is not asked: the model is
+    the same)."""
+
+    model_config = ConfigDict(frozen=True)
+    settings: tuple[tuple[str, Any], ...]  # (knob, value), sorted by knob
+    run_id: str | None = None
+    words: str = ""  # the evaluation's decision line
+
+    @staticmethod
+    def risky(knobs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+        """The quality-risk settings of a station: each quality-risk knob it sets away from its default."""
+        return tuple(sorted((k.name, canon(knobs[k.name])) for k in catalog().knobs
+                            if k.quality_risk and k.name in knobs and canon(knobs[k.name]) != canon(k.default)))
+
+    def covers(self, knobs: dict[str, Any]) -> bool:
+        """This station makes every one of the failed settings."""
+        return bool(self.settings) and all(k in knobs and canon(knobs[k]) == v for k, v in self.settings)
+
+    def refusal(self) -> Refusal:
+        what = " + ".join(f"{k}={v!r}" for k, v in self.settings)
+        return Refusal(RefusalKind.QUALITY_FAILED, f"{what} failed its quality evaluation"
+                       + (f" (run {self.run_id})" if self.run_id else "") + ": never deployable")
+
+
 class History(BaseModel):
     """What the planner knows, built once per loop iteration (agent/loop/nodes.py); the diagnosis of it is computed
     once too and kept with it (`diagnosis_for`), so the diagnose node and the planner read the same one."""
@@ -178,11 +207,16 @@ class History(BaseModel):
     planner_notes: list[str] = Field(default_factory=list)
     # experiment key -> why the calibrated simulator set it aside unrun (agent/planner/prescreen.py): never a negative
     predicted_negatives: dict[str, str] = Field(default_factory=dict)
+    quality_failures: list[QualityFailure] = Field(default_factory=list)  # failed accuracy evaluations
 
     @property
     def best_knobs_hash(self) -> str:
         """The digest of the best station's knobs (as cards' knobs_hash); the frozen hash is the store's."""
         return station_hash(self.best_knobs)
+
+    def quality_failed(self, knobs: dict[str, Any]) -> QualityFailure | None:
+        """The failed accuracy evaluation whose quality-risk settings this station makes too, if any."""
+        return next((f for f in self.quality_failures if f.covers(knobs)), None)
 
     def vetoed(self, card: CandidateCard) -> Veto | None:
         """The veto that rules this card out under the current conditions, if any."""

@@ -32,10 +32,13 @@ class RefusalKind(str, Enum):
     KNOWN_NEGATIVE = "known_negative"  # negative under the same conditions
     CARDS = "cards"  # it would run on fewer cards than the goal requires
     INERT = "inert"  # the evidence shows its change cannot move the objective
+    QUALITY_FAILED = "quality_failed"  # it makes the quality-risk settings of a failed accuracy evaluation
 
 
-# not candidates at all: measured, ran, a known negative, a change the evidence shows cannot move the objective
-GONE = frozenset({RefusalKind.NOT_FINISHED, RefusalKind.KNOWN_NEGATIVE, RefusalKind.MEASURED, RefusalKind.INERT})
+# not candidates at all: measured, ran, a known negative, a change the evidence shows cannot move the objective, a
+# station that could never be deployed (its quality-risk settings failed an accuracy evaluation)
+GONE = frozenset({RefusalKind.NOT_FINISHED, RefusalKind.KNOWN_NEGATIVE, RefusalKind.MEASURED, RefusalKind.INERT,
+                  RefusalKind.QUALITY_FAILED})
 
 
 @dataclass(frozen=True)

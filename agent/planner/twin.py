@@ -28,7 +28,8 @@ from typing import Any, Callable, Protocol
 from agent.planner.history import History, Outcome
 from agent.planner.judgement import CLEAR_LOSS
 from agent.planner.twin_space import (  # noqa: F401  (the twin's search, read through this module)
-    OBJECTIVE_KEY, STATIONS_PER_PROPOSAL, Search, Station, figures, gain, predicted, prediction_of, search,
+    OBJECTIVE_KEY, STATIONS_PER_PROPOSAL, Search, Station, figures, gain, predicted, prediction_of, runnable,
+    search,
 )
 from agent.planner.value import INTERVAL_Z  # the twin's interval: ± INTERVAL_Z × the RMS of its measured errors
 from core.ledger import DRIFT_THRESHOLD

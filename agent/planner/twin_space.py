@@ -108,6 +108,12 @@ def predicted(history: History, twin: Any, knobs: dict[str, Any]) -> tuple[Stati
             tuple(got.get("knobs_not_modelled") or ()))
 
 
+def runnable(history: History, knobs: dict[str, Any]) -> bool:
+    """A station the search may consider: the catalog accepts it (agent/planner/accepted.py) and it makes no failed
+    accuracy evaluation's quality-risk settings (never deployable, whatever its speed)."""
+    return accepted(knobs, history.goal.engine) and history.quality_failed(knobs) is None
+
+
 def search(history: History, twin: Any, budget: int = STATIONS_PER_PROPOSAL) -> Search | None:
     """The twin's optimum over the goal's space: exhaustive where the modelled space fits `budget`, else model-based
     (the best station's one-change neighbourhood, a seeded TPE study on the twin, a coordinate polish)."""
@@ -138,7 +144,7 @@ def model_based(history: History, base: Station, space: dict[str, list[Any]], at
     (seeded from the goal and the best station: the same inputs give the same proposal), then a coordinate ascent
     from the study's best with one neighbourhood of the count kept for it. Refused stations cost no simulation."""
     goal, best = history.goal, history.best_knobs
-    singles = _neighbours(goal.engine, space, best, at, seen, budget)
+    singles = _neighbours(history, space, best, at, seen, budget)
     enc = Space(space)
     told = [(enc.encode(st.knobs), st) for st in [base] + [st for _, _, st in singles]]
     study = study_of(enc, [(idx, st.objective or 0.0, _violation(st)) for idx, st in told if idx is not None],
@@ -151,14 +157,14 @@ def model_based(history: History, base: Station, space: dict[str, list[Any]], at
         trial = study.ask(fixed_distributions=dists)
         knobs = best | {k: enc.values[k][i] for k, i in trial.params.items()}
         new = dumps(knobs) not in seen
-        st = at(knobs)[0] if accepted(knobs, goal.engine) else None
+        st = at(knobs)[0] if runnable(history, knobs) else None
         repeats = repeats + 1 if st is None or not new else 0
         trial.set_constraint("latency_excess", UNPREDICTED if st is None else _violation(st))
         study.tell(trial, 0.0 if st is None else st.objective or 0.0)
     cur = max((st for st, _ in seen.values() if st.objective is not None), key=Station.score, default=base)
     cur = base if cur.score() <= base.score() else cur  # the best station itself on a tie
     while True:  # the polish: the best one change from the optimum so far, while it gains
-        steps = _neighbours(goal.engine, space, cur.knobs, at, seen, budget)
+        steps = _neighbours(history, space, cur.knobs, at, seen, budget)
         top = max((st for _, _, st in steps), key=Station.score, default=None)
         if top is None or top.objective is None or top.score() <= cur.score():
             break
@@ -167,14 +173,14 @@ def model_based(history: History, base: Station, space: dict[str, list[Any]], at
                   simulated=len(seen), unmodelled=unmodelled)
 
 
-def _neighbours(engine: str | None, space: dict[str, list[Any]], knobs: dict[str, Any], at: Any,
+def _neighbours(history: History, space: dict[str, list[Any]], knobs: dict[str, Any], at: Any,
                 seen: dict[str, Any], budget: int) -> list[tuple[str, Any, Station]]:
-    """Every one-change neighbour of a station the catalog accepts, while the count allows a new simulation."""
+    """Every one-change neighbour of a station that could run, while the count allows a new simulation."""
     out = []
     for k, vs in space.items():
         for v in vs:
             nb = knobs | {k: v}
-            if canon(v) != canon(knobs.get(k)) and (dumps(nb) in seen or len(seen) < budget) and accepted(nb, engine):
+            if canon(v) != canon(knobs.get(k)) and (dumps(nb) in seen or len(seen) < budget) and runnable(history, nb):
                 out.append((k, v, at(nb)[0]))
     return out
 
@@ -196,7 +202,7 @@ def _exhaustive(history: History, base: Station, space: dict[str, list[Any]], at
     for combo in itertools.product(*space.values()):
         knobs = best | dict(zip(space, combo))
         changed = [k for k in space if canon(knobs[k]) != canon(best.get(k))]
-        if not changed or not accepted(knobs, history.goal.engine):
+        if not changed or not runnable(history, knobs):
             continue
         st = at(knobs)[0]
         if len(changed) == 1:

@@ -22,7 +22,6 @@ from typing import Any
 from core.canonical import canon
 
 from agent.planner import twin as tw
-from agent.planner.accepted import accepted
 from agent.planner.candidates import CandidateCard, build_card, station_hash
 from agent.planner.cards import CARD_HOURS_DIGITS
 from agent.planner.checks import estimate
@@ -111,8 +110,8 @@ class Judge:
     def station(self, knobs: dict[str, Any]) -> tw.Station | None:
         key = station_hash(knobs)
         if key not in self.known:
-            if not accepted(knobs, self.h.goal.engine):
-                return None  # the catalog refuses it: no run of it, nothing to predict (the card checks refuse it)
+            if not tw.runnable(self.h, knobs):
+                return None  # no run of it (the catalog refuses it, or it failed quality): the card checks refuse it
             self.known[key] = tw.predicted(self.h, self.fid.twin, knobs)[0]  # type: ignore[arg-type]
         return self.known[key]
 
