@@ -80,3 +80,39 @@ def test_a_station_is_feasible_by_every_limit_at_its_own_statistic_and_a_small_s
         size *= len(v)
     assert found is not None and found.exhaustive and found.simulated == size  # the start is one of the space's
     assert found.optimum.feasible and all(found.optimum.score() >= s.score() for _, _, s in found.singles)
+
+
+def test_while_the_best_breaks_a_limit_a_station_that_keeps_them_is_worth_more_the_higher_its_objective():
+    """The best station breaks the TPOT limit: every station that keeps it gains at least the least gain, and among
+    them the higher objective is worth more, even where it has less headroom to the limit (an exact twin's first
+    jump on an infeasible start goes to the optimum, not to the station with the most headroom). The prediction
+    stays the raw change of the objective."""
+    from agent.planner.proposers.twin_search import Judge
+    from tests.planner_support import GOAL16, baseline, history, outcome, screen, summary
+
+    h = history([outcome(baseline(), summary(tpot=27.0), "reference")])
+    (lim,) = GOAL16.view().limits
+    key = tw.OBJECTIVE_KEY
+
+    def at(knobs, obj, tpot):  # type: ignore[no-untyped-def]
+        ok = tpot < lim.limit_ms
+        return tw.Station(knobs=knobs, objective=obj, excess=0.0 if ok else tpot / lim.limit_ms - 1.0, feasible=ok,
+                          figures={key: obj, lim.figure_key: tpot})
+
+    low, high = screen("concurrency", 64), screen("concurrency", 90)
+    base = at(h.best_knobs, 280.0, 27.0)
+    far, near = at(low.knobs, 200.0, 12.0), at(high.knobs, 240.0, 18.0)
+    found = tw.Search(base=base, singles=[("concurrency", 64, far), ("concurrency", 90, near)], path=[],
+                      optimum=near, simulated=3)
+    twin = Twin(profile=profiles.load(PROFILE), prior=PROFILE, runs=("r",), table=[])
+    fid = tw.Fidelity(twin=twin, scored=(), interval=0.02, leads=True, why="")
+    judge = Judge(h, fid, found, restart=1.0)
+    (c_far, v_far), (c_near, v_near) = judge.value(low, far), judge.value(high, near)  # type: ignore[misc]
+    least = GOAL16.view().least_gain
+    assert v_near.gain > v_far.gain > least and v_near.value > v_far.value, (v_far, v_near)
+    assert "keeps every limit the best station breaks" in v_near.why and "-14.3%" in v_near.why
+    assert c_near.prediction is not None and c_near.prediction.objective_effect.value == pytest.approx(240 / 280 - 1)
+    # a station that breaks the limit as the best does keeps its raw gain, whatever its objective
+    over = at(screen("concurrency", 160).knobs, 300.0, 30.0)
+    _, v_over = judge.value(screen("concurrency", 160), over)  # type: ignore[misc]
+    assert v_over.gain == pytest.approx(300 / 280 - 1) and v_over.value < v_near.value

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
+from agent.planner import History
 from agent.planner import twin as tw
 from bench.tuners.cases import load_cases
 from executor.twin import Twin, Twins
@@ -30,12 +30,13 @@ def test_the_model_based_search_finds_the_optimum_where_the_ascent_from_the_best
     assert size > COUNT
     twin = Twins(tmp_path).fit(goal.sim_profile, ())  # the prior, a real simulator profile: the twin before any run
     assert isinstance(twin, Twin)
-    h = SimpleNamespace(goal=goal, best_knobs=goal.start_station())
-    found = tw.search(h, twin, budget=COUNT)  # type: ignore[arg-type]
+    h = History(goal_id="g", goal=goal, data_version="dv", best_knobs=goal.start_station(),
+                budget_left_card_hours=100.0, experiments_left=10)
+    found = tw.search(h, twin, budget=COUNT)
     assert found is not None and not found.exhaustive and found.simulated <= COUNT
     # the ascent would stop where it starts: no one-change neighbour of the best station scores above it
     assert found.singles and all(st.score() <= found.base.score() for _, _, st in found.singles)
-    whole = tw.search(h, twin, budget=size)  # type: ignore[arg-type]
+    whole = tw.search(h, twin, budget=size)
     assert whole is not None and whole.exhaustive
     best = whole.optimum
     assert best.feasible and best.objective > 1.3 * found.base.objective  # far above where the ascent stops

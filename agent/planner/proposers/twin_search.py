@@ -125,25 +125,30 @@ class Judge:
         if g is None:
             return None
         least = view.least_gain
+        worth = g
         if not base.feasible and st.feasible:
-            g = max(g, least)  # the best breaks a limit: a station that keeps them all is worth at least the least gain
+            # the best breaks a limit: a station that keeps them all gains at least the least gain whatever its
+            # objective, and among such stations the higher objective is worth more (feasible first, then the
+            # objective, as the search ranks them): the least gain plus its objective as a share of the best's
+            worth = least + 1.0 + g
         # the chance it gains the least gain (the objective's own error), and that each latency limit holds (each
         # figure's own error: a p99's is wider than a mean's); a broken contract is an invalid run
-        conf = normal_cdf(g - least, self.fid.interval / tw.INTERVAL_Z) if not st.broken else 0.0
+        conf = normal_cdf(worth - least, self.fid.interval / tw.INTERVAL_Z) if not st.broken else 0.0
         for lim in view.limits:
             fig = st.figures.get(lim.figure_key)
             sigma = self.fid.intervals.get(lim.figure_key, tw.PRIOR_INTERVAL) / tw.INTERVAL_Z
             conf *= chance_under(lim.limit_ms, fig, fig * sigma) if fig is not None else 0.0
         cost = estimate(card, self.h)
-        v = per_card_hour(max(0.0, g) * conf, card.cost_class, cost, self.h.budget_left_card_hours, self.restart)
+        v = per_card_hour(max(0.0, worth) * conf, card.cost_class, cost, self.h.budget_left_card_hours, self.restart)
         lat_words = "".join(
             f", {lim.words} {st.figures[lim.figure_key]:.1f} ms (limit {lim.limit_ms:g} ms"
             f"{'' if lim.kept(st.figures[lim.figure_key]) else ': breaks it'})"
             for lim in view.limits if st.figures.get(lim.figure_key) is not None)
         lat_words += f"; breaks the contract: {st.broken}" if st.broken else ""
-        why = (f"the twin predicts {g:+.1%} {goal.objective.metric}{lat_words}; chance of at least the least gain "
-               f"within every limit {conf:.0%}; {card.cost_class}, ~{cost:.2f} card-h")
-        value = Value(value=round(v, VALUE_DIGITS), gain=g, confidence=conf, rules_out=0.0, cost_card_hours=cost,
+        kept = "; keeps every limit the best station breaks" if worth != g else ""
+        why = (f"the twin predicts {g:+.1%} {goal.objective.metric}{lat_words}{kept}; chance of at least the least "
+               f"gain within every limit {conf:.0%}; {card.cost_class}, ~{cost:.2f} card-h")
+        value = Value(value=round(v, VALUE_DIGITS), gain=worth, confidence=conf, rules_out=0.0, cost_card_hours=cost,
                       why=why)
         lo, hi = g - self.fid.interval, g + self.fid.interval
         bound = _binding(view, base)
