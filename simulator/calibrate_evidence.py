@@ -70,7 +70,7 @@ def run_evidence(path: Any, info: Any) -> Evidence | None:
         from executor.evidence import digest_run  # the executor imports the simulator: imported when needed
 
         return digest_run(path, info)
-    except (OSError, ValueError):
+    except Exception:  # evidence is advisory (as the executor's collect treats it): the prior's values are kept
         return None
 
 
