@@ -149,3 +149,24 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     proc = _calibrate([empty], tmp_path / "cal.yaml", "--base", LLAMA)
     assert proc.returncode == 2 and "no finished request" in proc.stderr
     assert not (tmp_path / "cal.yaml").exists()
+
+
+def test_the_acceptance_shape_is_solved_exactly_and_one_position_keeps_the_decay():
+    """fit_acceptance on exact survivals S_i = α^i·decay^(i(i-1)/2): α per task and the decay come back; with one
+    position observed α is read at the prior's decay, which is kept and said so; a decay above 1 is held at 1."""
+    from simulator.calibrate_evidence import fit_acceptance
+
+    prior = profiles.load("deepseek-v3-h200-p8d8")  # decay 0.9
+    surv = lambda a, d, k: [a ** i * d ** (i * (i - 1) / 2) for i in range(1, k + 1)]  # noqa: E731
+    obs = [("chat", i + 1, s) for i, s in enumerate(surv(0.6, 0.8, 4))] + [("code", 1, 0.7)]
+    got = fit_acceptance(obs, prior)
+    assert got.acceptance == pytest.approx({"chat": 0.6, "code": 0.7}) and got.decay == pytest.approx(0.8)
+    rows = {n: (v, note) for n, v, _, note in got.rows}
+    assert rows["acceptance.copy"] == (prior.acceptance["copy"], "kept: no run with speculative decoding on a copy scenario")
+    one = fit_acceptance([("chat", 1, 0.72)], prior)
+    assert one.decay is None and one.acceptance == pytest.approx({"chat": 0.72})
+    assert ("acceptance_decay", prior.acceptance_decay, None,
+            "kept: one draft position observed (α and the decay cannot be separated)") in one.rows
+    flat = fit_acceptance([("chat", i + 1, s) for i, s in enumerate(surv(0.5, 1.2, 3))], prior)
+    assert flat.decay == 1.0 and 0.5 < flat.acceptance["chat"] < 0.989
+    assert any(n == "acceptance_decay" and note.startswith("fitted at its bound") for n, _, _, note in flat.rows)
