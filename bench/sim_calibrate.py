@@ -192,6 +192,7 @@ def main() -> None:
                     "the engine on the last core, the load generator on the others)")
     args = ap.parse_args()
     from simulator.calibrate import calibrate, tokens_line
+    from simulator.calibrate_evidence import value_of
     from simulator.stations import predict
 
     out = Path(args.out or f".tuneloop/bench-sim-calibrate-{args.engine}").resolve()
@@ -218,9 +219,7 @@ def main() -> None:
     print(f"calibrated from {len(cal)} measured stations ({args.engine}, N={n}; measured in {t1 - t0:.0f} s, fitted in "
           f"{t2 - t1:.1f} s); prefill from {res.prefill_source}")
     for name, v, se, note in res.table():
-        role, k = name.split(".")
-        known = truth if args.engine == "sim-mixed" else base
-        true = getattr(known.prefill_cost if role == "prefill" else known.decode_cost, k)
+        true = value_of(truth if args.engine == "sim-mixed" else base, name)
         shown = f"true {true:.4g} ({v / true - 1:+.1%})" if simulated and true else ""
         print(f"  {name:18} {v:11.4g} {'± ' + format(se / v, '.1%') if se and v else '':>9}  {shown:26} {note}")
     print(f"  {tokens_line(res.profile.calibration.get('prompt_tokens'))}")

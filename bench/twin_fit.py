@@ -9,9 +9,13 @@ fitter) is compared with the truth:
 
 * per coefficient: the relative error of every fitted step cost (a coefficient the runs could not separate keeps
   the prior's value and is listed as held);
+* per acceptance and imbalance figure (issue 43 item 3): the relative error of every MTP acceptance α (per task
+  type), of the acceptance decay and of every expert layout's imbalance (max/mean EP-rank load) that the fit read
+  off the runs' evidence (simulator.calibrate_evidence), beside the prior's own error on it (what a twin that kept
+  the prior's would have); what the runs did not observe is listed as held;
 * per step: the relative error of the decode step time at each run's own operating points (the batch, resident KV,
-  draft positions and expert layout of its steps; the imbalance is the truth's for the truth and the prior's for
-  the twin, which does not fit it) and of the prefill step time at the token budget — the step costs as the runs
+  draft positions and expert layout of its steps; the imbalance is the truth's for the truth and the twin's fitted
+  one for the twin) and of the prefill step time at the token budget — the step costs as the runs
   exercise them (a coefficient the runs cannot separate from another, b from b_draft at one draft width, can be
   far off while the step is right).
 
@@ -124,6 +128,7 @@ def one(case: Any, seed: int, work: Path) -> dict[str, Any]:
     from executor.targets import Target
     from executor.twin import Twin
     from simulator import perturb
+    from simulator.calibrate_evidence import value_of
     from state.store import Store
 
     goal = case.goal_spec(False, 0)
@@ -152,9 +157,16 @@ def one(case: Any, seed: int, work: Path) -> dict[str, Any]:
         if not isinstance(fit, Twin):
             out["fits"].append({"runs": k, "error": fit})
             continue
-        coeffs, held = {}, []
+        coeffs, held, spec = {}, [], {}
         for (name, value, _se, note) in fit.table:
-            role, c = name.split(".")
+            role, c = name.split(".", 1) if "." in name else (name, "")
+            if role == "acceptance" or role == "acceptance_decay" or c.startswith("if_static."):
+                true = value_of(truth, name)
+                if not note.startswith("fitted"):
+                    held.append(name)
+                elif true:  # the fit's error, and the prior's (a twin that kept it)
+                    spec[name] = {"fitted": value / true - 1, "prior": value_of(prior, name) / true - 1}
+                continue
             if c not in COEFFS.get(role, ()):
                 continue
             true = getattr(getattr(truth, f"{role}_cost"), c)
@@ -165,7 +177,7 @@ def one(case: Any, seed: int, work: Path) -> dict[str, Any]:
         dstep = [decode_step(fit.profile.decode_cost, b, kv, k, lay) / decode_step(truth.decode_cost, b, kv, k, lay) - 1
                  for b, kv, k, lay in pts]
         pstep = prefill_step(fit.profile.prefill_cost, budget, 0) / prefill_step(truth.prefill_cost, budget, 0) - 1
-        out["fits"].append({"runs": k, "coefficients": coeffs, "held": held,
+        out["fits"].append({"runs": k, "coefficients": coeffs, "held": held, "evidence": spec,
                             "decode_step_max": max((abs(x) for x in dstep), default=None),
                             "prefill_step": pstep})
     return out
@@ -198,6 +210,10 @@ def main() -> None:
             figs = r["figures"]
             shown = ["objective (whole)", "objective (native)", "goodput (whole)", "ttft_p99_ms", "tpot_mean_ms",
                      "tpot_p99_ms", "e2e_p99_ms"]
+            ev = last.get("evidence") or {}
+            if ev:
+                print("    evidence: " + ", ".join(f"{k} {v['fitted']:+.1%} (prior {v['prior']:+.1%})"
+                                             for k, v in ev.items()), flush=True)
             print("    out of sample: " + ", ".join(f"{k} {', '.join(f'{e:+.1%}' for e in figs[k])}"
                                                  for k in shown if figs.get(k)), flush=True)
     steps = [max(abs(f["decode_step_max"] or 0), abs(f["prefill_step"] or 0)) for r in rows for f in r["fits"][-1:]
@@ -208,6 +224,16 @@ def main() -> None:
     print(f"\nafter <= {RUNS} valid runs: step times within 10 % of the truth in {within}/{len(steps)} case x seed; "
           f"median |error| of the fitted decode coefficients {statistics.median(decode_c) if decode_c else float('nan'):.1%}, "
           f"share within 10 % {sum(x <= 0.10 for x in decode_c)}/{len(decode_c)}")
+    evs: dict[str, dict[str, list[float]]] = {}
+    for r in rows:
+        for f in r["fits"][-1:]:
+            for k, v in (f.get("evidence") or {}).items():
+                kind = k.split(".")[0] if k.startswith("acceptance") else "decode.if_static"
+                for who in ("fitted", "prior"):
+                    evs.setdefault(kind, {}).setdefault(who, []).append(abs(v[who]))
+    for kind, e in evs.items():
+        print(f"  {kind}: median |error| fitted {statistics.median(e['fitted']):.1%} (the prior's "
+              f"{statistics.median(e['prior']):.1%}), within 2 % {sum(x <= 0.02 for x in e['fitted'])}/{len(e['fitted'])}")
     per: dict[str, list[float]] = {}
     for r in rows:
         for k, errs in r["figures"].items():

@@ -5,8 +5,9 @@ The prior is a profile of the same structure (roles, instance counts, cards, eng
 from a similar deployment's profile); the fit and the predictions go through the executor's door into the
 simulator (executor/transports/sim.py). Never a simulated target's hidden truth (`Target.truth_profile`): the
 twin learns the deployment only from its runs. The fit is `simulator.calibrate.calibrate` over the runs' own
-records (step costs with their standard errors, prompt tokenisation): what the runs say wins over the prior, and a
-coefficient the runs cannot separate keeps the prior's value and says so.
+records and evidence (step costs with their standard errors, prompt tokenisation, MTP acceptance per task and its
+decay per draft position, each expert layout's imbalance): what the runs say wins over the prior, and a coefficient
+the runs cannot separate or did not observe keeps the prior's value and says so.
 
 The fit on no run is the prior itself (it predicts the goal's first run out of sample). Fits are kept per set of runs (the planner asks for the twin fitted on every prefix of the goal's runs to
 measure its out-of-sample error, agent/planner/twin.py); a station's prediction is kept per fit.

@@ -27,6 +27,11 @@ fit: b ± 434 %, held-out errors 17 %). A real engine tokenises the scenario's w
 model: about 4 tokens a word): the runs' prompt token counts against the words give the profile's
 prompt_tokens_fixed / prompt_tokens_per_word (prompt_tokens), so a prediction sends the prompts the engine saw,
 not a token per word (before: the real vLLM's held-out throughput 17.7 % off, 8.0 % with it).
+
+Before the step costs, the runs' evidence gives what the step times do not (simulator.calibrate_evidence): the MTP
+acceptance α per task type and its decay per draft position from `spec_accept_per_position`, and each expert
+layout's imbalance (if_static) from `expert_load_spread`; the step fit then reads the fitted imbalance. What no run
+observed (a task no speculative run had, a layout no run used) keeps the base value and its table row says so.
 """
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ from core import profiles
 from core import records as rec
 from core import scenarios as sc
 from core.profiles import Profile
+from simulator.calibrate_evidence import EvidenceFit, fit_evidence
 from simulator.calibrate_problem import DECODE, PREFILL, CalibrationError, Fitted, Problem, Run, load_run
 from simulator.calibrate_replay import ReplayProblem
 
@@ -55,6 +61,7 @@ class Calibration:
     runs: list[str]
     run_factors: list[float] = field(default_factory=list)  # each run's common time factor (logs sum to 0)
     series: dict[str, dict[str, float]] = field(default_factory=dict)  # run -> its iteration-series residuals
+    evidence: EvidenceFit = field(default_factory=EvidenceFit)  # acceptance and imbalance (calibrate_evidence)
 
     def table(self) -> list[tuple[str, float, float | None, str]]:
         """(coefficient, value, standard error, note) for every fitted or held coefficient."""
@@ -68,7 +75,7 @@ class Calibration:
             if self.profile.mixed and f.role == "prefill":
                 note = "kept: a mixed engine's step is scheduled once (decode.sched_s)"
             out.append((f"{f.role}.sched_s", cost.sched_s, None, note))
-        return out
+        return out + self.evidence.rows
 
 
 CALIBRATED_FROM = " — step times calibrated from "  # the calibrated profile's description: base's + this + N run(s)
@@ -78,10 +85,12 @@ def calibrate(run_dirs: list[Path], base: Profile, name: str | None = None) -> C
     if not run_dirs:
         raise CalibrationError("no run directory given")
     runs = [load_run(p, base) for p in run_dirs]
+    ev = fit_evidence(runs, base)  # acceptance and imbalance first: the step fit reads the runs' own imbalance
+    fit_base = ev.apply(base)
     if base.mixed:  # prefill and decode share the steps: the runs are replayed (simulator.calibrate_replay)
-        prob: Problem = ReplayProblem(runs, base)
+        prob: Problem = ReplayProblem(runs, fit_base)
     else:
-        prob = Problem(runs, base)
+        prob = Problem(runs, fit_base)
     values, stderr, factors, r = prob.solve()
     fitted = {}
     for role in ("prefill", "decode"):
@@ -98,16 +107,17 @@ def calibrate(run_dirs: list[Path], base: Profile, name: str | None = None) -> C
     tok = prompt_tokens(runs)
     info = {"from_runs": [str(x.path) for x in runs], "base_profile": base.name, "stderr": stderr,
             "held": prob.held, "prefill_from": prob.prefill_source,
-            "run_factors": {str(x.path): float(f) for x, f in zip(runs, factors)}, "prompt_tokens": tok}
+            "run_factors": {str(x.path): float(f) for x, f in zip(runs, factors)}, "prompt_tokens": tok,
+            "evidence": ev.info}
     words = {} if tok is None else {"prompt_tokens_per_word": tok["per_word"], "prompt_tokens_fixed": tok["fixed"]}
     # a re-calibration (the drift check's suggestion: the base is itself calibrated) says so once, not twice
     stem, desc = base.name.removesuffix("-calibrated"), base.description.split(CALIBRATED_FROM)[0]
-    prof = base.model_copy(update={"name": name or f"{stem}-calibrated", "decode_cost": dc, "prefill_cost": pc,
+    prof = fit_base.model_copy(update={"name": name or f"{stem}-calibrated", "decode_cost": dc, "prefill_cost": pc,
                                    "calibration": info, **words,
                                    "description": f"{desc}{CALIBRATED_FROM}{len(runs)} run(s)"})
     return Calibration(profile=Profile.model_validate(prof.model_dump()), decode=dec, prefill=pre,
                        sched=prob.sched, prefill_source=prob.prefill_source, runs=[str(x.path) for x in runs],
-                       run_factors=[float(f) for f in factors], series=prob.per_run(r, "series"))
+                       run_factors=[float(f) for f in factors], series=prob.per_run(r, "series"), evidence=ev)
 
 
 def prompt_tokens(runs: list[Run]) -> dict[str, Any] | None:
