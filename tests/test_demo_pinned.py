@@ -21,15 +21,15 @@ TUNELOOP = Path(sys.executable).with_name("tuneloop")
 PINNED = [
     # the start is measured at confirm N: the moves that skip their screen compare there
     ("baseline", False, "baseline N=640: measure the parent station: reference at N=640"),
-    # the twin (on by default, issue 43), fitted to the baseline, jumps to its optimum in one card (its model-based
-    # search of the space, larger than one proposal's count, finds max_prefill_reqs 8 where 2 predicts the same); the
-    # quality evaluation the index-cache reuse asks for fails it
-    ("quality_pending", True, "confirm N=640: max_num_batched_tokens 8192 -> 16384 + max_prefill_reqs 1 -> 8 + "
-                              "index_cache_reuse False -> True + request_rate 6.0 -> 8.0: confirmed +94.16% native "
-                              "vs parent at N=640; performance-positive, quality pending"),
+    # the twin (on by default, issue 43), fitted to the baseline (step costs, MTP acceptance, the layout's expert
+    # imbalance), jumps to its optimum in one card (its model-based search of the space, larger than one proposal's
+    # count); the quality evaluation the index-cache reuse asks for fails it
+    ("quality_pending", True, "confirm N=640: max_num_batched_tokens 8192 -> 16384 + max_prefill_reqs 1 -> 2 + "
+                              "index_cache_reuse False -> True + request_rate 6.0 -> 8.0 + concurrency 128 -> 90: "
+                              "confirmed +93.10% native vs parent at N=640; performance-positive, quality pending"),
     ("quality_failed", False, "quality evaluation of confirm N=640: max_num_batched_tokens 8192 -> 16384 + "
-                              "max_prefill_reqs 1 -> 8 + index_cache_reuse False -> True + request_rate 6.0 -> 8.0: "
-                              "score 0.8316 vs baseline 0.846 -> failed: never deployable"),
+                              "max_prefill_reqs 1 -> 2 + index_cache_reuse False -> True + request_rate 6.0 -> 8.0 + "
+                              "concurrency 128 -> 90: score 0.8316 vs baseline 0.846 -> failed: never deployable"),
     # the failed evaluation rules out every station that reuses the index cache (a failed quality evaluation is carried
     # over to any station with the same quality-risk settings): the twin's next optimum jumps without it, to a best
     # station the twin predicts within 1 % of its whole optimum
