@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agent.planner.candidates import change_words
+from agent.planner import change_words
 from agent.loop.progress import card_estimate, ranking
 
 if TYPE_CHECKING:  # the store is only annotated here
