@@ -58,3 +58,30 @@ def test_the_check_sees_one(tmp_path: Path):
     assert sorted(any_edges(tmp_path)) == ["agent/a.py:3: _twin: Any", "agent/a.py:4: planner: 'Any'",
                                    "agent/a.py:5: fitter: Callable[[int], Any] | None", "agent/a.py:5: store: Any",
                                    "agent/a.py:6: steering_store: Iterator[Any]"]
+
+
+def test_the_explore_phase_context_is_the_explorers_not_the_shared_asking():
+    """Asking carries what every proposer reads; why the rules ran out and how a screen is re-staged reach an
+    explore-phase proposer through `explore` (asked(..., exploring)), and a proposer that ignores them is asked
+    its `propose`."""
+    import dataclasses
+
+    from agent.planner.proposers import Asking, Exploring, Proposals, Proposer
+    from agent.planner.proposers.guarded import asked
+
+    assert not {"why_rules", "restage"} & {f.name for f in dataclasses.fields(Asking)}
+
+    class Seen(Proposer):
+        name, phase = "seen", "explore"
+
+        def propose(self, asking: Asking) -> Proposals:
+            return Proposals(yields="propose")
+
+    class Reads(Seen):
+        def explore(self, asking: Asking, exploring: Exploring) -> Proposals:
+            return Proposals(yields=exploring.why_rules)
+
+    ask = Asking(history=None, diag=None)  # type: ignore[arg-type]  (neither proposer reads the history)
+    assert asked(Reads(), ask, Exploring("no rule move passes the checks")).yields == "no rule move passes the checks"
+    assert asked(Seen(), ask, Exploring("no rule move passes the checks")).yields == "propose"
+    assert asked(Reads(), ask).yields == "propose"
