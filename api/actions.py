@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.planner.candidates import change_words
+from agent.planner import change_words
 from api import permissions
 from api.auth import Principal
 from api.chat import HELP, Intent

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from agent.loop.progress import Progress, Ranking
+from core.evidence_parts import Drift
 from state import snapshots
 from state.reasons import check_reason
 
@@ -133,9 +134,9 @@ class ExperimentOut(BaseModel):
     summary: dict[str, Any] | None = None
     run_dir: str | None = Field(None, description="the experiment's directory under the service's runs root, once "
                                                   "it ran (`tuneloop load export` and `load summarize` take it)")
-    drift: dict[str, Any] | None = Field(None, description="a real run of a target with a calibrated profile: the "
-                                                           "simulator's prediction of its station beside the measured "
-                                                           "output tok/s and mean TPOT, and whether it drifted")
+    drift: Drift | None = Field(None, description="a real run of a target with a calibrated profile: the "
+                                                  "simulator's prediction of its station beside the measured "
+                                                  "output tok/s and mean TPOT, and whether it drifted")
 
 
 class PhaseOut(BaseModel):

@@ -14,7 +14,7 @@ from typing import Any, Callable, Protocol
 
 from tenacity import RetryCallState, Retrying, stop_after_attempt, wait_exponential
 
-from agent.planner.candidates import change_words
+from agent.planner import change_words
 from agent.loop.session import make_planner, run_session
 from api.failures import describe, failure_reason, is_transient
 from api.settings import Settings

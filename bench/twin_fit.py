@@ -121,7 +121,7 @@ def figure_errors(goal: Any, valid: list[Any], twins: Any) -> dict[str, list[flo
 def one(case: Any, seed: int, work: Path) -> dict[str, Any]:
     from agent.loop.record import build_history
     from agent.loop.session import run_session
-    from agent.planner.twin import runs_of
+    from agent.planner import runs_of
     from core import profiles
     from executor.phases import ExecSettings
     from executor.runner import Executor

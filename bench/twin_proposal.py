@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from agent.loop.record import build_history
     from agent.loop.session import run_session
-    from agent.planner import twin as tw
-    from agent.planner.deterministic import candidates, diagnosis_for
+    from agent.planner import candidates, diagnosis_for
+    from agent.planner import twin as tw  # the twin's fidelity and search, what this bench times
     from executor.twin import Twins, prior_of
     from executor.targets import builtin_sim
     from state.store import Store

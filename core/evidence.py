@@ -8,21 +8,14 @@ model does not name (a newer digest's) are kept as they came, so a record read a
 """
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from core.evidence_parts import Breakdown, Drift, ExpertLoad, Profile, ProfileSummary, number
 
-def number(v: Any) -> float | None:
-    """A figure as a float, or None where it is missing or not a number (NaN, a boolean, text)."""
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
+__all__ = ["Breakdown", "Drift", "Evidence", "ExpertLoad", "KvTransfer", "Num", "Profile", "ProfileSummary",
+           "number"]
 
 
 Num = Annotated[float | None, BeforeValidator(number)]
@@ -84,8 +77,8 @@ class Evidence(BaseModel):
     # ({role: {figure: {max_over_mean, max, min}}}): executor/evidence_instances.py
     instances: dict[str, dict[str, Any]] | None = None
     instance_spread: dict[str, dict[str, Any]] | None = None
-    # MoE expert load: {role: {"per_rank": [shares], "max_over_mean": x}}
-    expert_load: dict[str, dict[str, Any]] | None = None
+    # MoE expert load by role (executor/evidence_decode.py)
+    expert_load: dict[str, ExpertLoad] | None = None
     expert_load_spread: Num = None
     # prefill batches (the scheduler's records, or vLLM's iteration-tokens histogram)
     prefill_batch_reqs_mean: Num = None
@@ -93,16 +86,11 @@ class Evidence(BaseModel):
     prefill_tail_batch_share: Num = None  # batches under 1/8 of the token budget
     prefill_batch_source: str | None = None
     # the latency breakdown by role (the simulator's, or a profile's): {role: {stage: seconds}}
-    breakdown: dict[str, Any] = Field(default_factory=dict)
+    breakdown: Breakdown = Field(default_factory=Breakdown)
     samples: int = 0
     n_prefill_batches: int = 0
     concurrency: int | None = None  # the run's client cap C
     # added after the digest by the executor's collect phase
-    profile: dict[str, Any] | None = None  # a profile capture's summary
-    drift: dict[str, Any] | None = None  # the calibrated simulator's prediction against this run
+    profile: Profile | None = None  # a profile capture's summary (the simulator's: its breakdown)
+    drift: Drift | None = None  # the calibrated simulator's prediction against this run
     error: str | None = None  # the digest failed: the evidence is advisory, its absence never fails collection
-
-    def role_breakdown(self, role: str) -> dict[str, Any] | None:
-        """The breakdown of one role (prefill, decode, mixed), or None."""
-        got = self.breakdown.get(role)
-        return got if isinstance(got, dict) else None

@@ -125,6 +125,10 @@ class GoalView:
         """The limit prefill queueing moves: the tightest TTFT/E2E limit."""
         return binding(tuple(x for x in self.limits if x.prefill_side), s)
 
+    def broken(self, s: Summary | None) -> tuple[Limit, ...]:
+        """The limits a run breaks (as the goal's SLO violations name them): unmeasured, or not strictly under."""
+        return tuple(x for x in self.limits if not x.kept(x.figure(s)))
+
     def excess(self, s: Summary | None) -> float:
         """How far the run breaks its worst limit, relative (0 when every limit holds or none is measured)."""
         worst = 0.0

@@ -14,6 +14,8 @@ from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from core.evidence_parts import Drift
+
 # a target's default `drift_threshold`; the pre-screen's interval around a simulated effect is the same gap
 DRIFT_THRESHOLD = 0.15  # the relative gap between a calibrated simulator's prediction and a run that flags drift
 Source = Literal["value_model", "explorer", "simulator", "twin"]
@@ -113,16 +115,16 @@ def relative(new: float | None, old: float | None) -> float | None:
     return new / old - 1.0
 
 
-def drift_line(d: dict[str, Any] | None) -> str | None:
+def drift_line(d: Drift | None) -> str | None:
     """One line for the card, the report and STATE.md from a run's drift record (executor.drift)."""
-    if not d:
+    if d is None:
         return None
-    if "error" in d:
-        return f"DRIFT: {d['error']} — {d['suggestion']}"
-    p, m, dr = d["predicted"], d["measured"], d["drift"]
+    if d.error is not None or d.predicted is None or d.measured is None or d.drift is None:
+        return f"DRIFT: {d.error} — {d.suggestion}"
+    p, m, dr = d.predicted, d.measured, d.drift
     fig = lambda v, f: "—" if v is None else f.format(v)  # noqa: E731
-    text = (f"simulator ({d['profile']}) predicted {fig(p['output_tok_s'], '{:.1f}')} tok/s, "
-            f"TPOT {fig(p['tpot_mean_ms'], '{:.1f}')} ms; measured {fig(m['output_tok_s'], '{:.1f}')} tok/s, "
-            f"TPOT {fig(m['tpot_mean_ms'], '{:.1f}')} ms (drift {fig(dr['output_tok_s'], '{:+.0%}')} / "
-            f"{fig(dr['tpot_mean_ms'], '{:+.0%}')}, limit {d['threshold']:.0%})")
-    return ("DRIFT: " + text + " — " + d["suggestion"]) if d["flagged"] else "drift within limit: " + text
+    text = (f"simulator ({d.profile}) predicted {fig(p.output_tok_s, '{:.1f}')} tok/s, "
+            f"TPOT {fig(p.tpot_mean_ms, '{:.1f}')} ms; measured {fig(m.output_tok_s, '{:.1f}')} tok/s, "
+            f"TPOT {fig(m.tpot_mean_ms, '{:.1f}')} ms (drift {fig(dr.output_tok_s, '{:+.0%}')} / "
+            f"{fig(dr.tpot_mean_ms, '{:+.0%}')}, limit {d.threshold:.0%})")
+    return ("DRIFT: " + text + " — " + str(d.suggestion)) if d.flagged else "drift within limit: " + text

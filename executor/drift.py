@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.evidence_parts import Drift
 from core.ledger import drift_line  # noqa: F401  (the one wording, re-exported)
 from core.summary import Summary
 from core.trial import TrialSpec
@@ -14,7 +15,7 @@ from executor.transports.sim import predict_station
 FIGURES = ("output_tok_s", "tpot_mean_ms")
 
 
-def drift_check(target: Target, spec: TrialSpec, summary: Summary | None, run_dir: str) -> dict[str, Any] | None:
+def drift_check(target: Target, spec: TrialSpec, summary: Summary | None, run_dir: str) -> Drift | None:
     """The drift record of one measured run, or None when the target has no calibrated profile (or is the sim)."""
     if target.kind == "sim" or not target.calibrated_profile or summary is None:
         return None
@@ -23,8 +24,9 @@ def drift_check(target: Target, spec: TrialSpec, summary: Summary | None, run_di
         pred = predict_station(target.calibrated_profile, spec.scenario, spec.knobs, spec.n, warmup=spec.warmup,
                                seed=spec.seed)
     except Exception as e:  # a profile that cannot predict this station: said, never a silent pass
-        return base | {"error": f"{type(e).__name__}: {e}", "flagged": True,
-                       "suggestion": "the calibrated profile cannot predict this station: re-calibrate"}
+        return Drift.model_validate(base | {"error": f"{type(e).__name__}: {e}", "flagged": True,
+                                            "suggestion": "the calibrated profile cannot predict this station: "
+                                                          "re-calibrate"})
     measured = {"output_tok_s": summary.whole.output_tok_s if summary.whole else None,
                 "tpot_mean_ms": summary.tpot_ms.mean}
     drift = {k: (pred[k] / measured[k] - 1.0) if pred.get(k) is not None and measured[k] else None for k in FIGURES}
@@ -36,4 +38,4 @@ def drift_check(target: Target, spec: TrialSpec, summary: Summary | None, run_di
         out["suggestion"] = (f"the simulator's prediction is off by {worst:.0%} (limit {target.drift_threshold:.0%}): "
                              if worst is not None else "no figure to compare: ") + \
             f"re-calibrate, e.g. tuneloop sim calibrate {run_dir} --base {target.calibrated_profile} --out PROFILE.yaml"
-    return out
+    return Drift.model_validate(out)

@@ -12,6 +12,7 @@ from typing import Any
 
 from core import records as rec
 from core.evidence import Evidence
+from core.evidence_parts import profile_of
 from core.summary import Reason, Summary, Verdict
 from core.trial import TrialResult
 from executor.collect import VERDICT, CollectionError, summarize_run
@@ -57,7 +58,7 @@ class CollectPhases:
             verdict, error = handoff, handoff.reasons[0].message
             rec.write_atomic(run_dir / VERDICT, verdict.model_dump_json(indent=1))  # the run directory agrees
         if profile:
-            evidence = evidence.model_copy(update={"profile": profile.get("summary")})
+            evidence = evidence.model_copy(update={"profile": profile_of(profile.get("summary"))})
         drift = drift_check(self.target, self.spec, summary, str(run_dir)) if verdict.kind == "valid" else None
         if drift is not None:  # a real run of a target with a calibrated profile: the simulator predicted it too
             evidence = evidence.model_copy(update={"drift": drift})

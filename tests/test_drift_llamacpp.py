@@ -79,12 +79,12 @@ def test_a_profile_thirty_percent_off_raises_the_drift_flag_on_the_first_real_ru
         assert result.verdict.kind == "valid", result.verdict
         d = result.evidence.drift
         m = result.summary
-        assert d["measured"] == {"output_tok_s": m.whole.output_tok_s, "tpot_mean_ms": m.tpot_ms.mean}
-        assert d["predicted"]["tpot_mean_ms"] < d["measured"]["tpot_mean_ms"]  # a 30 % too fast profile
-        assert d["flagged"] is True and d["worst"] > 0.15 and d["threshold"] == 0.15
-        assert "re-calibrate" in d["suggestion"] and result.run_dir in d["suggestion"]
+        assert d.model_dump()["measured"] == {"output_tok_s": m.whole.output_tok_s, "tpot_mean_ms": m.tpot_ms.mean}
+        assert d.predicted.tpot_mean_ms < d.measured.tpot_mean_ms  # a 30 % too fast profile
+        assert d.flagged is True and d.worst > 0.15 and d.threshold == 0.15
+        assert "re-calibrate" in d.suggestion and result.run_dir in d.suggestion
         # the suggested re-calibration, run as worded: closer on the same run than the wrong profile, TPOT within limit
-        cmd = shlex.split(d["suggestion"].split("e.g. ", 1)[1])
+        cmd = shlex.split(d.suggestion.split("e.g. ", 1)[1])
         assert cmd[:4] == ["tuneloop", "sim", "calibrate", result.run_dir] and cmd[-2:] == ["--out", "PROFILE.yaml"]
         recal = tmp_path / "recal.yaml"
         proc = subprocess.run([str(TUNELOOP), *cmd[1:-1], str(recal)], capture_output=True, text=True, timeout=600)
@@ -94,7 +94,7 @@ def test_a_profile_thirty_percent_off_raises_the_drift_flag_on_the_first_real_ru
         right = drift_check(tgt.model_copy(update={"calibrated_profile": str(recal)}),
                             _trial(res.run_id, "llama-drift", STATION, n=m.n_formal).model_copy(update={"warmup": 2}),
                             m, result.run_dir)
-        assert right["worst"] < d["worst"] and abs(right["drift"]["tpot_mean_ms"]) < d["threshold"], (right, d)
+        assert right.worst < d.worst and abs(right.drift.tpot_mean_ms) < d.threshold, (right, d)
     finally:
         store.close()
     state = next((tmp_path / "runs").glob("*/STATE.md")).read_text()

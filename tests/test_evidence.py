@@ -52,7 +52,7 @@ def test_digest_queue_and_batch_evidence():
     assert d.prefill_batch_reqs_mean == pytest.approx(4 / 3)
     assert d.prefill_batch_tokens_mean == pytest.approx(16392 / 3)
     assert d.prefill_tail_batch_share == pytest.approx(1 / 3)
-    assert d.breakdown == {"prefill": {"compute": 1.0}} and d.spec_accept_length is None
+    assert d.breakdown.model_dump() == {"prefill": {"compute": 1.0}} and d.spec_accept_length is None
 
 
 def test_queues_are_summed_per_role_per_scrape_round():
@@ -80,7 +80,7 @@ def test_digest_missing_evidence_is_none_and_spec_acceptance_from_counters():
     d = digest([], [], None, None, None)
     assert all(v is None for v in (d.prefill_waiting_mean, d.decode_running_max, d.kv_usage_max,
                                    d.prefill_tail_batch_share, d.decode_batch_limit))
-    assert d.kv_transfer is None and d.spec_accept_per_position is None and d.breakdown == {}
+    assert d.kv_transfer is None and d.spec_accept_per_position is None and d.breakdown.model_dump() == {} and not d.breakdown
     mk = lambda t, dr, ac: S(t, "decode", {"vllm:spec_decode_num_drafts_total": dr,  # noqa: E731
                                            "vllm:spec_decode_num_accepted_tokens_total": ac})
     assert digest([mk(0, 100, 150), mk(1, 300, 450)], [], {}, None, {}).spec_accept_length == 2.5

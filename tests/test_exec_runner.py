@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from core.evidence import Breakdown
 from core.journal import as_record
 from core.trial import PHASES, TrialSpec
 from executor.phases import ExecSettings
@@ -163,7 +164,7 @@ def test_restore_redeploys_the_frozen_station(ex, scenario):
 
 def test_profile_capture_returns_the_sim_breakdown(ex, scenario):
     r = ex.run_trial(spec(scenario, "pc", profile_capture=True))
-    assert r.verdict.kind == "valid" and isinstance(r.evidence.profile, dict) and r.evidence.profile
+    assert r.verdict.kind == "valid" and isinstance(r.evidence.profile, Breakdown) and r.evidence.profile.role("decode")
     assert "profile" in {c.what for c in r.costs}
     assert ("profile", "outcome", "ok") in [(x.phase, x.event, x.status) for x in journal(ex, "pc")]
 

@@ -208,3 +208,25 @@ def test_hot_moves_run_while_the_best_is_warm_and_a_measured_station_is_never_ru
     back = screen("request_rate", 6.0, parent=best)  # back to the start: measured at N=320 already
     h = history(outs + [outcome(baseline(best), summary(), "reference")], best=best, budget=400.0, experiments=40)
     assert any(r.kind is RefusalKind.MEASURED for r in check(back, h))
+
+
+def test_decode_only_reads_the_limits_a_run_breaks_not_the_words_of_its_violations():
+    """A run broke only decode-side limits when every violation recorded is a limit its summary breaks, each on the
+    decode side: a broken TTFT limit, or a contract's violation beside a broken TPOT limit, is not decode-only."""
+    from types import SimpleNamespace as NS
+
+    from agent.planner.recovery import decode_only
+    from core.goalview import GoalView, limit_of
+
+    view = GoalView(metric="output_tok_s", window="whole",
+                    limits=(limit_of("tpot_mean_ms_lt", 30.0), limit_of("ttft_p99_ms_lt", 2000.0)))
+
+    def run(tpot: float, ttft: float, violations: list[str]):
+        s = NS(tpot_ms=NS(mean=tpot), ttft_ms=NS(p99=ttft))
+        return NS(summary=s, figures=NS(slo_violations=violations))
+
+    assert decode_only(run(35.0, 900.0, ["tpot_mean_ms_lt: tpot mean 35.000 ms is not below 30 ms"]), view)
+    assert not decode_only(run(35.0, 2500.0, ["tpot_mean_ms_lt: ...", "ttft_p99_ms_lt: ..."]), view)
+    assert not decode_only(run(35.0, 900.0, ["tpot_mean_ms_lt: ...", "all_succeed: 3 requests failed"]), view)
+    assert not decode_only(run(25.0, 900.0, []), view)
+    assert not decode_only(NS(summary=None, figures=NS(slo_violations=["tpot_mean_ms_lt: ..."])), view)

@@ -130,15 +130,15 @@ def test_expert_load_spread_larger_under_the_default_placement_than_static(tmp_p
     dyn = _digest(tmp_path, "qwen3-235b-h800-p8d8", "chat2k-out1k", {"expert_layout": "none"})
     sta = _digest(tmp_path, "qwen3-235b-h800-p8d8", "chat2k-out1k", {"expert_layout": "static_eplb"})
     for ev in (dyn, sta):
-        per = ev.expert_load["decode"]["per_rank"]
+        per = ev.expert_load["decode"].per_rank
         assert len(per) == 8 and sum(per) == pytest.approx(1.0)
         assert ev.expert_load_spread == pytest.approx(max(per) * len(per))
     assert dyn.expert_load_spread == pytest.approx(1.45, rel=1e-6)
     assert sta.expert_load_spread == pytest.approx(1.06, rel=1e-6)
-    share = {n: ev.breakdown["decode"]["imbalance_s"] / ev.breakdown["decode"]["elapsed_s"]
+    share = {n: ev.breakdown.role("decode").seconds("imbalance_s") / ev.breakdown.role("decode").seconds("elapsed_s")
              for n, ev in (("dyn", dyn), ("sta", sta))}
     assert share["dyn"] > 1.5 * share["sta"] > 0
-    bd = dyn.breakdown["decode"]  # a partition of the role's instance-seconds, every term >= 0 under a large skew
+    bd = dyn.breakdown.role("decode").raw  # a partition of the role's instance-seconds, every term >= 0 under a large skew
     parts = ("compute_s", "communication_s", "scheduling_s", "imbalance_s", "draft_s", "idle_s")
     assert min(bd[p] for p in parts) >= 0 and bd["compute_s"] > 0
     assert sum(bd[p] for p in parts) == pytest.approx(bd["elapsed_s"] * bd["instances"], rel=1e-6)
@@ -147,7 +147,7 @@ def test_expert_load_spread_larger_under_the_default_placement_than_static(tmp_p
     assert 1.0 < small.expert_load_spread < 1.05
     dense = _digest(tmp_path, "llama31-8b-910b-p1d1", "chat2k-out512-agent", {}, n=32)
     assert dense.expert_load is None and dense.expert_load_spread is None
-    assert dense.breakdown["decode"]["imbalance_s"] == 0.0
+    assert dense.breakdown.role("decode").seconds("imbalance_s") == 0.0
 
 
 def test_each_expert_layout_has_its_skew_in_the_simulator():
@@ -194,7 +194,7 @@ def test_every_library_profile_runs_a_trial_through_the_executor(tmp_path, profi
     assert r.summary is not None and r.summary.n_ok == 24
     ev = r.evidence
     assert set(Evidence.model_fields) <= set(ev.model_dump())  # every field explicit, None where missing
-    assert {"imbalance_s", "draft_s"} <= set(ev.breakdown["decode"])
+    assert {"imbalance_s", "draft_s"} <= set(ev.breakdown.role("decode").raw)
     k = prof.knobs({}, start=True)
     spec_on = k["speculative_method"] != "none" and int(k["num_speculative_tokens"]) > 0
     assert (ev.spec_accept_per_position is not None) == spec_on

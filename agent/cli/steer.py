@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
 
 from agent.loop.session import default_store_url
 
+if TYPE_CHECKING:  # the store is only annotated here
+    from state.workqueue import QueueStore
+
 DbOpt = typer.Option(None, "--db", help="store URL (default $TUNELOOP_DB or sqlite:///.tuneloop/tuneloop.db)")
 
 
 @contextmanager
-def steering_store(db: Optional[str], what: str, errors: tuple[type[BaseException], ...]) -> Iterator[Any]:
+def steering_store(db: Optional[str], what: str, errors: tuple[type[BaseException], ...]) -> Iterator[QueueStore]:
     """The store for one steering command; an error it names ends the command with exit 1 and the reason."""
     from state.workqueue import QueueStore
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 from langgraph.types import Command
 
 from agent.loop import approval
-from agent.planner import (CandidateCard, DeterministicPlanner, Figures, History, Planner, carry_diagnosis,
+from agent.planner import (CandidateCard, DeterministicPlanner, Figures, Fitter, History, Planner, carry_diagnosis,
                            closes_hypothesis, diagnosis_for, estimate, judge_run, observed, predict, wants_profile,
                            with_attempt)
 from agent.loop.record import (CHANGED, KIND, OPEN_STATUSES, build_history, card_of, card_record, conditions,
@@ -49,7 +49,7 @@ class Loop:
     on_event: Callable[[str, dict[str, Any]], None] = lambda phase, info: None
     state_file: Any = None  # callable(store, goal_id, **info) that rewrites STATE.md
     notes: list[str] = field(default_factory=list)
-    twin: Callable[[tuple[str, ...]], Any] | None = None  # the goal's twin fitter (agent/planner/twin.py), if any
+    twin: Fitter | None = None  # the goal's twin fitter (agent/planner/twin_fit.py), if any
 
     # -- helpers -------------------------------------------------------------------------------------
     _history: History | None = field(default=None, repr=False)

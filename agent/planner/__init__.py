@@ -27,7 +27,8 @@ _HOME = {  # public name -> the module that holds it
     "check": "checks", "estimate": "checks", "with_attempt": "checks",
     "CostModel": "costs", "Diagnosis": "diagnosis", "wants_profile": "diagnosis",
     "Figures": "history", "History": "history", "Negative": "history", "Outcome": "history", "Veto": "history",
-    "QualityFailure": "history", "judge_run": "judgement", "observed": "prediction", "predict": "prediction", "runs_of": "twin",
+    "QualityFailure": "history", "judge_run": "judgement", "observed": "prediction", "predict": "prediction",
+    "runs_of": "twin", "Fitter": "twin_fit", "TwinFit": "twin_fit",
 }
 _RENAMED = {"judge_run": "decide"}  # the front door's name where the module's own would be ambiguous
 __all__ = sorted(_HOME)
@@ -58,3 +59,4 @@ if TYPE_CHECKING:  # the names as a type checker sees them
     from agent.planner.prediction import observed, predict
     from agent.planner.prescreen import Prescreened, calibrated
     from agent.planner.twin import runs_of
+    from agent.planner.twin_fit import Fitter, TwinFit

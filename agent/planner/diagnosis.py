@@ -26,7 +26,7 @@ from agent.planner.rules.spec_acceptance import draft_cost, positions
 from core.goalview import Limit, binding
 from core.knobs import DRAFT_WIDTH, by_role
 from core.summary import Summary
-from core.evidence import Evidence, number
+from core.evidence import Evidence
 
 HYPOTHESES: tuple[str, ...] = NAMES
 SEPARATION = 0.15  # two supported hypotheses closer than this cannot be told apart from queues alone
@@ -122,8 +122,8 @@ def diagnose(summary: Summary | None, evidence: Evidence | dict[str, Any] | None
 
 
 def _busy(ev: Evidence, role: str) -> float | None:
-    d = ev.breakdown.get(role)
-    return number(d.get("busy_share")) if isinstance(d, dict) else None
+    d = ev.breakdown.role(role)
+    return d.busy_share if d is not None else None
 
 
 def wants_profile(diag: Any, card: CandidateCard, history: History) -> bool:

@@ -12,6 +12,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
 from agent.planner.cards import CandidateCard, station_hash
 from agent.planner.costs import CostModel
 from agent.planner.refusals import Refusal, RefusalKind
+from agent.planner.twin_fit import Fitter
 from core.canonical import canon
 from core.knobs import catalog
 from core.evidence import Evidence
@@ -174,7 +175,7 @@ class History(BaseModel):
     _diagnosed: bool = PrivateAttr(default=False)
     # the goal's twin fitter (agent/planner/twin.py: run ids -> a fit, or why not), handed over by the loop; a copy
     # keeps it (it is the same deployment's)
-    _twin: Any = PrivateAttr(default=None)
+    _twin: Fitter | None = PrivateAttr(default=None)
 
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> "History":
         """A copy is another history: its diagnosis is computed afresh (pydantic would copy the cached one)."""
@@ -184,11 +185,11 @@ class History(BaseModel):
         return out
 
     @property
-    def twin(self) -> Any:
+    def twin(self) -> Fitter | None:
         """The goal's twin fitter (None: no twin for this goal)."""
         return self._twin
 
-    def with_twin(self, fitter: Any) -> "History":
+    def with_twin(self, fitter: Fitter | None) -> "History":
         """This history, with the goal's twin fitter set (the loop's, once per iteration)."""
         self._twin = fitter
         return self

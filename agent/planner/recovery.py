@@ -99,11 +99,12 @@ def window_recovery(history: History) -> CandidateCard | None:
     return None
 
 
-def decode_only(figures, view: GoalView) -> bool:  # type: ignore[no-untyped-def]
-    """The run broke the SLO on decode-side latency limits (mean TPOT, a TPOT or ITL tail) and on nothing else."""
-    v = figures.slo_violations if figures is not None else []
-    keys = tuple(f"{x.key}:" for x in view.limits if x.side == "decode")
-    return bool(v) and bool(keys) and all(x.startswith(keys) for x in v)
+def decode_only(o: Outcome, view: GoalView) -> bool:
+    """The run broke the SLO on decode-side latency limits (mean TPOT, a TPOT or ITL tail) and on nothing else: every
+    violation recorded is one of the limits its summary breaks (none is a contract's), each on the decode side."""
+    v = o.figures.slo_violations if o.figures is not None else []
+    broken = view.broken(o.summary) if o.summary is not None else ()
+    return bool(v) and len(broken) == len(v) and all(x.side == "decode" for x in broken)
 
 
 def batch_cap_available(history: History) -> bool:
@@ -138,7 +139,7 @@ def latency_recovery(history: History) -> CandidateCard | None:
         c = o.card.change
         if o.card.stage == "baseline" or o.verdict != "valid" or c is None:
             continue
-        if o.decision != "negative" or not decode_only(o.figures, view) or o.card.parent_knobs_hash != history.best_knobs_hash:
+        if o.decision != "negative" or not decode_only(o, view) or o.card.parent_knobs_hash != history.best_knobs_hash:
             return None  # only the latest judged experiment, and only a load move that broke decode latency alone
         if role_of(c.knob) not in LOAD_UP or c.old is None or not (c.new is None or c.new > c.old):
             return None

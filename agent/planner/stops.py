@@ -14,7 +14,7 @@ from agent.planner.candidates import CandidateCard
 from agent.planner.diagnosis import Diagnosis
 from agent.planner.history import History
 from agent.planner.plan import Plan, PlanRow, Stop, StopKind
-from agent.planner.proposers import Asking, Proposed, of_phase
+from agent.planner.proposers import Asking, Exploring, Proposed, of_phase
 from agent.planner.proposers.guarded import asked
 from agent.planner.refusals import GONE, RefusalKind
 from agent.planner.value import MIN_VALUE, Value
@@ -37,7 +37,7 @@ def explore_or_stop(history: History, diag: Diagnosis | None, ranked: list[PlanR
     props: list[Proposed] = []
     told = 0
     for proposer in of_phase("explore"):  # the explore-phase proposers (the explorer), pooled in registry order
-        got = asked(proposer, Asking(history, diag, why_rules=why, restage=restage))
+        got = asked(proposer, Asking(history, diag), Exploring(why, restage))
         props, told = props + got.moves, max(told, got.told)
     infeasible = best_infeasible(history)
     best_ei = max((p.prediction.ei_pct for p in props if p.prediction is not None), default=0.0)

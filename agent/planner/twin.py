@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
 
 from agent.planner.history import History, Outcome
 from agent.planner.judgement import CLEAR_LOSS
+from agent.planner.twin_fit import Fitter, TwinFit  # noqa: F401  (what the planner reads from the twin)
 from agent.planner.twin_space import (  # noqa: F401  (the twin's search, read through this module)
     OBJECTIVE_KEY, STATIONS_PER_PROPOSAL, Search, Station, figures, gain, predicted, prediction_of, runnable,
     search,
@@ -37,20 +37,6 @@ from core.ledger import DRIFT_THRESHOLD
 MISSES_TO_YIELD = 2  # misses in a row before the twin hands the lead over (one miss refits it with the run it missed)
 ERRORS_SHOWN = 3  # a card shows the twin's errors on the goal's last three runs (the rest are in the ledger)
 PRIOR_INTERVAL = DRIFT_THRESHOLD  # before any run was predicted: the error at which a calibrated simulator is off
-
-
-class TwinFit(Protocol):
-    """One fit of the twin (executor.twin.Twin): `predict(...)["summary"]` is the station's predicted Summary."""
-
-    runs: tuple[str, ...]
-
-    def predict(self, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0, seed: int = 0,
-                slos: dict[str, float] | None = None, native: tuple[int, float] | None = None) -> dict[str, Any]: ...
-
-    def coefficients(self) -> dict[str, tuple[float, float | None, str]]: ...
-
-
-Fitter = Callable[[tuple[str, ...]], "TwinFit | str"]  # run ids -> the twin fitted on them, or why not
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from agent.planner.accepted import accepted
 from agent.planner.encoded import Space
 from agent.planner.encoded import study as study_of
 from agent.planner.history import History
+from agent.planner.twin_fit import TwinFit
 from core.canonical import canon, digest, dumps
 from core.goalview import GoalView
 from core.summary import Summary
@@ -57,7 +58,7 @@ def figures(view: GoalView, s: Summary | None) -> dict[str, float | None]:
     return out
 
 
-def prediction_of(history: History, twin: Any, knobs: dict[str, Any], n: int) -> dict[str, Any]:
+def prediction_of(history: History, twin: TwinFit, knobs: dict[str, Any], n: int) -> dict[str, Any]:
     """The twin's prediction of one station at N = n, with the goal's SLOs and native-window rule."""
     goal, p = history.goal, history.goal.protocol
     return twin.predict(goal.scenario, knobs, n, p.warmup, p.seeds[0], slos=goal.view().slos() or None,
@@ -94,7 +95,7 @@ class Search:
     exhaustive: bool = False  # every station of the modelled space was predicted
 
 
-def predicted(history: History, twin: Any, knobs: dict[str, Any]) -> tuple[Station, tuple[str, ...]]:
+def predicted(history: History, twin: TwinFit, knobs: dict[str, Any]) -> tuple[Station, tuple[str, ...]]:
     """The twin's figures of one station at the goal's confirm N, and the knobs it does not model."""
     view = history.goal.view()
     got = prediction_of(history, twin, knobs, history.goal.protocol.confirm_n)
@@ -114,7 +115,7 @@ def runnable(history: History, knobs: dict[str, Any]) -> bool:
     return accepted(knobs, history.goal.engine) and history.quality_failed(knobs) is None
 
 
-def search(history: History, twin: Any, budget: int = STATIONS_PER_PROPOSAL) -> Search | None:
+def search(history: History, twin: TwinFit, budget: int = STATIONS_PER_PROPOSAL) -> Search | None:
     """The twin's optimum over the goal's space: exhaustive where the modelled space fits `budget`, else model-based
     (the best station's one-change neighbourhood, a seeded TPE study on the twin, a coordinate polish)."""
     goal = history.goal

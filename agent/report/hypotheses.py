@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.report.blocks import Block, Cell, Heading, Para, Table
+from core.evidence_parts import Drift
 from core.ledger import Interval, Scored, by_source, drift_line, median_abs_error
 
 
@@ -53,10 +54,10 @@ def section(rows: list[Scored]) -> list[Block]:
     return out
 
 
-def drift_paras(drifts: list[tuple[str, dict[str, Any] | None]]) -> list[Block]:
+def drift_paras(drifts: list[tuple[str, Drift | None]]) -> list[Block]:
     """A warning at the top of the report for each run whose simulator prediction drifted past the limit."""
     return [Para(f"Simulator drift in run {rid}: {drift_line(d)}", "drift flagged") for rid, d in drifts
-            if d and d.get("flagged")]
+            if d is not None and d.flagged]
 
 
 def predicted_negatives(notes: list[Any]) -> list[Block]:

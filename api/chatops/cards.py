@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agent.planner.candidates import change_words
+from agent.planner import change_words
 from agent.loop.progress import card_estimate, ranking
 
 if TYPE_CHECKING:  # the store is only annotated here
@@ -115,6 +115,18 @@ def outcome_text(decision: str, who: str, reason: str | None, card_hash: str) ->
     return f"{verb} by {who}, bound to card hash {card_hash}" + (f": {reason}" if reason else "")
 
 
+@dataclass(frozen=True)
+class Decided:
+    """A card once decided, as a chat shows it: the decision (which colours the card) and its line."""
+
+    decision: str  # approve | reject
+    text: str
+
+    @classmethod
+    def of(cls, decision: str, who: str, reason: str | None, card_hash: str) -> "Decided":
+        return cls(decision, outcome_text(decision, who, reason, card_hash))
+
+
 # ---- Slack Block Kit ---------------------------------------------------------------------------------------
 
 def esc(text: str) -> str:
@@ -166,14 +178,14 @@ def _button(v: CardView, decision: str, label: str, kind: str) -> dict[str, Any]
                                                          "card_hash": v.card_hash}}]}
 
 
-def feishu_card(v: CardView, outcome: str | None = None) -> dict[str, Any]:
+def feishu_card(v: CardView, outcome: Decided | None = None) -> dict[str, Any]:
     """The card as Feishu/Lark card JSON 2.0: markdown rows; while undecided a form with the reason input and
     Approve / Reject submit buttons (the callback carries the form's reason), once decided the outcome."""
     elements: list[dict[str, Any]] = [{"tag": "markdown", "content": f"**{label}**: {value}"}
                                       for label, value in v.rows]
     elements.append({"tag": "markdown", "content": f"goal {v.goal_id} · candidate {v.candidate_id}"})
     if outcome is not None:
-        elements.append({"tag": "markdown", "content": f"**{outcome}**"})
+        elements.append({"tag": "markdown", "content": f"**{outcome.text}**"})
     else:
         elements.append({"tag": "markdown", "content": "**The loop waits for your decision.**"})
         elements.append({"tag": "form", "name": "tuneloop_decide", "elements": [
@@ -182,5 +194,5 @@ def feishu_card(v: CardView, outcome: str | None = None) -> dict[str, Any]:
             _button(v, "approve", "Approve", "primary"), _button(v, "reject", "Reject", "danger")]})
     return {"schema": "2.0", "config": {"update_multi": True},
             "header": {"title": {"tag": "plain_text", "content": v.title},
-                       "template": "blue" if outcome is None else "green" if outcome.startswith("Approved") else "red"},
+                       "template": "blue" if outcome is None else "green" if outcome.decision == "approve" else "red"},
             "body": {"elements": elements}}

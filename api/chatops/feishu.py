@@ -194,11 +194,11 @@ def card_action(svc: Service, event: dict[str, Any]) -> dict[str, Any]:
         done = decided(svc, int(cid))
         if done is None:
             return _toast("error", why)
-        out = cards.outcome_text(done.decision, done.who, done.reason, done.card_hash)
+        was = cards.Decided.of(done.decision, done.who, done.reason, done.card_hash)
         return _toast("error", why) | {"card": {"type": "raw", "data": cards.feishu_card(
-            cards.view(svc.store, int(cid), done.card_hash), out)}}
-    out = cards.outcome_text(ap.decision, ap.who, ap.reason, ap.card_hash)
-    return _toast("success", out) | {"card": {"type": "raw", "data": cards.feishu_card(
+            cards.view(svc.store, int(cid), done.card_hash), was)}}
+    out = cards.Decided.of(ap.decision, ap.who, ap.reason, ap.card_hash)
+    return _toast("success", out.text) | {"card": {"type": "raw", "data": cards.feishu_card(
         cards.view(svc.store, int(cid), shown), out)}}
 
 

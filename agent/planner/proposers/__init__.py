@@ -3,7 +3,8 @@ reads this list at each ask) and ranks what they return by the same value per ca
 proposer is one module in this package and one line below."""
 from __future__ import annotations
 
-from agent.planner.proposers.base import PHASES, RULES_LED, Asking, Forecast, Phase, Proposals, Proposed, Proposer
+from agent.planner.proposers.base import (PHASES, RULES_LED, Asking, Exploring, Forecast, Phase, Proposals, Proposed,
+                                          Proposer)
 from agent.planner.proposers.coupled import CoupledPairs
 from agent.planner.proposers.explorer import Explorer
 from agent.planner.proposers.recoveries import LatencyRecovery, WindowRecovery
@@ -26,5 +27,5 @@ def of_phase(phase: Phase) -> tuple[Proposer, ...]:
 
 
 RECOVER, RANK, EXPLORE = of_phase("recover"), of_phase("rank"), of_phase("explore")  # as registered (the planner asks of_phase)
-__all__ = ["Asking", "EXPLORE", "Forecast", "PHASES", "PROPOSERS", "Phase", "Proposals", "Proposed", "Proposer", "RANK",
+__all__ = ["Asking", "EXPLORE", "Exploring", "Forecast", "PHASES", "PROPOSERS", "Phase", "Proposals", "Proposed", "Proposer", "RANK",
            "RECOVER", "RULES_LED", "of_phase"]

@@ -51,9 +51,15 @@ class Asking:
     diag: Diagnosis | None
     restart: float = 0.0  # card-hours of a restart at the screen N (the value model's cost scale)
     native_missing: bool = False  # the objective is read in the native window and the best run has none
-    # explore phase: why the ranked moves were not enough, and how a screen card is re-staged where a screen
-    # cannot serve (straight to the confirm N)
-    why_rules: str = ""
+
+
+@dataclass(frozen=True)
+class Exploring:
+    """What the explore phase tells its proposers besides the asking (`Proposer.explore`): why the ranked moves
+    were not enough (said on the cards), and how a screen card is re-staged where a screen cannot serve (straight
+    to the confirm N)."""
+
+    why_rules: str
     restage: Callable[[CandidateCard], CandidateCard] | None = None
 
 
@@ -102,3 +108,8 @@ class Proposer:
 
     def propose(self, asking: Asking) -> Proposals:
         raise NotImplementedError
+
+    def explore(self, asking: Asking, exploring: Exploring) -> Proposals:
+        """The explore phase's ask (a hook, as `Proposals`' are): a proposer that reads the explore context
+        overrides it; by default it is `propose`."""
+        return self.propose(asking)

@@ -29,7 +29,7 @@ from agent.planner.encoded import Space
 from agent.planner.encoded import study as study_of
 from agent.planner.history import History
 from agent.planner.pairs import build_pair
-from agent.planner.proposers.base import Asking, Proposals, Proposed, Proposer
+from agent.planner.proposers.base import Asking, Exploring, Proposals, Proposed, Proposer
 from agent.planner.screens import load_unchanged, screen_blind, to_confirm
 from agent.planner.tpot_fit import normal_cdf
 from agent.planner.value import INTERVAL_Z, PREDICTED_DIGITS, VALUE_DIGITS, Value, per_card_hour
@@ -248,5 +248,9 @@ class Explorer(Proposer):
     phase = "explore"
 
     def propose(self, asking: Asking) -> Proposals:
-        props, told = propose(asking.history, asking.why_rules, asking.restage)
+        """Asked outside the explore phase (no reason the rules ran out, no re-staging): the model's proposals."""
+        return self.explore(asking, Exploring(why_rules=""))
+
+    def explore(self, asking: Asking, exploring: Exploring) -> Proposals:
+        props, told = propose(asking.history, exploring.why_rules, exploring.restage)
         return Proposals(moves=[Proposed(p.card, p.value, p.prediction) for p in props], told=told)

@@ -9,7 +9,7 @@ proposer's judge that raises on one card leaves that card its own value (as for 
 from __future__ import annotations
 
 from agent.planner.candidates import CandidateCard
-from agent.planner.proposers.base import Asking, Proposals, Proposer
+from agent.planner.proposers.base import Asking, Exploring, Proposals, Proposer
 from agent.planner.value import Value
 
 REASON_CHARS = 300  # a raised message is kept to this many characters on a card (a traceback is not a reason)
@@ -21,10 +21,11 @@ def failure(name: str, e: Exception) -> str:
     return f"the {name} proposer failed ({type(e).__name__}: {msg}), so it proposes nothing this time"
 
 
-def asked(proposer: Proposer, asking: Asking) -> Proposals:
-    """The proposer's proposals, or, where it raises, none: it yields with the reason."""
+def asked(proposer: Proposer, asking: Asking, exploring: Exploring | None = None) -> Proposals:
+    """The proposer's proposals (its explore-phase ones where `exploring` is given), or, where it raises, none: it
+    yields with the reason."""
     try:
-        return proposer.propose(asking)
+        return proposer.propose(asking) if exploring is None else proposer.explore(asking, exploring)
     except Exception as e:  # noqa: BLE001 - any raise: the goal goes on with the other proposers
         return Proposals(yields=failure(proposer.name, e))
 

@@ -119,11 +119,8 @@ def decode_full(ev: Evidence) -> str | None:
 def role_terms(ev: Evidence, term: str) -> dict[str, float]:
     """Share of each role's accounted device time spent in one breakdown term (e.g. imbalance_s, draft_s)."""
     out: dict[str, float] = {}
-    for role, d in ev.breakdown.items():
-        if not isinstance(d, dict) or not isinstance(d.get(term), (int, float)):
-            continue
-        total = sum(float(v) for k, v in d.items() if k.endswith("_s") and k not in ("elapsed_s", "idle_s")
-                    and isinstance(v, (int, float)))
-        if total > 0:
-            out[str(role)] = float(d[term]) / total
+    for role, d in ev.breakdown.roles().items():
+        got, total = d.seconds(term), d.accounted_s
+        if got is not None and total > 0:
+            out[role] = got / total
     return out

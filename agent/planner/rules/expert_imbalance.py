@@ -53,7 +53,7 @@ def imbalance_loss(ev: Evidence) -> tuple[float | None, str | None]:
         share = terms["imbalance_s"]
         return share * UNRECORDED_SKEW, (f"breakdown: {share:.0%} of decode device time spent waiting on the most "
                                          f"loaded EP rank (no load record: half counted as layout skew)")
-    legacy = legacy_share(ev.breakdown)
+    legacy = legacy_share(ev.breakdown.root)
     if legacy is not None:
         return legacy, f"breakdown: {legacy:.0%} of device time lost to expert imbalance"
     return None, None
