@@ -34,7 +34,12 @@ class PrefillInstance:
         self.comm_s = 0.0
 
     def enqueue(self, req: SimRequest, est_uncached: int) -> None:
-        rank = min(range(len(self.queues)), key=lambda r: (self.load[r], len(self.queues[r]), r))
+        load, queues = self.load, self.queues
+        rank, key = 0, None  # the least (load, queue length, rank): min() over the ranks, without a key call each
+        for r in range(len(queues)):
+            k = (load[r], len(queues[r]), r)
+            if key is None or k < key:
+                rank, key = r, k
         req.rank = rank
         req.remaining = est_uncached
         self.queues[rank].append(req)
