@@ -40,6 +40,7 @@ class DecodeInstance:
         self.decay = decay
         # survival[i-1] = P(draft position i accepted) = Π_{j<=i} α·decay^(j-1)
         self.survival = np.cumprod(alpha * decay ** np.arange(k)) if k else np.zeros(0)
+        self._survival = self.survival.tolist()
         if decay == 1.0:
             self.al = (1 - alpha ** (k + 1)) / (1 - alpha) if k else 1.0  # expected tokens per step
         else:
@@ -256,7 +257,9 @@ class DecodeInstance:
         """Accepted drafts per position (0-based, as vLLM labels them): exact for finished requests, the
         survival times resident steps for running ones."""
         running = self.batch * self.step - self.sum_s0
-        return (np.asarray(self.accepted_pos, dtype=np.int64) + running * self.survival).tolist()
+        # what (np.asarray(accepted_pos, int64) + running * survival).tolist() gives, element by element: the
+        # whole counts converted to doubles, times and plus in the same order (a scrape reads it every second)
+        return [a + running * s for a, s in zip(self.accepted_pos, self._survival)]
 
     def expert_load(self) -> list[float]:
         """Routed token-expert assignments per EP rank so far (an expert-distribution record, per rank)."""

@@ -46,8 +46,9 @@ class PrefillInstance:
         self.load[rank] += est_uncached
 
     def waiting(self) -> int:
-        running = {id(r) for b in self.current for r, _ in b}
-        return sum(1 for q in self.queues for r in q if id(r) not in running)
+        """Queued requests not in the step in flight: a batch's requests stay in their rank's queue until the step
+        ends (end_step removes the finished ones and clears the step), each once, so a count suffices."""
+        return sum(map(len, self.queues)) - self.running()
 
     def running(self) -> int:
         return sum(len(b) for b in self.current)
