@@ -83,21 +83,28 @@ def decode_steps(run: Run, index: int) -> np.ndarray:
     rows: list[tuple[float, float, float, int]] = []
     run.shared_steps = shared >= 0.5 or all(len(v) == 1 for v in owners.values()) and _serial(recs)
     if run.shared_steps:
-        prev: dict[tuple[int, float], tuple[float, int]] = {}  # (request, step end) -> (step start, tokens before)
+        # (request, step end) -> (step start, its KV: prompt + tokens before)
+        prev: dict[tuple[int, float], tuple[float, int]] = {}
         many: set[float] = set()  # step ends where some request's chunk is more than one step
+        most = run.k + 1
         for i, r in enumerate(recs):
-            toks = r.chunk_tokens or [1] * len(r.chunk_times)
-            done = 0
-            for j in range(1, len(r.chunk_times)):
-                prev[(i, r.chunk_times[j])] = (r.chunk_times[j - 1], done)
-                done += toks[j]
-                if toks[j] > run.k + 1:
-                    many.add(r.chunk_times[j])
+            ts = r.chunk_times
+            toks = r.chunk_tokens or [1] * len(ts)
+            kv = r.n_in or 0
+            for j in range(1, len(ts)):
+                prev[(i, ts[j])] = (ts[j - 1], kv)
+                kv += toks[j]
+                if toks[j] > most:
+                    many.add(ts[j])
         for t, who in owners.items():
             if t in many:
                 continue
-            start = max(prev[(i, t)][0] for i in who)  # one start in a shared step
-            kv = sum((recs[i].n_in or 0) + prev[(i, t)][1] for i in who)
+            if len(who) == 1:
+                start, kv = prev[(who[0], t)]
+            else:
+                got = [prev[(i, t)] for i in who]
+                start = max([s for s, _ in got])  # one start in a shared step
+                kv = sum([k for _, k in got])  # whole token counts: the same integer in any order
             rows.append((t - start, float(len(who)), float(kv), len(rows)))
     else:
         inst = max(1, int(run.knobs["num_decode_instances"]))

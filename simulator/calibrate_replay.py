@@ -104,7 +104,7 @@ def simulate(rp: Replay, prof: Profile, seed: int = 0) -> tuple[np.ndarray, np.n
     run = rp.run
     knobs = dict(run.knobs) | {"concurrency": int(run.info.concurrency), "request_rate": float(run.info.request_rate)}
     out = engine.simulate(prof, rp.scenario, knobs, n=len(rp.offsets), warmup=rp.warmup, seed=seed,
-                          requests=rp.specs, offsets=rp.offsets)
+                          requests=rp.specs, offsets=rp.offsets, observe=False)
     by_id = {r.id: r for r in out.records}
     ttft = np.array([by_id[i].chunk_times[0] - by_id[i].t_send for i in rp.ids])
     dec = np.array([by_id[i].chunk_times[-1] - by_id[i].chunk_times[0] for i in rp.dec_ids])

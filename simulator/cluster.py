@@ -75,6 +75,7 @@ class Cluster:
         self.finished: list[SimRequest] = []  # drained by batch mode
         self._streaming: dict[int, SimRequest] = {}
         self.batches: list[PrefillBatch] = []
+        self.log_batches = True  # False: no PrefillBatch per step (a run read for its records alone)
         self.submitted = 0
 
     # -- public API -------------------------------------------------------------------------
@@ -145,9 +146,11 @@ class Cluster:
         return self._scaled[self._jit_i & 4095]
 
     def _process_next(self) -> float:
-        t0 = self._heap[0][0]
-        while self._heap and self._heap[0][0] == t0:
-            t, _, kind, x = heapq.heappop(self._heap)
+        heap = self._heap
+        pop = heapq.heappop
+        t0 = heap[0][0]
+        while heap and heap[0][0] == t0:
+            t, _, kind, x = pop(heap)
             self.now = t
             if kind == "d":
                 self._decode_step(x, t)
@@ -194,27 +197,30 @@ class Cluster:
         inst = self.prefill[i]
         t_start = inst.step_start
         done, log = inst.end_step()
-        for name, chunks in log:
-            self.batches.append(construct(PrefillBatch, t_start=t_start, t_end=t, instance=name, n_reqs=len(chunks),
-                                          n_tokens=sum(chunks), chunks=chunks))
-        tr = self.profile.transfer
-        for req in done:
-            req.t_prefill_end = t
-            j, least = 0, None  # the least loaded decode instance, the first of equals
-            for jj, d in enumerate(self.decode):
-                load = d.batch + len(d.waiting) + d.inbound
-                if least is None or load < least:
-                    j, least = jj, load
-            req.d_inst = j
-            self.decode[j].inbound += 1
-            self._p_inflight[i] += 1
-            dt = tr.latency_s + req.n_in * tr.kv_bytes_per_token / (tr.bandwidth_gb_s * 1e9) * (1 - tr.overlap)
-            if tr.serial:  # the decode instance's link carries one KV transfer at a time: later ones queue
-                start = max(t, self._link_free[j])
-                self._link_free[j] = start + dt - tr.latency_s
-                self._push(start + dt, "x", req)
-            else:
-                self._push(t + dt, "x", req)
+        if self.log_batches:
+            for name, chunks in log:
+                self.batches.append(construct(PrefillBatch, t_start=t_start, t_end=t, instance=name,
+                                              n_reqs=len(chunks), n_tokens=sum(chunks), chunks=chunks))
+        if done:
+            tr = self.profile.transfer
+            decode, link_free = self.decode, self._link_free
+            for req in done:
+                req.t_prefill_end = t
+                j, least = 0, None  # the least loaded decode instance, the first of equals
+                for jj, d in enumerate(decode):
+                    load = d.batch + len(d.waiting) + d.inbound
+                    if least is None or load < least:
+                        j, least = jj, load
+                req.d_inst = j
+                decode[j].inbound += 1
+                self._p_inflight[i] += 1
+                dt = tr.latency_s + req.n_in * tr.kv_bytes_per_token / (tr.bandwidth_gb_s * 1e9) * (1 - tr.overlap)
+                if tr.serial:  # the decode instance's link carries one KV transfer at a time: later ones queue
+                    start = max(t, link_free[j])
+                    link_free[j] = start + dt - tr.latency_s
+                    self._push(start + dt, "x", req)
+                else:
+                    self._push(t + dt, "x", req)
         self._prefill_start(i, t)
 
     def _transfer_done(self, req: SimRequest, t: float) -> None:
@@ -252,8 +258,8 @@ class Cluster:
             for req in d.admit(t):
                 if req.s_end == req.s0:
                     self.finished.append(req)
-        self._jit_i += 1
-        end = d.start_step(t, self._scaled[self._jit_i & 4095])
+        jit = self._jit_i = self._jit_i + 1
+        end = d.start_step(t, self._scaled[jit & 4095])
         if end is None:
             return
         heap = self._heap

@@ -24,6 +24,8 @@ from simulator.experts import rank_shares
 from simulator.iterstats import BUCKETS, IterationTokens
 from simulator.request import SimRequest
 
+N_BUCKETS = len(BUCKETS)
+
 
 class DecodeInstance:
     def __init__(self, name: str, cost: DecodeCost, max_num_seqs: int, kv_capacity: int, k: int,
@@ -38,6 +40,7 @@ class DecodeInstance:
         self.decay = decay
         # survival[i-1] = P(draft position i accepted) = Π_{j<=i} α·decay^(j-1)
         self.survival = np.cumprod(alpha * decay ** np.arange(k)) if k else np.zeros(0)
+        self._survival = self.survival.tolist()
         if decay == 1.0:
             self.al = (1 - alpha ** (k + 1)) / (1 - alpha) if k else 1.0  # expected tokens per step
         else:
@@ -97,8 +100,10 @@ class DecodeInstance:
     def admit(self, t: float) -> list[SimRequest]:
         """Admit waiting requests FCFS while a sequence slot and KV room (prompt + output) are free."""
         out: list[SimRequest] = []
-        while self.waiting and self.batch < self.max_num_seqs and self.fits(self.waiting[0]):
-            req = self.waiting.popleft()
+        waiting, max_seqs, cap = self.waiting, self.max_num_seqs, self.kv_capacity
+        # fits(waiting[0]), inline
+        while waiting and self.batch < max_seqs and self.kv_reserved + waiting[0].n_in + waiting[0].n_out <= cap:
+            req = waiting.popleft()
             req.t_admit = t
             req.s0 = self.step
             rest = req.n_out - 1  # the first token came from prefill
@@ -216,21 +221,26 @@ class DecodeInstance:
     def end_step(self, prompt_tokens: int = 0) -> list[SimRequest]:
         """Complete the step in flight (with `prompt_tokens` of prefill chunks on a mixed engine); return requests
         whose last token it carried."""
-        self.step += 1
+        step = self.step = self.step + 1
         self.busy_until = None
         if prompt_tokens:
             self.iterations.observe(self.batch * self.al + prompt_tokens)
         else:  # IterationTokens.observe with the batch's tokens and bucket looked up
-            _, _, _, _, _, tokens, bucket, _ = self._terms.get(self.batch) or self._batch_terms(self.batch)
+            terms = self._terms.get(self.batch) or self._batch_terms(self.batch)
             it = self.iterations
             it.count += 1
-            it.sum += tokens
-            if bucket < len(BUCKETS):
+            it.sum += terms[5]
+            bucket = terms[6]
+            if bucket < N_BUCKETS:
                 it.buckets[bucket] += 1
+        fin = self._finish
         done: list[SimRequest] = []
-        while self._finish and self._finish[0][0] <= self.step:
-            _, _, req = heapq.heappop(self._finish)
-            req.t_finish = self.step_end[req.s_end]
+        if not fin or fin[0][0] > step:
+            return done
+        step_end = self.step_end
+        while fin and fin[0][0] <= step:
+            _, _, req = heapq.heappop(fin)
+            req.t_finish = step_end[req.s_end]
             self.batch -= 1
             self.sum_n_in -= req.n_in
             self.sum_s0 -= req.s0
@@ -247,7 +257,9 @@ class DecodeInstance:
         """Accepted drafts per position (0-based, as vLLM labels them): exact for finished requests, the
         survival times resident steps for running ones."""
         running = self.batch * self.step - self.sum_s0
-        return (np.asarray(self.accepted_pos, dtype=np.int64) + running * self.survival).tolist()
+        # what (np.asarray(accepted_pos, int64) + running * survival).tolist() gives, element by element: the
+        # whole counts converted to doubles, times and plus in the same order (a scrape reads it every second)
+        return [a + running * s for a, s in zip(self.accepted_pos, self._survival)]
 
     def expert_load(self) -> list[float]:
         """Routed token-expert assignments per EP rank so far (an expert-distribution record, per rank)."""

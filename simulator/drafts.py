@@ -27,8 +27,12 @@ class TokenDraws:
     def _refill(self, need: int) -> None:
         """Keep the unconsumed tail and draw at least `need` more uniforms after it."""
         u = self.rng.random(max(CHUNK, need))
-        if self.decay == 1.0:  # geometric: P(acc >= i) = α^i
-            acc = np.minimum(np.floor(np.log(u) / math.log(self.alpha)), self.k).astype(np.int64)
+        if self.decay == 1.0:  # geometric: P(acc >= i) = α^i; the same ufuncs on the same doubles, in place
+            np.log(u, out=u)
+            np.divide(u, math.log(self.alpha), out=u)
+            np.floor(u, out=u)
+            np.minimum(u, self.k, out=u)
+            acc = u.astype(np.int64)
         else:  # acc = the number of positions whose survival exceeds u
             acc = (u[:, None] < self.survival[None, :]).sum(axis=1).astype(np.int64)
         self.toks = np.concatenate([self.toks[self.pos:], acc + 1])

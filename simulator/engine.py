@@ -62,14 +62,19 @@ def tokenized(profile: Profile, specs: list[sc.RequestSpec]) -> list[sc.RequestS
 def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any], n: int, warmup: int = 0,
              seed: int = 0, faults: Faults | None = None, arrival: str = "constant",
              burstiness: float = 1.0, requests: list[sc.RequestSpec] | None = None,
-             offsets: list[float] | None = None, on_progress: Callable[[int, float], None] | None = None) -> SimRun:
+             offsets: list[float] | None = None, on_progress: Callable[[int, float], None] | None = None,
+             observe: bool = True) -> SimRun:
     """One load run in virtual time; raises SimLaunchError / SimHealthError before any request.
 
     `on_progress(done, t)`: called as requests complete (warm-up ones included) with the count so far and the
     virtual seconds since the first send, so a caller can show a long simulated load moving (it throttles).
 
     A replay (simulator.calibrate_replay) gives the `requests` a measured run sent (its warm-up ones first) instead
-    of the scenario's, and the formal ones' scheduled `offsets` from the first (the measured arrival schedule)."""
+    of the scenario's, and the formal ones' scheduled `offsets` from the first (the measured arrival schedule).
+
+    `observe=False`: the run's records alone (a prediction that reads only `records` and `info`: the goal's twin,
+    stations.predict, a replay): no per-second scrape samples and no prefill-batch log, which only read the
+    cluster's state, so the records come out the same; `samples` and `batches` are then empty."""
     scen = sc.load(scenario) if isinstance(scenario, str) else scenario
     if n < 1:
         raise ValueError(f"n: must be >= 1, got {n}")
@@ -80,6 +85,7 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
     c = int(eff["concurrency"])
     rate = float(eff["request_rate"])
     cluster = Cluster(profile, knobs, seed=seed, faults=faults, task=scen.task, stream=False)
+    cluster.log_batches = observe
     if not cluster.healthy:
         raise SimHealthError("simulated engine never became healthy (fault never_healthy)")
     specs = tokenized(profile, sc.generate(scen, n, warmup)) if requests is None else list(requests)
@@ -96,35 +102,41 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
     memo: dict | None = {} if len({s.id for s in specs}) == len(specs) else None
 
     def run_phase(phase: list[sc.RequestSpec], t_sched: list[float], warm: bool) -> bool:
+        """The client's loop over one phase; the clock (`t`) and the next scrape time live in locals while it runs
+        (the hot loop) and go back to `state` when it returns."""
         pending = deque(zip(phase, t_sched))
         inflight: dict[int, tuple[sc.RequestSpec, float, float]] = {}
+        heap, finished, inf = cluster._heap, cluster.finished, math.inf
+        t_now, t_s = state["t"], state["next_sample"]
+        formal = not warm
         while pending or inflight:
-            t_send = max(pending[0][1], state["t"]) if pending and len(inflight) < c else math.inf
-            t_ev = cluster.next_event_time()
-            t_ev = math.inf if t_ev is None else t_ev
-            t_s = state["next_sample"]
+            t_send = max(pending[0][1], t_now) if pending and len(inflight) < c else inf
+            t_ev = heap[0][0] if heap else inf
             if t_send <= t_ev and t_send <= t_s:
                 spec, ts = pending.popleft()
-                if not warm and crash_idx is not None and spec.id - warmup >= crash_idx:
-                    state["t"] = t_send
+                if formal and crash_idx is not None and spec.id - warmup >= crash_idx:
+                    state["t"], state["next_sample"] = t_send, t_s
                     return False
                 hashes = (spec_block_hashes(spec.id, spec.n_in, spec.prefix_group, spec.prefix_len) if memo is None
                           else spec_blocks(spec.n_in, spec.prefix_group, spec.prefix_len, memo))
-                cluster.submit(spec.id, spec.n_in, spec.n_out, hashes, t_send, formal=not warm)
+                cluster.submit(spec.id, spec.n_in, spec.n_out, hashes, t_send, formal=formal)
                 inflight[spec.id] = (spec, ts, t_send)
-                state["t"] = t_send
+                t_now = t_send
             elif t_ev <= t_s:
-                state["t"] = cluster.run_batch(t_send, t_s)
-                for req in cluster.finished:
-                    spec, ts, tsend = inflight.pop(req.id)
-                    records.append(_record(cluster, req, spec, ts, tsend, warm))
-                if cluster.finished and on_progress is not None:
-                    on_progress(len(records), state["t"])
-                cluster.finished.clear()
+                t_now = cluster.run_batch(t_send, t_s)
+                if finished:
+                    for req in finished:
+                        spec, ts, tsend = inflight.pop(req.id)
+                        records.append(_record(cluster, req, spec, ts, tsend, warm))
+                    if on_progress is not None:
+                        on_progress(len(records), t_now)
+                    finished.clear()
             else:
                 cluster.advance_to(t_s)
-                samples.extend(cluster.samples(t_s))
-                state["next_sample"] = t_s + 1.0
+                if observe:
+                    samples.extend(cluster.samples(t_s))
+                t_s = t_s + 1.0
+        state["t"], state["next_sample"] = t_now, t_s
         return True
 
     if warmup:
@@ -135,7 +147,8 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
     ok = run_phase(formal, times, False)
     crashed = not ok
     end = state["t"]
-    samples.extend(cluster.samples(end))
+    if observe:
+        samples.extend(cluster.samples(end))
     info = RunInfo(scenario=scen.name, scenario_version=scen.version, n=n, warmup=warmup, concurrency=c,
                    request_rate=rate, arrival=arrival, burstiness=burstiness, cards=cluster.cards, seed=seed,
                    endpoint=f"sim://{profile.name}", output_len=scen.output_len,

@@ -34,21 +34,37 @@ class PrefillInstance:
         self.comm_s = 0.0
 
     def enqueue(self, req: SimRequest, est_uncached: int) -> None:
-        rank = min(range(len(self.queues)), key=lambda r: (self.load[r], len(self.queues[r]), r))
+        load, queues = self.load, self.queues
+        rank, key = 0, None  # the least (load, queue length, rank): min() over the ranks, without a key call each
+        for r in range(len(queues)):
+            k = (load[r], len(queues[r]), r)
+            if key is None or k < key:
+                rank, key = r, k
         req.rank = rank
         req.remaining = est_uncached
         self.queues[rank].append(req)
         self.load[rank] += est_uncached
 
     def waiting(self) -> int:
-        running = {id(r) for b in self.current for r, _ in b}
-        return sum(1 for q in self.queues for r in q if id(r) not in running)
+        """Queued requests not in the step in flight: a batch's requests stay in their rank's queue until the step
+        ends (end_step removes the finished ones and clears the step), each once, so a count suffices."""
+        return sum(map(len, self.queues)) - self.running()
 
     def running(self) -> int:
         return sum(len(b) for b in self.current)
 
     def has_work(self) -> bool:
         return any(self.queues)
+
+    def _look_up(self, req: SimRequest) -> None:
+        """A request's first time at the head of a batch: its cached prefix decides what is left to compute."""
+        req.looked_up = True
+        req.n_cached = 0 if req.no_cache else self.cache.lookup(req.hashes, req.n_in)
+        if req.no_cache:
+            self.cache.queries += req.n_in
+        self.load[req.rank] += (req.n_in - req.n_cached) - req.remaining
+        req.remaining = req.n_in - req.n_cached
+        req.ctx = req.n_cached
 
     def _form(self, queue: deque[SimRequest], budget: int | None = None,
               cap: int | None = None) -> list[tuple[SimRequest, int]]:
@@ -61,13 +77,7 @@ class PrefillInstance:
             if budget <= 0 or (cap is not None and len(batch) >= cap):
                 break
             if not req.looked_up:
-                req.looked_up = True
-                req.n_cached = 0 if req.no_cache else self.cache.lookup(req.hashes, req.n_in)
-                if req.no_cache:
-                    self.cache.queries += req.n_in
-                self.load[req.rank] += (req.n_in - req.n_cached) - req.remaining
-                req.remaining = req.n_in - req.n_cached
-                req.ctx = req.n_cached
+                self._look_up(req)
             take = min(req.remaining, budget)
             if self.long_threshold > 0:
                 take = min(take, self.long_threshold)
@@ -85,13 +95,23 @@ class PrefillInstance:
         return c.a + c.b * n_sum + c.c * attn
 
     def start_step(self, t: float, noise: float) -> float | None:
-        """Form every rank's batch; return the step's end time (slowest rank), or None when idle."""
-        batches = [self._form(q) if q else [] for q in self.queues]
-        times = [self.rank_time(b) for b in batches if b]
-        if not times:
+        """Form every rank's batch; return the step's end time (slowest rank), or None when idle. Each batch's
+        rank_time is computed as _form builds it (_form_timed: the same sums in the same order)."""
+        batches: list[list[tuple[SimRequest, int]]] = []
+        slowest = None
+        form = self._form_timed
+        for q in self.queues:
+            if not q:
+                batches.append([])
+                continue
+            b, x = form(q)
+            batches.append(b)
+            if b and (slowest is None or x > slowest):  # max(): the first of equals
+                slowest = x
+        if slowest is None:
             self.current = []
             return None
-        dt = max(times) * noise
+        dt = slowest * noise
         self.current = batches
         self.step_start = t
         self.busy_until = t + dt
@@ -101,26 +121,55 @@ class PrefillInstance:
         self.comm_s += (dt - sched) * self.cost.comm_share
         return self.busy_until
 
+    def _form_timed(self, queue: deque[SimRequest]) -> tuple[list[tuple[SimRequest, int]], float]:
+        """_form(queue) with the instance's own budget and cap, and rank_time of the batch it forms, summed as the
+        batch is formed (a request's ctx is set before its take and not changed after): the hot path of a step."""
+        budget, cap, threshold = self.budget, self.cap, self.long_threshold
+        batch: list[tuple[SimRequest, int]] = []
+        n_sum = 0
+        attn = 0.0
+        for req in queue:
+            if budget <= 0 or (cap is not None and len(batch) >= cap):
+                break
+            if not req.looked_up:
+                self._look_up(req)
+            take = req.remaining if req.remaining < budget else budget  # min(): equal values either way
+            if threshold > 0 and threshold < take:
+                take = threshold
+            batch.append((req, take))
+            budget -= take
+            n_sum += take
+            attn += take * (req.ctx + take / 2)
+        c = self.cost
+        return batch, c.a + c.b * n_sum + c.c * attn
+
     def end_step(self) -> tuple[list[SimRequest], list[tuple[str, list[int]]]]:
         """Apply the step: returns requests whose prefill completed and (rank name, chunks) per batch."""
         done: list[SimRequest] = []
         log: list[tuple[str, list[int]]] = []
+        load, queues, names, iterations, insert = self.load, self.queues, self.rank_names, self.iterations, \
+            self.cache.insert
+        prompt = 0
         for rank, batch in enumerate(self.current):
             if not batch:
                 continue
-            q = self.queues[rank]
+            q = queues[rank]
+            chunks = []
+            total = 0  # whole token counts: the integer sums come out the same in any order
             for req, n in batch:
                 req.remaining -= n
                 req.ctx += n
-                self.load[rank] -= n
-                self.prompt_tokens += n
+                total += n
+                chunks.append(n)
                 if req.remaining <= 0:
                     q.remove(req)
                     done.append(req)
-                    self.cache.insert(req.hashes)
-            chunks = [n for _, n in batch]
-            log.append((self.rank_names[rank], chunks))
-            self.iterations[rank].observe(sum(chunks))
+                    insert(req.hashes)
+            load[rank] -= total
+            prompt += total
+            log.append((names[rank], chunks))
+            iterations[rank].observe(total)
+        self.prompt_tokens += prompt
         self.current = []
         self.busy_until = None
         return done, log

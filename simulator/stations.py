@@ -36,7 +36,7 @@ def predict(profile: Profile, scenario: str, knobs: dict[str, Any], n: int, warm
     """The simulated figures of one station: output tok/s (whole window), mean TPOT and TTFT in ms, the cards in use."""
     mapped, left = sim_knobs(knobs)
     run = engine.simulate(profile, scenario, profile.knobs(mapped), n=n, warmup=warmup, seed=seed, arrival=arrival,
-                          burstiness=burstiness)
+                          burstiness=burstiness, observe=False)
     s = summarize(run.records, run.info)
     return {"profile": profile.name, "output_tok_s": s.whole.output_tok_s if s.whole else None,
             "output_tok_s_per_card": s.whole.output_tok_s_per_card if s.whole else None,

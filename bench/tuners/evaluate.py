@@ -100,7 +100,7 @@ class Evaluator:
     def measure(self, knobs: dict[str, Any], seed: int, n: int) -> Eval:
         self.simulated += 1
         run = engine.simulate(self.profile, self.scenario, self.full(knobs), n=n,
-                              warmup=self.goal.protocol.warmup, seed=seed)
+                              warmup=self.goal.protocol.warmup, seed=seed, observe=False)
         proto = self.goal.protocol
         summary = summarize(run.records, run.info, slos=self.goal.slos() or None,
                             native_min_requests=proto.native_min_requests,

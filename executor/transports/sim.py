@@ -67,7 +67,7 @@ def simulate_station(profile: Profile, scenario: str, knobs: dict[str, Any], n: 
     twin predicts a whole Summary (executor/twin.py). Also the knobs the simulator does not model."""
     mapped, left = stations.sim_knobs(knobs)
     run = engine.simulate(profile, scenario, profile.knobs(mapped), n=n, warmup=warmup, seed=seed, arrival=arrival,
-                          burstiness=burstiness)
+                          burstiness=burstiness, observe=False)
     return summarize(run.records, run.info, slos=slos, native_min_requests=native_min_requests,
                      native_min_seconds=native_min_seconds), left
 
