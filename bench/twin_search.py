@@ -19,7 +19,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,10 +43,10 @@ def ascent(h: Any, twin: Any, budget: int) -> Any:
     space = {k: list(v) for k, v in h.goal.space().items() if v and k not in left}
     cur = base
     while True:
-        steps = ts._neighbours(h.goal.engine, space, cur.knobs, at, seen, budget)
+        steps = ts._neighbours(h, space, cur.knobs, at, seen, budget)
         top = max((st for _, _, st in steps), key=ts.Station.score, default=None)
         if top is None or top.objective is None or top.score() <= cur.score():
-            return SimpleNamespace(optimum=cur, simulated=len(seen))
+            return ts.Search(base=base, singles=[], path=[], optimum=cur, simulated=len(seen))
         cur = top
 
 
@@ -61,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default=str(ROOT / "bench" / "scenarios.yaml"), help="case file (YAML)")
     ap.add_argument("--only", action="append", default=[], help="only this case (repeatable)")
     args = ap.parse_args(argv)
+    from agent.planner import History
     from agent.planner import twin_space as ts
     from executor.targets import builtin_sim
     from executor.twin import Twins, prior_of
@@ -74,13 +74,14 @@ def main(argv: list[str] | None = None) -> int:
         for case in cases:
             goal = case.goal_spec(False, 0)
             twin = Twins(Path(tmp)).fit(prior_of(builtin_sim(), goal.sim_profile), ())
-            h = SimpleNamespace(goal=goal, best_knobs=goal.start_station())
+            h = History(goal_id=case.name, goal=goal, data_version="bench", best_knobs=goal.start_station(),
+                        budget_left_card_hours=goal.budget.card_hours, experiments_left=goal.budget.experiments)
             old = ascent(h, twin, ts.STATIONS_PER_PROPOSAL)
             t0 = time.perf_counter()
-            new = ts.search(h, twin)  # type: ignore[arg-type]
+            new = ts.search(h, twin)
             wall = time.perf_counter() - t0
             size = math.prod(len(v) for v in goal.space().values())
-            exact = ts.search(h, twin, budget=size)  # type: ignore[arg-type]
+            exact = ts.search(h, twin, budget=size)
             assert new is not None and exact is not None and exact.exhaustive
             print(f"{case.name:36} {size:5d} | {old.simulated:10d} {words(old.optimum, exact.optimum)} | "
                   f"{new.simulated:14d} {words(new.optimum, exact.optimum)} | {exact.optimum.objective:10.2f} "

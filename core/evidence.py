@@ -77,7 +77,7 @@ class Evidence(BaseModel):
     # ({role: {figure: {max_over_mean, max, min}}}): executor/evidence_instances.py
     instances: dict[str, dict[str, Any]] | None = None
     instance_spread: dict[str, dict[str, Any]] | None = None
-    # MoE expert load by role (executor/evidence_decode.py)
+    # MoE expert load by role (core/evidence_decode.py)
     expert_load: dict[str, ExpertLoad] | None = None
     expert_load_spread: Num = None
     # prefill batches (the scheduler's records, or vLLM's iteration-tokens histogram)

@@ -85,7 +85,7 @@ class Breakdown(RootModel[dict[str, Any]]):
 
 
 class ExpertLoad(Part):
-    """One role's MoE expert load (executor/evidence_decode.py): each EP rank's share of the routed tokens, summed
+    """One role's MoE expert load (core/evidence_decode.py): each EP rank's share of the routed tokens, summed
     over the role's instances, and the worst instance's most loaded rank over the mean."""
 
     per_rank: list[float]

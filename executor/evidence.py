@@ -20,7 +20,7 @@ from core.evidence import Evidence
 from core.knobs import BATCH_CAP, PREFILL_TOKEN_BUDGET, by_role
 from core.records import EngineSample, PrefillBatch, RequestRecord, RunInfo
 from executor.engines import metric_names
-from executor.evidence_decode import expert_load, expert_load_spread, spec_accept_per_position
+from core.evidence_decode import expert_load, expert_load_spread, spec_accept_per_position
 from executor.evidence_instances import per_instance, spread
 from executor.evidence_kv import kv_transfer
 from executor.promseries import base_value, max_value, series_spec

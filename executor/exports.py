@@ -24,7 +24,7 @@ import numpy as np
 
 from core.metrics import e2e_ms, n_out_of, summarize, tpot_ms, ttft_ms
 from core.records import EngineSample, RequestRecord, RunInfo
-from executor.evidence_decode import spec_decode_stats
+from core.evidence_decode import spec_decode_stats
 
 CSV_FIELDS = ["id", "warmup", "ok", "http_status", "finish_reason", "error", "t_sched", "t_send", "t_first",
               "t_last", "n_in", "n_cached", "n_out", "n_out_expected", "n_chunks", "ttft_ms", "tpot_ms",

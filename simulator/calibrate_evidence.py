@@ -2,7 +2,7 @@
 acceptance per draft position and the MoE expert-load spread.
 
 Each run's evidence is the executor's digest of it (executor/evidence.py, `evidence.json` beside the run's records;
-digested here from the records when a run directory has none):
+read here from the records as the digest reads them, core.evidence_decode, when a run directory has none):
 
 * acceptance: `spec_accept_per_position` is the share of drafts whose position i was accepted, a survival
   S_i = Π_{j<=i} α·decay^(j-1) under the profile's shape (conditional acceptance of position i is α·decay^(i-1),
@@ -28,9 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from core import records as rec
 from core import scenarios as sc
 from core.evidence import Evidence
+from core.evidence_decode import expert_load, expert_load_spread, spec_accept_per_position
 from core.profiles import Profile
+from core.records import EngineSample
 
 EVIDENCE = "evidence.json"  # the executor's digest beside a run's records (executor/collect.py)
 ALPHA_MAX = 0.989  # acceptance must stay below 1 (core.profiles); as simulator.perturb clips it
@@ -57,7 +60,8 @@ class EvidenceFit:
 
 
 def run_evidence(path: Any, info: Any) -> Evidence | None:
-    """A run's evidence: the executor's digest beside its records, else digested from them; None when neither."""
+    """A run's evidence: the executor's digest beside its records, else the two figures this fit reads, computed from
+    the records as the digest computes them (core.evidence_decode); None when neither can be read."""
     f = path / EVIDENCE
     if f.exists():
         try:
@@ -66,19 +70,21 @@ def run_evidence(path: Any, info: Any) -> Evidence | None:
                 return ev
         except (OSError, ValueError):
             pass
-    try:  # a bare run directory (`tuneloop load`, the simulator's own): its evidence from its records
-        from executor.evidence import digest_run  # the executor imports the simulator: imported when needed
-
-        return digest_run(path, info)
-    except Exception:  # evidence is advisory (as the executor's collect treats it): the prior's values are kept
+    try:  # a bare run directory (`tuneloop load`, the simulator's own): the engine's samples and its expert load
+        samples = list(rec.read_jsonl(path / rec.METRICS, EngineSample)) if (path / rec.METRICS).exists() else []
+        el = path / rec.EXPERT_LOAD
+        load = expert_load(json.loads(el.read_text())) if el.exists() else None
+    except (OSError, ValueError):  # an unreadable record: the evidence is advisory, the prior's values are kept
         return None
+    return Evidence(spec_accept_per_position=spec_accept_per_position(samples),
+                    expert_load_spread=expert_load_spread(load))
 
 
 def task_of(info: Any) -> str | None:
     """The task type of a run's scenario (what sets its acceptance), or None when the scenario is not installed."""
     try:
         return str(sc.load(info.scenario).task)
-    except Exception:  # an unknown scenario: its acceptance cannot be attributed
+    except (ValueError, OSError):  # an unknown scenario (DataFileError, FileNotFoundError): not attributable
         return None
 
 

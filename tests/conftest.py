@@ -5,7 +5,9 @@ fails under CI=true and is skipped otherwise.
 
 `make test` runs the suite on two pytest-xdist workers (`-n 2`). The modules that start a real engine (vLLM,
 llama-server) are one scheduling scope (pytest_xdist_make_scheduler below), so they run one after another on one
-worker and never two engines at once on this machine's two cores; the rest is spread over both workers.
+worker and never two engines at once on this machine's two cores; every other module is a scope of its own, spread
+over both workers, so a module's fixtures (a `tuneloop demo` run, a browser, a started engine) are set up once,
+not once per worker that happens to get one of its tests.
 """
 from __future__ import annotations
 
@@ -23,14 +25,14 @@ REAL_ENGINE_MODULES = frozenset({
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Under `-n N`: the real-engine modules are one scope (one worker, one engine at a time), every other test
+    """Under `-n N`: the real-engine modules are one scope (one worker, one engine at a time), every other module
     its own scope, balanced over the workers. (xdist's own `xdist_group` marks are not applied under pytest 9.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class RealEnginesTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
-            return "real-engines" if module in REAL_ENGINE_MODULES else nodeid
+            return "real-engines" if module in REAL_ENGINE_MODULES else nodeid.split("::", 1)[0]
 
     return RealEnginesTogether(config, log)
 

@@ -13,7 +13,7 @@ from agent.report.experiment import evidence_words
 from core import records as rec
 from core.records import EngineSample
 from executor.evidence import digest, parse_endpoints, scrape_loop
-from executor.evidence_decode import expert_load
+from core.evidence_decode import expert_load
 
 REMOTE = 'vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}'
 XFERS = "vllm:nixl_xfer_time_seconds_count"

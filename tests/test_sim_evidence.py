@@ -17,7 +17,7 @@ from core import records as rec
 from core.records import EngineSample
 from core.trial import TrialSpec
 from executor.evidence import digest_run, parse_prometheus
-from executor.evidence_decode import expert_load, spec_accept_per_position
+from core.evidence_decode import expert_load, spec_accept_per_position
 from executor.phases import ExecSettings
 from executor.runner import Executor
 from executor.targets import builtin_sim

@@ -7,11 +7,11 @@ import hashlib
 import itertools
 import random
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from agent.planner import History
 from agent.planner import twin as tw
 from agent.planner.accepted import accepted, refusal
 from agent.planner.deterministic import DeterministicPlanner
@@ -68,7 +68,8 @@ def test_every_station_the_twin_search_builds_is_one_the_catalog_accepts(name):
     goal = GOALS[name]
     twin = RecordingTwin(goal.engine)
     for best in _bests(goal):
-        found = tw.search(SimpleNamespace(goal=goal, best_knobs=best), twin, budget=COUNT)
+        found = tw.search(History(goal_id="g", goal=goal, data_version="dv", best_knobs=best,
+                                  budget_left_card_hours=100.0, experiments_left=10), twin, budget=COUNT)
         assert found is not None
     assert twin.asked > len(_bests(goal)), "the search built no neighbour at all"
     assert twin.refused == [], f"{len(twin.refused)} refused station(s), e.g. {twin.refused[0]}"
