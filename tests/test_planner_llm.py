@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -130,3 +131,26 @@ def test_the_model_reads_the_same_digest_and_rule_list(tmp_path):
     assert "expert_imbalance [supported" in user  # the deterministic diagnosis, from the same rules
     assert plan.card is not None and plan.card.planner == "llm" and plan.card.change.knob == "expert_layout"
     assert plan.fallback is None
+
+
+def test_the_summary_shows_a_fallback_note_by_its_record_not_by_its_words(tmp_path):
+    """`tuneloop run`'s closing summary lists the LLM planner's fall-backs among the decisions: the note is told
+    apart by its record (data.fallback), not by reading "fell back" in its words; other notes stay out."""
+    from agent.cli.run import summary_text
+    from agent.loop.session import SessionResult
+    from state.goal import load_goal
+    from state.store import Store
+
+    root = Path(__file__).resolve().parents[1]
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    st = Store(url)
+    try:
+        gid = st.create_goal(load_goal(root / "examples" / "goal-16k.yaml")).id
+        st.record_decision(gid, "note", text="LLM planner fell back: the endpoint timed out",
+                           data={"fallback": "the endpoint timed out"})
+        st.record_decision(gid, "note", text="the planner fell back to nothing in particular")  # words alone
+    finally:
+        st.close()
+    text = summary_text(SessionResult(gid, "done", "stopped"), url)
+    assert "[note] LLM planner fell back: the endpoint timed out" in text
+    assert "nothing in particular" not in text

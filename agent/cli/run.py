@@ -188,7 +188,7 @@ def summary_text(res: SessionResult, store_url: str, targets: Path | str | None 
     try:
         lines = [f"goal {res.goal_id}: {res.status} — {res.reason}"]
         for d in st.decisions(res.goal_id):
-            if d.kind != "note" or "fell back" in d.text or "predicted_negative" in (d.data or {}):
+            if d.kind != "note" or {"fallback", "predicted_negative"} & set(d.data or {}):
                 lines.append(f"  [{d.kind}] {d.text}")
         best = st.best_station(res.goal_id)
         if best is not None:

@@ -140,7 +140,8 @@ class Loop:
             record_set_asides(self.store, self.goal_id, plan)  # the pre-screen's set-asides: notes, never negatives
             self.notes.extend(plan.notes)
             if plan.fallback:
-                self.store.record_decision(self.goal_id, "note", text=f"LLM planner fell back: {plan.fallback}")
+                self.store.record_decision(self.goal_id, "note", text=f"LLM planner fell back: {plan.fallback}",
+                                           data={"fallback": plan.fallback})
             card = plan.card
         if card is None:
             reason = (plan.stop_reason if plan else None) or "the planner has nothing to propose"

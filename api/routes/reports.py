@@ -80,7 +80,7 @@ def summary(goal_id: str, store: StoreDep, _: Viewer) -> str:
 
     g = store.get_goal(goal_id)
     lines = [f"goal {g.id}: {g.status} — {g.status_reason or ''}"]
-    lines += [f"  [{d.kind}] {d.text}" for d in store.decisions(goal_id) if d.kind != "note" or "fell back" in d.text]
+    lines += [f"  [{d.kind}] {d.text}" for d in store.decisions(goal_id) if d.kind != "note" or "fallback" in (d.data or {})]
     best = store.best_station(goal_id)
     if best is not None:
         lines.append(f"best station {best.hash}: restore with `tuneloop restore {best.hash}`")
