@@ -57,10 +57,11 @@ def tooling_fault(run: Run) -> bool:
     return run.stage != "restore" and run.status in ("done", "failed") and run.status_reason in TOOLING_FAULTS
 
 
-def tooling_note(budget: BudgetState, reason: str) -> str:
-    """What a stop reason adds about runs that ended in a tooling fault (empty without one, or when it says so)."""
+def tooling_note(budget: BudgetState) -> str:
+    """What a stop adds about runs that ended in a tooling fault (empty without one). The loop appends it to the
+    stop's reason once, when it records the stop (agent/loop/nodes.py), never to a reason that carries it already."""
     n = budget.tooling_faults
-    if not n or "tooling fault" in reason:
+    if not n:
         return ""
     return (f"; {n} run{'s' if n != 1 else ''} ended in a tooling fault, retried on their own line and not counted "
             "in the experiments")

@@ -153,5 +153,7 @@ def test_a_tooling_fault_is_retried_on_its_own_line_and_the_stop_reason_says_so(
         assert sum(st.get_result(r.id).verdict == "valid" for r in runs[1:]) == 2
         assert "1 run ended in a tooling fault, retried on their own line and not counted in the experiments" \
             in res.reason, res.reason
+        (stop,) = [d for d in st.decisions(res.goal_id) if d.kind == "stop"]
+        assert stop.text == res.reason and res.reason.count("tooling fault") == 1  # said once, as recorded
     finally:
         st.close()

@@ -355,8 +355,9 @@ class Loop:
 
     def stop(self, state: LoopState) -> dict[str, Any]:
         status = state.get("stop_status") or "done"
-        reason = state.get("stop_reason") or "stopped"
-        reason += tooling_note(self.store.budget(self.goal_id), reason)  # what the tooling's faults cost
+        # what the tooling's faults cost, added to the reason the stop was sent with (the state's reason is never the
+        # recorded words, so a stop run again never says it twice)
+        reason = (state.get("stop_reason") or "stopped") + tooling_note(self.store.budget(self.goal_id))
         ins = self.store.current_instruction(self.goal_id)
         if ins is not None and ins.kind == "one_more_round" and (ins.remaining or 0) > 0:
             # the loop ended before the rounds asked for ran (the budget, the planner, a fault): say so
@@ -370,5 +371,5 @@ class Loop:
                 self.store.set_goal_status(self.goal_id, "stopped", reason)
         self.store.record_decision(self.goal_id, "stop", text=reason, data={"status": status})
         self.event("stop", reason=reason, status=status)
-        return {"stop_reason": reason, "stop_status": status}
+        return {"stop_said": reason, "stop_status": status}
 

@@ -176,7 +176,7 @@ def run_session(spec: GoalSpec, store_url: str, *, auto_approve: bool = False, p
             return SessionResult(goal.id, "waiting", reason, waiting_for=payload,
                                  state_path=state_path[0] if state_path else None, notes=loop.notes)
         g = store.get_goal(goal.id)
-        return SessionResult(goal.id, g.status, out.get("stop_reason") or g.status_reason or "",
+        return SessionResult(goal.id, g.status, out.get("stop_said") or out.get("stop_reason") or g.status_reason or "",
                              state_path=state_path[0] if state_path else None, notes=loop.notes)
     finally:
         store.close()

@@ -9,7 +9,8 @@ class LoopState(TypedDict, total=False):
     goal_id: str
     candidate_id: int | None
     run_id: str | None
-    stop_reason: str | None
+    stop_reason: str | None  # why the loop stops, as the node that sent it to `stop` said it
+    stop_said: str | None  # what the stop recorded: the reason and what the tooling's faults cost (stop node)
     stop_status: str | None
     diagnosis: str | None
     diagnosis_data: dict[str, Any] | None  # the Diagnosis as JSON: propose plans from this one
