@@ -106,7 +106,7 @@ def test_a_profile_thirty_percent_off_raises_the_drift_flag_on_the_first_real_ru
         exps = httpx.get(f"{srv.url}/goals/{g.id}/experiments", headers=auth("viewer"), timeout=60).json()
     finally:
         srv.stop()
-    assert [e["drift"]["flagged"] for e in exps] == [True] and exps[0]["drift"]["worst"] == pytest.approx(d["worst"])
+    assert [e["drift"]["flagged"] for e in exps] == [True] and exps[0]["drift"]["worst"] == pytest.approx(d.worst)
 
 
 def test_the_drift_fields_of_a_target_are_checked():

@@ -205,8 +205,10 @@ def test_vllm_ascend_pd_deploy_records_the_interface_warning_and_deploys_anyway(
     target, started, tmp = local_pd
     t = target(env)
     started.append(t)
+    # a health phase of 8 s: the poller's own deadline (4 s) leaves the last probe 4 s before the phase's timeout
+    # on cores the rest of the suite keeps busy (at 1 s the phase's timeout could win the race: "no outcome")
     ex = Executor(Store(f"sqlite:///{tmp / 'state.db'}"), {"asc": t},
-                  ExecSettings(runs_root=tmp / "runs", holder="asc", poll_interval_s=0.05, timeouts_s={"health": 1.0}))
+                  ExecSettings(runs_root=tmp / "runs", holder="asc", poll_interval_s=0.05, timeouts_s={"health": 8.0}))
     result = ex.run_trial(TrialSpec(run_id="r", goal_id="g", target="asc", scenario=str(tmp / "s.yaml"), n=4, seed=1,
                                     knobs={"concurrency": 2, "request_rate": "inf"}))
     assert result.failed_phase == "health" and "never answered 200" in result.error  # started; sleepers serve nothing
