@@ -49,7 +49,7 @@ def build_history(store: Store, goal_id: str, extra_notes: list[str] | None = No
         if d.kind == "quality_failed" and d.candidate_id in cands:
             settings = QualityFailure.risky(card_of(cands[d.candidate_id].card).knobs)
             if settings:
-                failures.append(QualityFailure(settings=settings, run_id=d.run_id, words=d.text))
+                failures.append(QualityFailure(settings=settings, run_id=d.run_id))
             continue
         if d.kind == "restore" and d.station_hash and ((data.get("result") or {}).get("healthy")):
             restored = d.station_hash

@@ -148,7 +148,6 @@ class QualityFailure(BaseModel):
     model_config = ConfigDict(frozen=True)
     settings: tuple[tuple[str, Any], ...]  # (knob, value), sorted by knob
     run_id: str | None = None
-    words: str = ""  # the evaluation's decision line
 
     @staticmethod
     def risky(knobs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
