@@ -106,7 +106,11 @@ def run_goal(tmp: Path, readers: int) -> list[tuple]:
         for t in threads:
             t.join(60)
         assert readers == 0 or served[0] > 0
-        return decisions(srv.url, gid)
+        # the worker process commits the stop; this API process's read cache may answer the decision log with what it
+        # computed up to read_cache_s (1 s) before (api/readcache.py): read it once that answer has caught up with the
+        # finished goal, i.e. once it ends in the loop's last decision
+        return wait_until(lambda: (d := decisions(srv.url, gid)) and d[-1][0] in ("stop", "ask") and d,
+                          what="the decision log to end in the loop's last decision")
     finally:
         stop.set()
         srv.stop()
