@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from state import lifecycle
 from state.db import Database, canon, dumps, get_row, snap, utcnow
 from state.errors import Conflict, InvalidTransition, Stale
-from state.snapshots import Approval, Candidate
+from state.snapshots import Approval, Candidate, GivenBy
 from state.tables import ApprovalRow, CandidateRow, GoalRow
 from state.reasons import check_reason
 
@@ -86,13 +86,17 @@ class Candidates:
             row.status, row.status_reason, row.updated_at = status, reason, utcnow()
             return snap(Candidate, row)
 
-    def approve(self, candidate_id: int, card_hash: str, who: str, reason: str | None = None) -> Approval:
-        return self._decide(candidate_id, card_hash, who, "approve", reason)
+    def approve(self, candidate_id: int, card_hash: str, who: str, reason: str | None = None,
+                given_by: GivenBy = "person") -> Approval:
+        """`given_by`: "table" or "flag" where the loop approves a card itself (the authorisation table's `auto`,
+        --auto-approve); a person's approval is "person"."""
+        return self._decide(candidate_id, card_hash, who, "approve", reason, given_by)
 
     def reject(self, candidate_id: int, card_hash: str, who: str, reason: str | None = None) -> Approval:
         return self._decide(candidate_id, card_hash, who, "reject", reason)
 
-    def _decide(self, candidate_id: int, shown_hash: str, who: str, decision: str, reason: str | None) -> Approval:
+    def _decide(self, candidate_id: int, shown_hash: str, who: str, decision: str, reason: str | None,
+                given_by: GivenBy = "person") -> Approval:
         """One decision per card: a second (even concurrent) one raises Conflict; a changed card raises Stale.
         The approval keeps the budget and deadline it was given under (the loop asks again when they moved)."""
         context = self._approval_context(candidate_id)
@@ -110,7 +114,7 @@ class Candidates:
                 row.status = "approved" if decision == "approve" else "rejected"
                 row.status_reason, row.updated_at = reason, utcnow()
                 ap = ApprovalRow(candidate_id=candidate_id, card_hash=shown_hash, decision=decision, who=who,
-                                 reason=reason, context=context, created_at=utcnow())
+                                 reason=reason, context=context, given_by=given_by, created_at=utcnow())
                 s.add(ap)
                 s.flush()
                 return snap(Approval, ap)

@@ -17,6 +17,7 @@ DecisionKind = Literal["baseline", "new_best", "tradeoff", "negative", "promisin
                        "quality_passed", "quality_failed", "fault", "restore", "stop", "note",
                        "rejected", "ask", "extension"]
 InstructionKind = Literal["pause", "resume", "stop", "one_more_round", "restore"]
+GivenBy = Literal["person", "table", "flag"]  # an approval's giver: a person, the authorisation table, --auto-approve
 
 
 class _Snap(BaseModel):
@@ -115,7 +116,13 @@ class Approval(_Snap):
     who: str
     reason: str | None = None
     context: dict[str, Any] | None = None  # {"deadline_passed", "card_hours_left", "experiments_left"} when given
+    given_by: GivenBy = "person"
     created_at: datetime
+
+    @property
+    def automatic(self) -> bool:
+        """An approval the loop gave itself (the authorisation table's `auto`, or --auto-approve): no person's."""
+        return self.given_by != "person"
 
 
 class Instruction(_Snap):

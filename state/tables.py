@@ -147,6 +147,8 @@ class ApprovalRow(Base):
     who: Mapped[str] = mapped_column(String(120))
     reason: Mapped[str | None] = mapped_column(Text)
     context: Mapped[Any] = mapped_column(JSON, nullable=True)  # the budget and deadline it was given under
+    # person | table (the authorisation table's `auto`) | flag (--auto-approve): the loop's own approvals, counted apart
+    given_by: Mapped[str] = mapped_column(String(16), default="person", server_default="person")
     created_at: Mapped[datetime]
 
 

@@ -65,6 +65,9 @@ def test_16k_names_prefill_supply_proposes_p_cap_screens_confirms_and_keeps_it(t
         keys = [c["experiment_key"] for c in cards_run(st, res.goal_id)]
         assert len(keys) == len(set(keys))  # no experiment ran twice
         assert Path(res.state_path or "").read_text().count("best station") >= 1
+        # the loop's own approvals say who gave them: the goal's table (hot, restart: auto) or --auto-approve
+        givers = {ap.given_by for c in cands if (ap := st.approval(c.id)) is not None}
+        assert "table" in givers and givers <= {"table", "flag"}, givers
     finally:
         st.close()
 
@@ -132,7 +135,8 @@ def test_restart_continues_without_repeating_or_reasking(tmp_path):
     try:
         ids = [r.candidate_id for r in st.runs(first.goal_id)]
         assert len(ids) == len(set(ids)) == 2
-        assert st.approval(second.waiting_for["candidate_id"]).who == "bob"
+        bobs = st.approval(second.waiting_for["candidate_id"])
+        assert (bobs.who, bobs.given_by, bobs.automatic) == ("bob", "person", False)
         assert third.status == "waiting" or third.status == "done"
     finally:
         st.close()

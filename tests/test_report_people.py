@@ -181,13 +181,14 @@ def test_refusals_and_the_loops_own_approvals_are_told_apart(store, tmp_path):
     a = store.add_candidate(goal.id, card | {"experiment_key": "a"})
     b = store.add_candidate(goal.id, card | {"experiment_key": "b",
                                              "change": {"knob": "request_rate", "old": 6, "new": 8}})
-    store.approve(a.id, a.card_hash, "worker w1", "authorisation table: hot -> auto")
-    store.approve(b.id, b.card_hash, "dana (chat)", None)
+    store.approve(a.id, a.card_hash, "worker w1", "authorisation table: hot -> auto", given_by="table")
+    # a person's approval is a person's whatever its words (the approval's column decides, agent/loop/approval.py)
+    store.approve(b.id, b.card_hash, "dana (chat)", "authorisation table: would ask, so I say yes")
     store.refuse_extension(goal.id, "erin (api)", "enough for today")
     people, auto = gather_people(store, goal.id, {a.id: a.card, b.id: b.card})
     assert auto == 1
     assert [(p.kind, p.who, p.via, p.reason) for p in people] == [
-        ("approve", "dana", "chat", ""), ("budget extension refused", "erin", "api", "enough for today")]
+        ("approve", "dana", "chat", "authorisation table: would ask, so I say yes"), ("budget extension refused", "erin", "api", "enough for today")]
     md = render(build_report(store, goal.id), tmp_path).markdown.read_text()
     assert "| erin | api | budget extension refused | the goal stops | enough for today |" in md
     assert "1 card(s) approved by the loop itself" in md

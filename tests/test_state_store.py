@@ -194,6 +194,41 @@ def test_the_kinds_of_reasons_written_before_they_were_columns_are_read_once_fro
     assert kinds == ["refused", "done", "superseded", None]
 
 
+def test_who_gave_an_approval_written_before_it_was_a_column_is_read_once_from_its_words(store_url: str):
+    """Migration 0008: approvals the loop gave itself before `given_by` was a column (the authorisation table's
+    reason, the --auto-approve approver) keep being counted apart from a person's after an upgrade, and a rejection
+    is a person's whatever its words."""
+    import sqlalchemy as sa
+    from alembic import command
+
+    from state.db import Database
+    from state.migrate import alembic_config
+
+    db = Database(store_url)
+    now = "2026-12-01 00:00:00"
+    with db.engine.connect() as conn:
+        command.upgrade(alembic_config(conn), "0007")
+        conn.execute(sa.text("INSERT INTO goals (id, name, spec, spec_hash, status, created_at, updated_at) "
+                             "VALUES ('g1', 'n', '{}', 'h', 'running', :t, :t)"), {"t": now})
+        rows = (("approve", "loop", "authorisation table: hot -> auto"), ("approve", "loop (--auto-approve)", "x"),
+                ("reject", "bob (--auto-approve)", "authorisation table: y"), ("approve", "carol (api)", None))
+        for i, (decision, who, reason) in enumerate(rows, 1):
+            conn.execute(sa.text("INSERT INTO candidates (id, goal_id, card, card_hash, stage, status, created_at, "
+                                 "updated_at) VALUES (:i, 'g1', '{}', :h, 'screen', 'approved', :t, :t)"),
+                         {"i": i, "h": f"h{i}", "t": now})
+            conn.execute(sa.text("INSERT INTO approvals (candidate_id, card_hash, decision, who, reason, created_at) "
+                                 "VALUES (:i, :h, :d, :w, :r, :t)"),
+                         {"i": i, "h": f"h{i}", "d": decision, "w": who, "r": reason, "t": now})
+        conn.commit()
+    db.dispose()
+    s = Store(store_url)
+    try:
+        got = [(s.approval(i).given_by, s.approval(i).automatic) for i in range(1, 5)]
+        assert got == [("table", True), ("flag", True), ("person", False), ("person", False)]
+    finally:
+        s.close()
+
+
 def test_phase_records_are_append_only_in_the_database(store: Store):
     import sqlalchemy as sa
 

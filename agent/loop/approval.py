@@ -18,6 +18,7 @@ from agent.planner import change_words
 from state.approvals import PAST
 from state.authorisation import decide
 from state.errors import Conflict
+from state.snapshots import GivenBy
 
 if TYPE_CHECKING:  # the store is only annotated here
     from state.store import Store
@@ -132,14 +133,16 @@ def authorise(store: Store, goal_id: str, candidate_id: int, card: dict[str, Any
     if perm == "deny":  # the deadline passed and budget_extension is deny
         return "stop", f"{_title(card)} not run: {why}"
     approver = who if perm == "auto" else f"{who} (--auto-approve)"
-    return _record(store, candidate_id, card_hash, "approve", approver, why)
+    return _record(store, candidate_id, card_hash, "approve", approver, why, "table" if perm == "auto" else "flag")
 
 
-def _record(store: Store, candidate_id: int, card_hash: str, decision: str, who: str, reason: str | None) -> tuple[str, str]:
-
+def _record(store: Store, candidate_id: int, card_hash: str, decision: str, who: str, reason: str | None,
+            given_by: GivenBy = "person") -> tuple[str, str]:
+    """`given_by`: who gave an approval: a person (through any channel, or by an instruction), the authorisation
+    table ("table"), --auto-approve ("flag")."""
     try:
         if decision == "approve":
-            store.approve(candidate_id, card_hash, who, reason)
+            store.approve(candidate_id, card_hash, who, reason, given_by)
         else:
             store.reject(candidate_id, card_hash, who, reason)
     except Conflict:  # decided concurrently (e.g. through the API): the stored decision stands

@@ -17,7 +17,6 @@ if TYPE_CHECKING:  # the store is only annotated here
     from state.store import Store
 
 _VIA = re.compile(r"^(?P<name>.*\S) \((?P<via>[a-z][a-z0-9_-]*)\)$")  # "alice (slack)"; not "(--auto-approve)"
-AUTO = "authorisation table:"  # the reason the loop records with an approval no person gave (agent.loop.approval)
 
 
 @dataclass(frozen=True)
@@ -37,11 +36,6 @@ def split_who(who: str) -> tuple[str, str]:
     return (m["name"], m["via"]) if m else (who, "")
 
 
-def automatic(ap: Any) -> bool:
-    """An approval the loop gave itself: the authorisation table allowed the card, or --auto-approve."""
-    return ap.decision == "approve" and ((ap.reason or "").startswith(AUTO) or ap.who.endswith("(--auto-approve)"))
-
-
 def _card(cid: int, card: dict[str, Any]) -> str:
     what = change_words(card, "→") or "measure the parent station (a reference)"
     return f"candidate {cid}: {card.get('stage', '?')} N={card.get('n', '?')}, {what}"
@@ -55,7 +49,7 @@ def gather_people(store: Store, goal_id: str, cards: dict[int, dict[str, Any]]) 
         ap = store.approval(cid)
         if ap is None:
             continue
-        if automatic(ap):
+        if ap.automatic:  # the approval's own column (state.snapshots.Approval), never its words
             auto += 1
             continue
         name, via = split_who(ap.who)

@@ -7,7 +7,7 @@ import yaml
 from fastapi import APIRouter, HTTPException, Request, status
 
 from agent.loop.progress import goal_progress
-from agent.report.people import automatic, split_who
+from agent.report.people import split_who
 from api import actions, idempotency, permissions
 from api.auth import Admin, Approver, Viewer
 from api.deps import ServiceDep, StoreDep, ViaDep
@@ -143,7 +143,7 @@ def list_decisions(goal_id: str, store: StoreDep, _: Viewer) -> list[DecisionOut
             if d.candidate_id not in approvals:
                 approvals[d.candidate_id] = store.approval(d.candidate_id)
             ap = approvals[d.candidate_id]
-            said = ap.who if ap is not None and not automatic(ap) else None
+            said = ap.who if ap is not None and not ap.automatic else None
         name, via = split_who(said) if isinstance(said, str) else (None, "")
         out.append(DecisionOut.model_validate(d, from_attributes=True).model_copy(
             update={"who": name, "via": via or None}))
