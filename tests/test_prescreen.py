@@ -10,6 +10,8 @@ from pathlib import Path
 
 import yaml
 
+from agent.planner.cards import card_of, with_stage
+from api.chatops.cards import rows
 from core import profiles
 from state.kpis import compute_kpis
 from state.store import Store
@@ -150,7 +152,11 @@ def test_passing_moves_are_reranked_by_the_simulated_value_per_card_hour(tmp_pat
     # without a calibrated profile the planner's own first move runs first; with one, the move the simulator
     # values most per card-hour (three drafts: the largest simulated gain, and a screen is the cheaper card)
     assert name(card) == [("num_speculative_tokens", 3)] and name(plain) != name(card)
-    assert "ranked first of" in card["note"] and "by simulated value per card-hour" in card["note"]
-    assert f"(its first: " in card["note"] and card["prediction"]["source"] == "simulator"
+    assert "ranked first of" in card["prescreen"] and "by simulated value per card-hour" in card["prescreen"]
+    assert f"(its first: " in card["prescreen"] and card["prediction"]["source"] == "simulator"
+    assert "ranked first of" not in (card.get("note") or "")  # the ranking is a field of its own, not the note's
+    # shown on the card a person approves; the confirm of the same change is a card of its own, without the ranking
+    assert ("pre-screen", card["prescreen"]) in rows(card, "h", None, None, None)
+    assert with_stage(card_of(card), "confirm", 640).prescreen is None
     assert card["prediction"]["objective_effect"]["value"] > 0.05 and "ranked first of" in card["prediction"]["basis"]
     assert any(t.startswith(card["stage"]) and "num_speculative_tokens 1 -> 3" in t for t in ranked)

@@ -73,6 +73,9 @@ class CandidateCard(BaseModel):
     also: Change | None = None  # a coupled pair's second change (agent/planner/pairs.py), never without `coupling`
     coupling: str | None = None  # which coupling the evidence names, and why one change alone does not do
     more: tuple[Change, ...] = ()  # a twin's jump: its third and later changes, never without `also` and `coupling`
+    # why the pre-screen ranked this card first of the passing moves (agent/planner/prescreen.py): this card's own,
+    # never carried to its confirm (`with_stage` drops it)
+    prescreen: str | None = None
 
     @property
     def changes(self) -> list[Change]:
@@ -122,6 +125,8 @@ class CandidateCard(BaseModel):
             skip |= {"also", "coupling"}  # one-change cards keep the hashes they always had
         if not self.more:
             skip.add("more")  # as do pairs
+        if self.prescreen is None:
+            skip.add("prescreen")
         body = self.model_dump(exclude=skip)
         return digest(body, CONTENT_HASH_LENGTH)
 
@@ -179,13 +184,14 @@ def neighbours(knob: str, current: Any, values: list[Any]) -> list[tuple[str, An
 
 def with_stage(card: CandidateCard, stage: Stage, n: int) -> CandidateCard:
     """The same change re-staged (screen -> confirm at the goal's confirm N)."""
-    return card.model_copy(update={"stage": stage, "n": n, "score": None, "prediction": None})
+    return card.model_copy(update={"stage": stage, "n": n, "score": None, "prediction": None, "prescreen": None})
 
 
 def card_record(card: CandidateCard) -> dict[str, Any]:
     """The card as stored (and shown): its fields plus the store's index keys."""
     # an infinite request_rate stays "inf" (JSON mode would write null); a one-change card is stored as it always was
-    skip = ({"also", "coupling"} if card.also is None and card.coupling is None else set()) | (set() if card.more else {"more"})
+    skip = ({"also", "coupling"} if card.also is None and card.coupling is None else set()) | (set() if card.more else {"more"}) \
+        | (set() if card.prescreen else {"prescreen"})
     d = canon(card.model_dump(exclude=skip or None))
     d.update({"knob": card.change.knob if card.change else None,
               "value": card.change.new if card.change else None, "parent_hash": card.parent_knobs_hash})

@@ -76,10 +76,6 @@ class Prescreened:
         for _ in range(MAX_SKIPS):
             plan = self.inner.ask(probe)
             card = plan.card
-            if card is not None and card.stage == "confirm" and screened(card, probe) and RANKED in (card.note or ""):
-                plan = plan.model_copy(update={"card": card.model_copy(update={"note": "; ".join(
-                    x for x in (card.note or "").split("; ") if not x.startswith(RANKED)) or None})})
-                card = plan.card  # the screen's ranking note is the screen's, not its confirm's
             if card is None or card.change is None or card.stage not in ("screen", "confirm") \
                     or card.planner == "instruction" or (card.stage == "confirm" and screened(card, probe)):
                 break  # a confirm of a measured screen: the screen, not the simulator, predicts it
@@ -120,7 +116,7 @@ class Prescreened:
                f"simulator), {order} — {figures}")
         pred = pred.model_copy(update={"basis": f"{pred.basis}; {RANKED} {len(passing)} passing moves by simulated "
                                                 f"value per card-hour"})
-        card = card.model_copy(update={"note": "; ".join(x for x in (card.note, why) if x), "prediction": pred})
+        card = card.model_copy(update={"prescreen": why, "prediction": pred})
         first = passing[0][2]
         ranked = list(first.ranked) + [PlanRow.of(p.card.title(), v, f"simulated {pr.objective_effect.value:+.1%} over "
                                                   f"{cost:.2f} card-h") for v, cost, p, pr in passing]

@@ -90,6 +90,8 @@ def rows(card: dict[str, Any], card_hash: str, est: float | None, cost_class: st
            ("predicted effect", "; ".join(predicted) or "no numeric prediction"),
            ("expected (in words)", card.get("expected_effect") or "—"), ("evidence", "; ".join(evidence)),
            ("cost", cost), ("rank", ranked)]
+    if card.get("prescreen"):
+        out.append(("pre-screen", str(card["prescreen"])))
     if card.get("note"):
         out.append(("note", str(card["note"])))
     out.append(("card hash", card_hash))
