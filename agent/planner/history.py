@@ -5,7 +5,7 @@ History and returns the next card or None (ask/tell). Everything here is plain f
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -18,6 +18,9 @@ from core.knobs import catalog
 from core.evidence import Evidence
 from core.goalview import PlannerGoal
 from core.summary import Summary
+
+if TYPE_CHECKING:  # annotations only
+    from agent.planner.diagnosed import Diagnosis
 
 Decision = Literal[
     "reference",  # a baseline measurement of a station
@@ -170,7 +173,7 @@ class History(BaseModel):
     once too and kept with it (`diagnosis_for`), so the diagnose node and the planner read the same one."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
-    _diagnosis: Any = PrivateAttr(default=None)
+    _diagnosis: Diagnosis | None = PrivateAttr(default=None)
     _diagnosed: bool = PrivateAttr(default=False)
     # the goal's twin fitter (agent/planner/twin.py: run ids -> a fit, or why not), handed over by the loop; a copy
     # keeps it (it is the same deployment's)

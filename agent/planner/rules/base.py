@@ -5,16 +5,19 @@ A rule never reads an engine's name: only the digest keys (executor.evidence.dig
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from core.goalview import Limit
 from core.summary import Summary
+from agent.planner.diagnosed import OPEN_LOW, SUPPORTED, Diagnosis, Hypothesis  # the bands and what rules make
 from core.evidence import Evidence
 
-# likelihood bands, coarse on purpose (the planner only ranks explanations): supported >= 0.6 > open >= 0.3 > weak
-SUPPORTED, OPEN_LOW = 0.6, 0.3  # a judgement; from OPEN_LOW up a negative counts as ruling something out (value.py)
+if TYPE_CHECKING:  # annotations only: the history (agent/planner/tpot_fit.py reads it) is above the rules
+    from agent.planner.cards import Change
+    from agent.planner.history import History
+
 WEAK = 0.1  # evidence missing or against: weak (under OPEN_LOW), yet not 0, as a later run may still show it
 DEFAULT_GAIN = 0.05  # a move no rule owns (candidates.rule_for falls back to MoveRule()): a small prior gain
 AT_LIMIT = 0.95  # decode running within 5 % of its batch limit counts as at it: a sampled gauge may miss the peak
@@ -22,20 +25,6 @@ KV_FULL = 0.95  # KV usage within 5 % of full: near enough that KV space, not on
 KV_PEAK_FULL = 0.98  # no new sequence is admitted once the KV blocks run out (~100 %): a 98 % sampled peak is full
 WAITING_NEAR_ZERO = 0.5  # a mean decode queue under half a request: it is empty most of the time ("near zero")
 QUEUE_PERSISTENT = 0.5  # the prefill queue non-empty in at least half of the samples: persistent, not a passing burst
-
-
-class Hypothesis(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    name: str
-    likelihood: float = Field(ge=0.0, le=1.0)
-    evidence_for: list[str] = Field(default_factory=list)
-    evidence_against: list[str] = Field(default_factory=list)
-
-    @property
-    def status(self) -> str:
-        if self.likelihood >= SUPPORTED:
-            return "supported"
-        return "open" if self.likelihood >= OPEN_LOW else "weak"
 
 
 class MoveRule(BaseModel):
@@ -75,10 +64,10 @@ class Adjusted:
     answered: bool = False  # the evidence already answers what the screen would ask: it rules out nothing new
 
 
-ValueModel = Callable[[Any, bool, Any, float, float], Adjusted | None]  # (change, up, diagnosis, conf, gain)
+ValueModel = Callable[["Change", bool, "Diagnosis", float, float], Adjusted | None]  # (change, up, diagnosis, conf, gain)
 # a jump the rule's evidence sizes for one knob, beyond the next listed value: (knob, current value, listed
 # values, history, diagnosis) -> (direction, value, expected effect in words), or None
-SizedMove = Callable[[str, Any, list, Any, Any], "tuple[str, Any, str] | None"]
+SizedMove = Callable[[str, Any, list, "History", "Diagnosis | None"], "tuple[str, Any, str] | None"]
 
 
 @dataclass(frozen=True)

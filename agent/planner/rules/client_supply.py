@@ -3,12 +3,17 @@ rate r or the concurrency cap C) decides which of them is worth raising."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.planner.rules.base import QUEUE_PERSISTENT, Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp
 from agent.planner.tpot_fit import line_limit, sized_rate
 from core.knobs import ARRIVAL_RATE, CLIENT_CAP, role_of
 from core.summary import Summary
+
+if TYPE_CHECKING:  # annotations only: the diagnosis and the history import the rules
+    from agent.planner.cards import Change
+    from agent.planner.diagnosed import Diagnosis
+    from agent.planner.history import History
 
 NOT_BINDING = 0.25  # a higher C while r holds the load down (or a higher r while C does) changes nothing in flight
 PRIOR = 0.1  # the scorer's start (a judgement): weak until the run shows the sender holding the load down
@@ -82,7 +87,7 @@ def client_limit(s: Summary | None) -> tuple[str | None, str | None]:
     return None, None
 
 
-def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjusted | None:
+def value(change: Change, up: bool, diag: Diagnosis, conf: float, gain: float) -> Adjusted | None:
     """C vs r: raising the sender's limit that does not bind keeps a quarter of its confidence."""
     other = {CLIENT_CAP: ARRIVAL_RATE, ARRIVAL_RATE: CLIENT_CAP}.get(role_of(change.knob))
     if up and other is not None and diag.client_limit == other:
@@ -90,7 +95,7 @@ def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjuste
     return None
 
 
-def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[str, Any, str] | None:
+def sized(knob: str, cur: Any, values: list, history: History, diag: Diagnosis | None) -> tuple[str, Any, str] | None:
     """Where the arrival rate binds: a raise of r sized by Little's law along the fitted TPOT line
     (agent/planner/tpot_fit.py), not the next listed rate."""
     if role_of(knob) != ARRIVAL_RATE or diag is None or diag.client_limit != ARRIVAL_RATE:

@@ -2,11 +2,15 @@
 limit should move (running + waiting per instance)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.planner.rules.base import KV_FULL, WAITING_NEAR_ZERO, Ctx, Hypothesis, MoveRule, Rule, clamp, decode_at_limit
 from core.knobs import BATCH_CAP, DECODE_INSTANCES, INDEX_REUSE, role_of
 from core.evidence import Evidence
+
+if TYPE_CHECKING:  # annotations only: the diagnosis and the history import the rules
+    from agent.planner.diagnosed import Diagnosis
+    from agent.planner.history import History
 
 PRIOR = 0.15  # the scorer's start (a judgement): weak until decode's batch limit and queue are read
 # mean busy slots per decode step (a mean, not a peak like AT_LIMIT, so a lower bar) at 90 % of the slots: full
@@ -62,7 +66,7 @@ def decode_demand(ev: Evidence) -> float | None:
     return run_mean + waiting / max(inst, 1.0)
 
 
-def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[str, Any, str] | None:
+def sized(knob: str, cur: Any, values: list, history: History, diag: Diagnosis | None) -> tuple[str, Any, str] | None:
     """The decode batch limit raised to the demand the queue shows (running + waiting per instance), as an
     engineer would, when that is beyond the next listed value."""
     if role_of(knob) != BATCH_CAP or diag is None or diag.decode_demand is None or cur is None:

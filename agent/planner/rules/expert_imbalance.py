@@ -2,11 +2,15 @@
 breakdown's imbalance time; without either, a relayout is worth nothing."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.planner.rules.base import OPEN_LOW, WEAK, Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp, role_terms
 from core.knobs import EXPERT_PLACEMENT, role_of
 from core.evidence import Evidence
+
+if TYPE_CHECKING:  # annotations only: the diagnosis and the history import the rules
+    from agent.planner.cards import Change
+    from agent.planner.diagnosed import Diagnosis
 
 MOE_SHARE = 0.5  # share of a step spent in expert layers, when only the load spread is known
 RECOVERABLE = 0.8  # share of the skew loss a fitted static layout wins back (its own fit is imperfect)
@@ -71,7 +75,7 @@ def score(ctx: Ctx) -> Hypothesis:
                       evidence_against=[line + ": too little to pay a relayout"])
 
 
-def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjusted | None:
+def value(change: Change, up: bool, diag: Diagnosis, conf: float, gain: float) -> Adjusted | None:
     """A relayout gains what the imbalance loses (the recoverable share), and nothing without the evidence."""
     if role_of(change.knob) != EXPERT_PLACEMENT or not up:
         return None

@@ -11,7 +11,7 @@ prefill side frees).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.planner.rules.base import SUPPORTED, WEAK, Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp, role_terms
 from core.evidence import Evidence
@@ -19,6 +19,11 @@ from core.knobs import (
     ARRIVAL_RATE, CLIENT_CAP, DECODE_INSTANCES, PREFILL_INSTANCES, PREFILL_REQUEST_CAP, PREFILL_TOKEN_BUDGET,
     role_of,
 )
+
+if TYPE_CHECKING:  # annotations only: the diagnosis and the history import the rules
+    from agent.planner.cards import Change
+    from agent.planner.diagnosed import Diagnosis
+    from agent.planner.history import History
 
 BOUND = 0.3  # communication share of a role's device time that makes the transfer the limit
 WAIT_BOUND = 0.5  # share of the decode side's requests waiting for their KV that makes the transfer the limit
@@ -33,7 +38,7 @@ WAIT_WEIGHT = 0.6  # likelihood per unit of hand-over share: SUPPORTED at WAIT_B
 GAIN_PREFILL_DOWN = 0.05  # the move's prior gain (a judgement): the same rate from fewer cards; value() sizes it
 
 
-def _spare(diag: Any) -> float | None:
+def _spare(diag: Diagnosis) -> float | None:
     """How many times the present rate the prefill side could supply (busy share up to PREFILL_FULL)."""
     busy = diag.prefill_busy
     return PREFILL_FULL / busy if busy else None
@@ -80,7 +85,7 @@ def score(ctx: Ctx) -> Hypothesis:
     return Hypothesis(name="kv_transfer", likelihood=lik, evidence_for=pfor, evidence_against=pagainst)
 
 
-def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjusted | None:
+def value(change: Change, up: bool, diag: Diagnosis, conf: float, gain: float) -> Adjusted | None:
     lik = diag.likelihood("kv_transfer")
     if lik < SUPPORTED:
         return None
@@ -113,7 +118,7 @@ def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjuste
     return None
 
 
-def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[str, Any, str] | None:
+def sized(knob: str, cur: Any, values: list, history: History, diag: Diagnosis | None) -> tuple[str, Any, str] | None:
     """While the transfer binds: the decode side grown to what the prefill side can feed. The rate scales with
     the decode links, so prefill's busy share scales with it; the jump is the largest listed decode instance
     count whose prefill stays within PREFILL_FULL busy, when that is beyond the next step."""

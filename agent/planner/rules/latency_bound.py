@@ -4,11 +4,16 @@ the limit is on (core/goalview.py): fewer in flight lowers every latency; a smal
 the decode-side ones (TPOT, ITL); more prefill instances shorten the prefill queue behind a TTFT tail."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.planner.rules.base import WEAK, Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp
 from agent.planner.tpot_fit import line_limit, sized_down
 from core.knobs import ARRIVAL_RATE, BATCH_CAP, CLIENT_CAP, DRAFT_METHOD, PREFILL_INSTANCES, role_of
+
+if TYPE_CHECKING:  # annotations only: the diagnosis and the history import the rules
+    from agent.planner.cards import Change
+    from agent.planner.diagnosed import Diagnosis
+    from agent.planner.history import History
 
 FEASIBLE_GAIN = 0.3  # a move that may bring an infeasible best inside its latency limit: feasibility is the gain
 FEASIBLE_CONFIDENCE = 0.7  # a judgement: a move toward feasibility from an infeasible best is trusted over SUPPORTED
@@ -42,7 +47,7 @@ def headroom(ctx: Ctx) -> float | None:
     return None if ctx.limit is None else ctx.limit.slack(ctx.summary)
 
 
-def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjusted | None:
+def value(change: Change, up: bool, diag: Diagnosis, conf: float, gain: float) -> Adjusted | None:
     """Get feasible first: while the best breaks its binding limit, a move that lowers that figure is worth what
     a feasible station is worth, whatever it costs in throughput."""
     moves = LOWERS.get(diag.binding_side or "")
@@ -52,7 +57,7 @@ def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjuste
                     f" ({diag.binding_words} {-diag.headroom:.0%} over its limit: feasibility first)")
 
 
-def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[str, Any, str] | None:
+def sized(knob: str, cur: Any, values: list, history: History, diag: Diagnosis | None) -> tuple[str, Any, str] | None:
     """While the best station breaks a decode-side limit: a cut of C or max_num_seqs sized along that latency (the
     proportional bound, then the fitted line: agent/planner/tpot_fit.py), not a fixed step."""
     if diag is None:

@@ -3,13 +3,16 @@ latency limit (whichever it is: mean TPOT, a TTFT or TPOT tail; core/goalview.py
 the client allows, decode runs below its batch limit, and no queue forms inside."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.planner.rules.base import (
     AT_LIMIT, QUEUE_PERSISTENT, WAITING_NEAR_ZERO, WEAK, Ctx, Hypothesis, MoveRule, Rule, clamp, decode_full,
 )
 from agent.planner.tpot_fit import fits, line_limit
 from core.knobs import CLIENT_CAP
+
+if TYPE_CHECKING:  # annotations only: the diagnosis and the history import the rules
+    from agent.planner.history import History
 
 LOAD_HEADROOM = 0.1  # the binding figure at least this far under its limit leaves room for more load
 PRIOR = 0.1  # the scorer's start (a judgement): weak until headroom, C and decode's batch are read
@@ -69,7 +72,7 @@ def score(ctx: Ctx) -> Hypothesis:
     return Hypothesis(name="load_headroom", likelihood=clamp(sc), evidence_for=pfor, evidence_against=pagainst)
 
 
-def room_for(history: Any, head: float | None, target: dict[str, Any]) -> tuple[bool, str | None]:
+def room_for(history: History, head: float | None, target: dict[str, Any]) -> tuple[bool, str | None]:
     """Whether a load raise to `target` (a coupled C + max_num_seqs step of the best station) has room under the
     binding limit: 10 % headroom, or, under that, where the binding limit is on the decode side, a line of its figure
     against the decode batch fitted from the runs made (agent/planner/tpot_fit.py) that gives it a fair chance of

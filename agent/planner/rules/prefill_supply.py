@@ -2,13 +2,18 @@
 per-batch limit binds (the request cap or the token budget) is read from the prefill batch composition."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.planner.rules.base import (
     QUEUE_PERSISTENT, WAITING_NEAR_ZERO, Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp, decode_full,
 )
 from core.knobs import PREFILL_INSTANCES, PREFILL_REQUEST_CAP, PREFILL_TOKEN_BUDGET, by_role, role_of
 from core.evidence import Evidence
+
+if TYPE_CHECKING:  # annotations only: the diagnosis and the history import the rules
+    from agent.planner.cards import Change
+    from agent.planner.diagnosed import Diagnosis
+    from agent.planner.history import History
 
 BUDGET_FULL = 0.95  # prefill batches using this share of the token budget on average: the budget binds
 CAP_FULL = 0.95  # carrying this share of the request cap on average (with budget to spare): the cap binds
@@ -98,7 +103,7 @@ def prefill_limit(ev: Evidence, knobs: dict[str, Any]) -> tuple[str | None, str 
     return None, None, fill
 
 
-def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjusted | None:
+def value(change: Change, up: bool, diag: Diagnosis, conf: float, gain: float) -> Adjusted | None:
     """Cap vs budget: a bigger budget while the cap binds keeps half its confidence; a bigger budget while the
     batches use under half of it and no limit binds adds no tokens to them (nothing to gain, nothing new asked);
     a higher cap while the batches already fill the budget gains at most the unused share of the budget."""
@@ -120,7 +125,7 @@ def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjuste
     return None
 
 
-def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[str, Any, str] | None:
+def sized(knob: str, cur: Any, values: list, history: History, diag: Diagnosis | None) -> tuple[str, Any, str] | None:
     """Where the token budget binds: a budget that holds the mean uncached prompt in one pass (a smaller one splits
     every prompt into chunks that each pay a pass's fixed cost). Where the request cap binds with budget to spare:
     the cap that fills the budget with mean uncached prompts (budget / prompt: past it the budget binds instead),

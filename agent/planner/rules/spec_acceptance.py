@@ -3,11 +3,16 @@
 figures, the mean acceptance length says only whether drafts are mostly wasted."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.planner.rules.base import WEAK, Adjusted, Ctx, Hypothesis, MoveRule, Rule, clamp, role_terms
 from core.knobs import DRAFT_WIDTH, by_role, role_of
 from core.evidence import Evidence
+
+if TYPE_CHECKING:  # annotations only: the diagnosis and the history import the rules
+    from agent.planner.cards import Change
+    from agent.planner.diagnosed import Diagnosis
+    from agent.planner.history import History
 
 DEFAULT_DRAFT_COST = 0.05  # one draft position's cost relative to a target-model decode step, when not measured
 MODEL_CONFIDENCE = 0.6  # measured acceptance per position: the model of a width change is that sure
@@ -37,7 +42,7 @@ def draft_cost(ev: Evidence, k: int) -> float | None:
     return share / (1.0 - share) / k
 
 
-def fitted_cost(history: Any, knobs: dict[str, Any]) -> tuple[float, str] | None:
+def fitted_cost(history: History, knobs: dict[str, Any]) -> tuple[float, str] | None:
     """One draft position's cost relative to a draft-free step, from the step time measured at two draft widths.
 
     The breakdown's draft share prices only the draft passes; each position also adds a token per sequence to the
@@ -121,7 +126,7 @@ def score(ctx: Ctx) -> Hypothesis:
                       evidence_against=[f"acceptance length {al:.2f} of a possible {k + 1}"])
 
 
-def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjusted | None:
+def value(change: Change, up: bool, diag: Diagnosis, conf: float, gain: float) -> Adjusted | None:
     """A draft-width change valued by the acceptance model: the predicted gain, or nothing when it loses."""
     if role_of(change.knob) != DRAFT_WIDTH or diag.spec_positions is None:
         return None
@@ -141,7 +146,7 @@ def value(change: Any, up: bool, diag: Any, conf: float, gain: float) -> Adjuste
     return Adjusted(max(conf, MODEL_CONFIDENCE), g, note)
 
 
-def sized(knob: str, cur: Any, values: list, history: Any, diag: Any) -> tuple[str, Any, str] | None:
+def sized(knob: str, cur: Any, values: list, history: History, diag: Diagnosis | None) -> tuple[str, Any, str] | None:
     """The listed draft width the acceptance model rates best, when it lies beyond the next width that way: the
     model values every width at once, so a move need not walk there one position at a time. Only widths whose
     positions were measured (and the next one) are rated: acceptance past them is an extrapolation, so a wider
