@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         prior = prior_of(builtin_sim(), goal.sim_profile)
         walls, found = [], None
         for _ in range(args.repeat):
-            twins = Twins(Path(tmp) / "runs")  # fresh: no fit and no prediction cached
+            twins = Twins(Path(tmp) / "runs", disk=None)  # fresh: no fit and no prediction cached (nor on disk)
             fitter = lambda runs, t=twins: t.fit(prior, tuple(runs))  # noqa: E731
             t0 = time.perf_counter()
             ranked = candidates(h.with_twin(fitter), diagnosis_for(h))

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="twin-search-") as tmp:
         for case in cases:
             goal = case.goal_spec(False, 0)
-            twin = Twins(Path(tmp)).fit(prior_of(builtin_sim(), goal.sim_profile), ())
+            twin = Twins(Path(tmp), disk=None).fit(prior_of(builtin_sim(), goal.sim_profile), ())  # timed: none on disk
             h = History(goal_id=case.name, goal=goal, data_version="bench", best_knobs=goal.start_station(),
                         budget_left_card_hours=goal.budget.card_hours, experiments_left=goal.budget.experiments)
             old = ascent(h, twin, ts.STATIONS_PER_PROPOSAL)

@@ -10,20 +10,138 @@ decay per draft position, each expert layout's imbalance): what the runs say win
 the runs cannot separate or did not observe keeps the prior's value and says so.
 
 The fit on no run is the prior itself (it predicts the goal's first run out of sample). Fits are kept per set of runs (the planner asks for the twin fitted on every prefix of the goal's runs to
-measure its out-of-sample error, agent/planner/twin.py); a station's prediction is kept per fit.
+measure its out-of-sample error, agent/planner/twin.py); a station's prediction is kept per fit, in memory and on
+disk (`DiskCache`: shared by every process of the user, so a restarted `tuneloop run`, a service's workers and the
+goals of one deployment that fit the same profile simulate a station once).
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from core import profiles
+import numpy
+from pydantic import VERSION as PYDANTIC_VERSION
+
+from core import profiles, scenarios
+from core.canonical import canon
 from core.profiles import Profile
+from core.summary import Summary
 from executor.transports.sim import calibrate_runs, simulate_station
 
 FITS_KEPT = 64  # fits kept per executor (each a profile and a few hundred floats): a long goal refits every run
+CACHE_ENV = "TUNELOOP_TWIN_CACHE"  # the on-disk prediction cache's directory, or "off"
+# what a prediction is computed by (besides the profile and scenario in its key): the simulator, core/ (the summary,
+# profiles, scenarios, knob catalog), this module and the sim transport's door
+CODE = ("simulator", "core", "executor/twin.py", "executor/transports/sim.py")
+VERSIONS_KEPT = 3  # code versions whose predictions stay on disk (this one and the two used last): each edit of
+# simulator/ or core/ is a version of its own, and a test suite's run writes ~10-90 MB of predictions
+
+
+@lru_cache(maxsize=1)
+def code_version() -> str:
+    """A digest of every file a prediction is computed by (CODE) and of the Python, numpy and pydantic it runs on:
+    any change to them starts a fresh cache directory."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256(f"{sys.version}|{numpy.__version__}|{PYDANTIC_VERSION}".encode())
+    for rel in CODE:
+        top = root / rel
+        files = sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts) \
+            if top.is_dir() else [top]
+        for f in files:
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+class DiskCache:
+    """The twin's predictions on disk: a station's simulated Summary is a pure function of the fitted profile, the
+    scenario, the knobs, N, warm-up, seed, the goal's SLOs and native-window rule and the code (`code_version`), and
+    the key is a digest of them all (exact: `repr` of every value), so a hit is the Summary the simulation returns.
+    A Summary that does not read back equal from its JSON is not kept. A write is a temporary file renamed into
+    place, so concurrent processes never read half an entry. The directory: $TUNELOOP_TWIN_CACHE, else
+    $XDG_CACHE_HOME/tuneloop/twin, else ~/.cache/tuneloop/twin; `TUNELOOP_TWIN_CACHE=off` keeps predictions in
+    memory only (the benches that time a search turn it off)."""
+
+    def __init__(self, root: Path):
+        self.dir = Path(root) / code_version()
+        self.hits = self.misses = 0
+        self._pruned = False
+
+    @classmethod
+    def from_env(cls) -> DiskCache | None:
+        where = os.environ.get(CACHE_ENV, "").strip()
+        if where.lower() == "off":
+            return None
+        if not where:
+            base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+            where = str(Path(base) / "tuneloop" / "twin")
+        return cls(Path(where))
+
+    @staticmethod
+    def key(profile: Profile, scenario: str, knobs: dict[str, Any], n: int, warmup: int, seed: int,
+            slos: dict[str, float] | None, rule: dict[str, Any]) -> str:
+        parts = (repr(profile.model_dump()), repr(scenarios.load(scenario).model_dump()),
+                 repr(sorted((k, repr(v)) for k, v in knobs.items())), n, warmup, seed,
+                 repr(sorted((slos or {}).items())), repr(sorted(rule.items())))
+        return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.dir / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> tuple[Summary, list[str]] | None:
+        try:
+            d = json.loads(self._path(key).read_text())
+            got = Summary.model_validate(d["summary"]), list(d["knobs_not_modelled"])
+        except (OSError, ValueError, KeyError, TypeError):  # absent, or unreadable: simulate (and write it afresh)
+            self.misses += 1
+            return None
+        self.hits += 1
+        return got
+
+    def put(self, key: str, summary: Summary, left: list[str]) -> None:
+        blob = json.dumps({"summary": canon(summary.model_dump()), "knobs_not_modelled": list(left)},
+                          allow_nan=False)
+        if Summary.model_validate(json.loads(blob)["summary"]) != summary:
+            return  # a figure JSON does not carry exactly (a NaN): simulated again next time, never approximated
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".w-", suffix=".json")
+            with os.fdopen(fd, "w") as f:
+                f.write(blob)
+            os.replace(tmp, path)
+        except OSError:  # a full or read-only disk costs a simulation next time, never the prediction
+            return
+        if not self._pruned:
+            self._pruned = True
+            self._prune()
+
+    def _prune(self) -> None:
+        """Mark this version used now and remove all but the VERSIONS_KEPT versions used last (a process still
+        reading a removed one simulates again: a miss, never a wrong prediction)."""
+        try:
+            (self.dir / ".used").touch()
+            versions = [d for d in self.dir.parent.iterdir() if d.is_dir()]
+        except OSError:
+            return
+
+        def used(d: Path) -> float:
+            try:
+                return (d / ".used").stat().st_mtime
+            except OSError:
+                return 0.0
+
+        for old in sorted(versions, key=used, reverse=True)[VERSIONS_KEPT:]:
+            if old != self.dir:
+                shutil.rmtree(old, ignore_errors=True)
 
 
 @dataclass
@@ -34,6 +152,7 @@ class Twin:
     prior: str
     runs: tuple[str, ...]
     table: list[tuple[str, float, float | None, str]]
+    disk: DiskCache | None = None  # the predictions on disk (Twins gives its fits the user's; None: memory only)
     _cache: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -50,7 +169,15 @@ class Twin:
             got = self._cache.get(key)
         if got is None:
             rule = {} if native is None else {"native_min_requests": native[0], "native_min_seconds": native[1]}
-            s, left = simulate_station(self.profile, scenario, knobs, n, warmup=warmup, seed=seed, slos=slos, **rule)
+            disk_key = self.disk.key(self.profile, scenario, knobs, n, warmup, seed, slos, rule) if self.disk else ""
+            stored = self.disk.get(disk_key) if self.disk else None
+            if stored is not None:
+                s, left = stored
+            else:
+                s, left = simulate_station(self.profile, scenario, knobs, n, warmup=warmup, seed=seed, slos=slos,
+                                           **rule)
+                if self.disk:
+                    self.disk.put(disk_key, s, left)
             got = {"profile": self.profile.name, "summary": s, "cards": s.cards, "knobs_not_modelled": left,
                    "output_tok_s": s.whole.output_tok_s if s.whole else None,
                    "output_tok_s_per_card": s.whole.output_tok_s_per_card if s.whole else None,
@@ -67,8 +194,10 @@ class Twin:
 class Twins:
     """The fits of one executor, by (prior, runs); thread-safe (the service plans goals in threads)."""
 
-    def __init__(self, runs_root: Path):
+    def __init__(self, runs_root: Path, disk: DiskCache | None | bool = True):
+        """`disk`: the prediction cache its fits share (True: the user's, DiskCache.from_env; None: memory only)."""
         self.root = Path(runs_root)
+        self.disk = DiskCache.from_env() if disk is True else disk or None
         self._fits: dict[tuple[str, tuple[str, ...]], Twin | str] = {}
         self._lock = threading.Lock()
 
@@ -92,7 +221,7 @@ class Twins:
         except Exception as e:  # a prior that cannot be read: no twin, said once per fit
             return f"prior profile {prior!r} cannot be read: {e}"
         if not run_ids:  # the prior itself, before any run: what predicts the first run out of sample
-            return Twin(profile=base, prior=prior, runs=(), table=[])
+            return Twin(profile=base, prior=prior, runs=(), table=[], disk=self.disk)
         dirs = [self.root / r for r in run_ids]
         missing = [r for r, d in zip(run_ids, dirs) if not d.is_dir()]
         if missing:
@@ -101,7 +230,7 @@ class Twins:
             prof, table = calibrate_runs(dirs, prior, name=f"{base.name.removesuffix('-calibrated')}-twin")
         except Exception as e:  # runs the fit cannot use, or a solver failure: no twin this step, the rules lead
             return f"the fit failed: {type(e).__name__}: {e}"
-        return Twin(profile=prof, prior=prior, runs=tuple(run_ids), table=table)
+        return Twin(profile=prof, prior=prior, runs=tuple(run_ids), table=table, disk=self.disk)
 
 
 def prior_of(target: Any, sim_profile: str | None) -> str | None:

@@ -66,7 +66,8 @@ def free_port() -> int:
 
 
 def service_env(tmp: Path, db_url: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNELOOP_") or k == "TUNELOOP_TEST_PG_URL"}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TUNELOOP_") or k in ("TUNELOOP_TEST_PG_URL", "TUNELOOP_TWIN_CACHE")}
     env.update({"TUNELOOP_DB": db_url, "TUNELOOP_RUNS_ROOT": str(tmp / "runs"), "TUNELOOP_TOKENS": TOKENS_ENV,
                 "TUNELOOP_POLL_S": "0.1", "TUNELOOP_CLAIM_TTL_S": "3", "PYTHONUNBUFFERED": "1"})
     env.update(extra)

@@ -3,6 +3,7 @@ calibrated to the goal's own runs from a prior that is wrong, converging to the 
 the planner while it predicts the goal's runs, handing the lead to the rules when it does not, and the cards say so."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,52 @@ def test_the_twin_fitted_from_a_wrong_prior_converges_to_the_truth_it_was_never_
         assert coeffs[name][0] == pytest.approx(true, rel=0.10), (name, coeffs[name], true)
         assert coeffs[name][2] == "fitted"
     assert abs(errs[-1]) < 0.03 < abs(prior_err), (errs, prior_err)  # the runs won over the prior
+
+
+def test_a_prediction_on_disk_is_the_simulated_one_and_any_other_input_misses(tmp_path, monkeypatch):
+    """The twin's disk cache (executor/twin.py DiskCache): another process fitting the same runs reads the very Summary
+    the simulation returned; another station, N, seed, SLO or fitted profile is a miss; an unreadable entry is
+    simulated again and rewritten; TUNELOOP_TWIN_CACHE=off keeps predictions in memory only."""
+    from executor.twin import DiskCache
+
+    truth = truth_profile()
+    ids = _runs(tmp_path / "runs", truth, STATIONS[:2])
+    monkeypatch.setenv("TUNELOOP_TWIN_CACHE", str(tmp_path / "cache"))
+    st, slos = {"max_num_seqs": 96, "concurrency": 128}, {"tpot_ms": 40.0}
+    first = Twins(tmp_path / "runs").fit(PRIOR, ids)
+    a = first.predict("chat2k", st, 240, seed=5, slos=slos, native=(64, 10.0))
+    assert (first.disk.hits, first.disk.misses) == (0, 1) and len(list((tmp_path / "cache").rglob("*.json"))) == 1
+    again = Twins(tmp_path / "runs").fit(PRIOR, ids)  # a fresh process's fit of the same runs: the same profile
+    assert again is not first and again.profile == first.profile
+    b = again.predict("chat2k", st, 240, seed=5, slos=slos, native=(64, 10.0))
+    assert (again.disk.hits, again.disk.misses) == (1, 0)
+    assert b["summary"] == a["summary"] and b["summary"].model_dump() == a["summary"].model_dump()
+    assert b["knobs_not_modelled"] == a["knobs_not_modelled"] and b["output_tok_s_per_card"] == a["output_tok_s_per_card"]
+    for other in ((st | {"concurrency": 96}, 240, 5, slos), (st, 200, 5, slos), (st, 240, 6, slos),
+                  (st, 240, 5, {"tpot_ms": 41.0})):
+        again.predict("chat2k", other[0], other[1], seed=other[2], slos=other[3], native=(64, 10.0))
+    assert again.disk.misses == 4
+    moved = Twin(profile=again.profile.model_copy(update={"decode_cost": again.profile.decode_cost.model_copy(
+        update={"a": again.profile.decode_cost.a * 1.01})}), prior=PRIOR, runs=ids, table=[], disk=again.disk)
+    moved.predict("chat2k", st, 240, seed=5, slos=slos, native=(64, 10.0))
+    assert again.disk.misses == 5  # a profile fitted otherwise (one coefficient 1 % off) is another prediction
+    for f in (tmp_path / "cache").rglob("*.json"):
+        f.write_text("{not json")
+    third = Twins(tmp_path / "runs").fit(PRIOR, ids)
+    c = third.predict("chat2k", st, 240, seed=5, slos=slos, native=(64, 10.0))
+    assert (third.disk.hits, third.disk.misses) == (0, 1) and c["summary"] == a["summary"]
+    assert Twins(tmp_path / "runs").fit(PRIOR, ids).predict("chat2k", st, 240, seed=5, slos=slos,
+                                                            native=(64, 10.0))["summary"] == a["summary"]
+    # older code versions' predictions: the two used last stay beside this one, the rest go at the first write
+    for i, name in enumerate(("v-oldest", "v-old", "v-recent", "v-latest")):
+        (tmp_path / "cache" / name).mkdir()
+        (tmp_path / "cache" / name / ".used").touch()
+        os.utime(tmp_path / "cache" / name / ".used", (1e9 + i, 1e9 + i))
+    fresh = Twins(tmp_path / "runs").fit(PRIOR, ids)
+    fresh.predict("chat2k", st, 240, seed=7)
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted(["v-latest", "v-recent", fresh.disk.dir.name])
+    monkeypatch.setenv("TUNELOOP_TWIN_CACHE", "off")
+    assert DiskCache.from_env() is None and Twins(tmp_path / "runs").fit(PRIOR, ids).disk is None
 
 
 def test_the_prior_is_the_calibrated_profile_or_the_goals_never_anything_else(tmp_path):
