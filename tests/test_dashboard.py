@@ -203,6 +203,7 @@ def test_the_simulator_drift_and_its_figures_are_on_the_dashboard(tmp_path, make
     shows the flag with the re-calibration to run, and predicted beside measured throughput and TPOT per run."""
     from playwright.sync_api import expect
 
+    from core.evidence import Evidence
     from core.station import Station
     from core.trial import TrialSpec
     from state.goal import GoalSpec
@@ -221,7 +222,8 @@ def test_the_simulator_drift_and_its_figures_are_on_the_dashboard(tmp_path, make
             store.create_run(TrialSpec(run_id=rid, goal_id=goal.id, target="real", scenario=goal.spec.scenario,
                                        knobs=knobs, stage="baseline", n=40), station_hash=st.hash)
             res = make_result(rid, station_hash=st.hash, n=40)
-            store.record_result(res.model_copy(update={"evidence": {"drift": drift}}), goal_id=goal.id)
+            store.record_result(res.model_copy(update={"evidence": Evidence.model_validate({"drift": drift})}),
+                                goal_id=goal.id)
             store.record_decision(goal.id, "note", run_id=rid, text=f"run {i}")
         gid = goal.id
     finally:
