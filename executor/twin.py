@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -86,11 +86,16 @@ class DiskCache:
         return cls(Path(where))
 
     @staticmethod
-    def key(profile: Profile, scenario: str, knobs: dict[str, Any], n: int, warmup: int, seed: int,
+    def digest(model: Any) -> str:
+        """A digest of a model's every value (`repr` of its dump): the part of a key that a fit or a scenario
+        contributes, computed once per Twin and scenario rather than per station."""
+        return hashlib.sha256(repr(model.model_dump()).encode()).hexdigest()
+
+    @staticmethod
+    def key(profile_digest: str, scenario_digest: str, knobs: dict[str, Any], n: int, warmup: int, seed: int,
             slos: dict[str, float] | None, rule: dict[str, Any]) -> str:
-        parts = (repr(profile.model_dump()), repr(scenarios.load(scenario).model_dump()),
-                 repr(sorted((k, repr(v)) for k, v in knobs.items())), n, warmup, seed,
-                 repr(sorted((slos or {}).items())), repr(sorted(rule.items())))
+        parts = (profile_digest, scenario_digest, repr(sorted((k, repr(v)) for k, v in knobs.items())), n, warmup,
+                 seed, repr(sorted((slos or {}).items())), repr(sorted(rule.items())))
         return hashlib.sha256(repr(parts).encode()).hexdigest()
 
     def _path(self, key: str) -> Path:
@@ -154,7 +159,23 @@ class Twin:
     table: list[tuple[str, float, float | None, str]]
     disk: DiskCache | None = None  # the predictions on disk (Twins gives its fits the user's; None: memory only)
     _cache: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _scenario_digests: dict[str, str] = field(default_factory=dict)  # the disk key's part per scenario
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @cached_property
+    def _profile_digest(self) -> str:  # the disk key's part the fit contributes (a Twin's profile never changes)
+        return DiskCache.digest(self.profile)
+
+    def _disk_key(self, scenario: str, knobs: dict[str, Any], n: int, warmup: int, seed: int,
+                  slos: dict[str, float] | None, rule: dict[str, Any]) -> str:
+        assert self.disk is not None
+        with self._lock:
+            scen = self._scenario_digests.get(scenario)
+        if scen is None:
+            scen = DiskCache.digest(scenarios.load(scenario))
+            with self._lock:
+                self._scenario_digests[scenario] = scen
+        return self.disk.key(self._profile_digest, scen, knobs, n, warmup, seed, slos, rule)
 
     def predict(self, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0, seed: int = 0,
                 slos: dict[str, float] | None = None, native: tuple[int, float] | None = None) -> dict[str, Any]:
@@ -169,7 +190,7 @@ class Twin:
             got = self._cache.get(key)
         if got is None:
             rule = {} if native is None else {"native_min_requests": native[0], "native_min_seconds": native[1]}
-            disk_key = self.disk.key(self.profile, scenario, knobs, n, warmup, seed, slos, rule) if self.disk else ""
+            disk_key = self._disk_key(scenario, knobs, n, warmup, seed, slos, rule) if self.disk else ""
             stored = self.disk.get(disk_key) if self.disk else None
             if stored is not None:
                 s, left = stored
