@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from core.evidence_parts import Breakdown, Drift, ExpertLoad, Profile, ProfileSummary, number
+from core.evidence_parts import Breakdown, Drift, ExpertLoad, InstanceFigures, Profile, ProfileSummary, Spread, number
 
 __all__ = ["Breakdown", "Drift", "Evidence", "ExpertLoad", "KvTransfer", "Num", "Profile", "ProfileSummary",
            "number"]
@@ -75,8 +75,8 @@ class Evidence(BaseModel):
     # per engine instance ({instance: {role, requests, running_mean, waiting_mean, batch_fill, kv_usage_max,
     # kv_tokens_remote, kv_transfers, kv_failed, ...}}) and the spread over each role's instances
     # ({role: {figure: {max_over_mean, max, min}}}): executor/evidence_instances.py
-    instances: dict[str, dict[str, Any]] | None = None
-    instance_spread: dict[str, dict[str, Any]] | None = None
+    instances: dict[str, InstanceFigures] | None = None
+    instance_spread: dict[str, dict[str, Spread]] | None = None
     # MoE expert load by role (core/evidence_decode.py)
     expert_load: dict[str, ExpertLoad] | None = None
     expert_load_spread: Num = None

@@ -94,6 +94,39 @@ class ExpertLoad(Part):
     per_instance: dict[str, float] | None = None
 
 
+class InstanceFigures(Part):
+    """One engine instance's own figures over its own scrapes (executor/evidence_instances.py); None where it exported
+    nothing. Counters (requests, KV hand-off) are deltas over the load; `batch_fill` is the batch against its limit
+    (decode; a prefill instance runs one-token requests)."""
+
+    role: str
+    scrapes: int
+    requests: float | None = None
+    running_mean: float | None = None
+    running_max: float | None = None
+    waiting_mean: float | None = None
+    batch_fill: float | None = None
+    kv_usage_max: float | None = None
+    kv_tokens_remote: float | None = None
+    kv_transfers: float | None = None
+    kv_bytes: float | None = None
+    kv_failed: float | None = None
+
+    def figure(self, name: str) -> float | None:
+        """One figure by name (the spread's figures, executor/evidence_instances.py SPREAD)."""
+        v = getattr(self, name)
+        return None if v is None else float(v)
+
+
+class Spread(Part):
+    """How unevenly a role's instances carry one figure: the most loaded over the mean, and the instances at both
+    ends (`max` carries the most, `min` the least)."""
+
+    max_over_mean: float
+    max: str
+    min: str
+
+
 class Kernel(Part):
     name: str
     seconds: float

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from core.evidence_parts import InstanceFigures, Spread
 from core.records import EngineSample
 from executor.engines import metric_names
 from executor.evidence_kv import FAILURES
@@ -60,7 +61,7 @@ def _delta(rows: list[tuple[float, dict[str, float | None]]], key: str, since: f
     return max(seen[-1][1] - (base[-1] if base else seen[0][1]), 0.0)
 
 
-def _one(ss: Sequence[EngineSample], role: str, limit: float | None, since: float | None) -> dict[str, Any]:
+def _one(ss: Sequence[EngineSample], role: str, limit: float | None, since: float | None) -> InstanceFigures:
     """One instance's figures over its own scrapes (None where it exported nothing)."""
     waiting_names = WAITING_DECODE if role == "decode" else WAITING
     rows = []
@@ -76,23 +77,25 @@ def _one(ss: Sequence[EngineSample], role: str, limit: float | None, since: floa
 
     running, fill, kv = col("running"), _mean(col("engine_running")), col("kv")
     failed = [d for k in FAILURES if (d := _delta(rows, k, since)) is not None]
-    return {
-        "role": role,
-        "scrapes": len(ss),
-        "requests": _delta(rows, "requests", None),
-        "running_mean": _mean(running),
-        "running_max": max(running) if running else None,
-        "waiting_mean": _mean(col("waiting")),
+    return InstanceFigures(
+        role=role,
+        scrapes=len(ss),
+        requests=_delta(rows, "requests", None),
+        running_mean=_mean(running),
+        running_max=max(running) if running else None,
+        waiting_mean=_mean(col("waiting")),
         # the batch against its limit (per engine): decode's fill; a prefill instance runs one-token requests
-        "batch_fill": fill / limit if fill is not None and limit and role != "prefill" else None,
-        "kv_usage_max": max(kv) if kv else None,
-        **{k: _delta(rows, k, None) for k in ("kv_tokens_remote", "kv_transfers", "kv_bytes")},
-        "kv_failed": float(sum(failed)) if failed else None,
-    }
+        batch_fill=fill / limit if fill is not None and limit and role != "prefill" else None,
+        kv_usage_max=max(kv) if kv else None,
+        kv_tokens_remote=_delta(rows, "kv_tokens_remote", None),
+        kv_transfers=_delta(rows, "kv_transfers", None),
+        kv_bytes=_delta(rows, "kv_bytes", None),
+        kv_failed=float(sum(failed)) if failed else None,
+    )
 
 
 def per_instance(samples: Sequence[EngineSample], batch_limit: float | None,
-                 since: float | None = None) -> dict[str, dict[str, Any]] | None:
+                 since: float | None = None) -> dict[str, InstanceFigures] | None:
     """{instance: its figures} for every instance scraped, or None without samples. `since`: the first measured
     send, from which an instance's hand-off failures count (as in executor/evidence_kv.py)."""
     groups: dict[str, list[EngineSample]] = {}
@@ -103,18 +106,18 @@ def per_instance(samples: Sequence[EngineSample], batch_limit: float | None,
     return {inst: _one(ss, ss[0].role, batch_limit, since) for inst, ss in sorted(groups.items())}
 
 
-def spread(instances: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
-    """{role: {figure: {"max_over_mean", "max": instance, "min": instance}}} for each role with two or more
-    instances reporting the figure (a mean of 0 has no spread); None when no role has one."""
-    out: dict[str, dict[str, Any]] = {}
-    for role in sorted({f["role"] for f in (instances or {}).values()}):
-        mine = {i: f for i, f in (instances or {}).items() if f["role"] == role}
+def spread(instances: dict[str, InstanceFigures] | None) -> dict[str, dict[str, Spread]] | None:
+    """{role: {figure: Spread}} for each role with two or more instances reporting the figure (a mean of 0 has no
+    spread); None when no role has one."""
+    out: dict[str, dict[str, Spread]] = {}
+    for role in sorted({f.role for f in (instances or {}).values()}):
+        mine = {i: f for i, f in (instances or {}).items() if f.role == role}
         for fig in SPREAD:
-            got = {i: f[fig] for i, f in mine.items() if f.get(fig) is not None}
+            got = {i: v for i, f in mine.items() if (v := f.figure(fig)) is not None}
             mean = _mean(list(got.values()))
             if len(got) < 2 or not mean:
                 continue
             hi = max(got, key=got.__getitem__)
             lo = min((i for i in got if i != hi), key=got.__getitem__)  # on a tie, another instance than the max
-            out.setdefault(role, {})[fig] = {"max_over_mean": got[hi] / mean, "max": hi, "min": lo}
+            out.setdefault(role, {})[fig] = Spread(max_over_mean=got[hi] / mean, max=hi, min=lo)
     return out or None

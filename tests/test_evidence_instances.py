@@ -57,8 +57,9 @@ async def test_two_instances_of_a_role_are_scraped_and_recorded_apart(tmp_path):
     by = {s.instance: s.values[RUN] for s in got}
     assert by == {"decode-0": 3.0, "decode-1": 7.0} and {s.role for s in got} == {"decode"}
     ev = digest(got, [], {}, None, {"max_num_seqs": 8})
-    assert ev.decode_instances == 2 and ev.instances["decode-1"]["batch_fill"] == pytest.approx(7 / 8)
-    assert ev.instance_spread["decode"]["running_mean"] == {"max_over_mean": 1.4, "max": "decode-1", "min": "decode-0"}
+    assert ev.decode_instances == 2 and ev.instances["decode-1"].batch_fill == pytest.approx(7 / 8)
+    assert ev.instance_spread["decode"]["running_mean"].model_dump() == {"max_over_mean": 1.4, "max": "decode-1",
+                                                                          "min": "decode-0"}
 
 
 def _pd_samples() -> list[EngineSample]:
@@ -81,22 +82,23 @@ def _pd_samples() -> list[EngineSample]:
 def test_each_instance_is_digested_apart_and_the_hand_off_is_their_sum():
     ev = digest(_pd_samples(), [], {}, None, {"max_num_seqs": 4}, measured_from=lambda: 0.5)
     d0, d1, p0 = ev.instances["decode-0"], ev.instances["decode-1"], ev.instances["prefill-0"]
-    assert (d0["requests"], d1["requests"], p0["requests"]) == (2.0, 6.0, 8.0)
-    assert (d0["kv_tokens_remote"], d1["kv_tokens_remote"]) == (200.0, 600.0)
-    assert (d0["kv_transfers"], d1["kv_transfers"], d0["kv_failed"], d1["kv_failed"]) == (2.0, 6.0, 1.0, 0.0)
-    assert (d0["batch_fill"], d1["batch_fill"], p0["batch_fill"]) == (0.25, 0.75, None)
-    assert p0["role"] == "prefill" and d1["kv_usage_max"] == 0.4 and d1["waiting_mean"] == 2.0
+    assert (d0.requests, d1.requests, p0.requests) == (2.0, 6.0, 8.0)
+    assert (d0.kv_tokens_remote, d1.kv_tokens_remote) == (200.0, 600.0)
+    assert (d0.kv_transfers, d1.kv_transfers, d0.kv_failed, d1.kv_failed) == (2.0, 6.0, 1.0, 0.0)
+    assert (d0.batch_fill, d1.batch_fill, p0.batch_fill) == (0.25, 0.75, None)
+    assert p0.role == "prefill" and d1.kv_usage_max == 0.4 and d1.waiting_mean == 2.0
     # the combined hand-off is the instances' sum
-    assert ev.kv_transfer.kv_tokens_remote == 800.0 == d0["kv_tokens_remote"] + d1["kv_tokens_remote"]
+    assert ev.kv_transfer.kv_tokens_remote == 800.0 == d0.kv_tokens_remote + d1.kv_tokens_remote
     assert ev.kv_transfer.kv_transfers == 8.0 and ev.kv_transfer.failed == 1.0
     # the router's balance over decode: decode-1 served 1.5x the mean, decode-0 the least
     spread = ev.instance_spread["decode"]
-    assert spread["requests"] == {"max_over_mean": 1.5, "max": "decode-1", "min": "decode-0"}
-    assert spread["kv_usage_max"]["max"] == "decode-1" and "prefill" not in ev.instance_spread  # one P: no spread
+    assert spread["requests"].model_dump() == {"max_over_mean": 1.5, "max": "decode-1", "min": "decode-0"}
+    assert spread["kv_usage_max"].max == "decode-1" and "prefill" not in ev.instance_spread  # one P: no spread
     even = digest([s for s in _pd_samples() if s.instance == "decode-0"]
                   + [s.model_copy(update={"instance": "decode-1"}) for s in _pd_samples() if s.instance == "decode-0"],
                   [], {}, None, {})
-    assert even.instance_spread["decode"]["requests"] == {"max_over_mean": 1.0, "max": "decode-0", "min": "decode-1"}
+    assert even.instance_spread["decode"]["requests"].model_dump() == {"max_over_mean": 1.0, "max": "decode-0",
+                                                                       "min": "decode-1"}
     words = evidence_words(ev)
     assert "decode instances: requests served decode-1 1.50x the mean (least decode-0)" in words, words
 
@@ -105,7 +107,7 @@ def test_one_instance_per_role_has_figures_but_no_spread():
     one = [s for s in _pd_samples() if s.instance != "decode-1"]
     ev = digest(one, [], {}, None, {})
     assert set(ev.instances) == {"prefill-0", "decode-0"} and ev.instance_spread is None
-    assert ev.instances["decode-0"]["batch_fill"] is None  # no batch limit known
+    assert ev.instances["decode-0"].batch_fill is None  # no batch limit known
     assert digest([], [], {}, None, {}).instances is None
 
 

@@ -112,16 +112,16 @@ def _handed_over(res, n_prompts: int) -> dict:
     assert set(insts) == {"prefill-0", "decode-0", "decode-1"}, insts
     decodes = [insts["decode-0"], insts["decode-1"]]
     for d in decodes:
-        assert d["role"] == "decode" and d["requests"] >= 1 and d["kv_tokens_remote"] > 0, insts
-        assert d["kv_transfers"] >= 1 and d["kv_bytes"] > 0 and d["kv_failed"] == 0 and d["batch_fill"] > 0, insts
-    assert insts["prefill-0"]["requests"] >= N  # prefill finishes the one-token half of every request
-    assert kv.kv_tokens_remote == sum(d["kv_tokens_remote"] for d in decodes)  # the combined hand-off: their sum
-    assert kv.kv_transfers == sum(d["kv_transfers"] for d in decodes)
+        assert d.role == "decode" and d.requests >= 1 and d.kv_tokens_remote > 0, insts
+        assert d.kv_transfers >= 1 and d.kv_bytes > 0 and d.kv_failed == 0 and d.batch_fill > 0, insts
+    assert insts["prefill-0"].requests >= N  # prefill finishes the one-token half of every request
+    assert kv.kv_tokens_remote == sum(d.kv_tokens_remote for d in decodes)  # the combined hand-off: their sum
+    assert kv.kv_transfers == sum(d.kv_transfers for d in decodes)
     # the router's balance over decode: round-robin over 10 requests, 5 each (one off where a warm-up hand-off
     # retried), named in the evidence and in the report
     balance = ev.instance_spread["decode"]["requests"]
-    assert 1.0 <= balance["max_over_mean"] <= 1.25 and {balance["max"], balance["min"]} <= {"decode-0", "decode-1"}
-    assert f"decode instances: requests served {balance['max']}" in evidence_words(ev)
+    assert 1.0 <= balance.max_over_mean <= 1.25 and {balance.max, balance.min} <= {"decode-0", "decode-1"}
+    assert f"decode instances: requests served {balance.max}" in evidence_words(ev)
     # evidence from both roles: prefill's queue and batches, decode's batch and its wait for remote KV
     assert ev.prefill_waiting_mean is not None and ev.decode_running_max is not None
     assert ev.decode_deferred_mean is not None and ev.decode_batch_limit == 2
@@ -129,7 +129,7 @@ def _handed_over(res, n_prompts: int) -> dict:
     assert res.costs and {c.cards for c in res.costs} == {3}  # cards in use: one per instance, none for the router
     assert res.summary.whole is not None  # the objective's figures (the native window needs a longer run)
     print(json.dumps({"run": res.run_id, "kv_transfer": kv.model_dump(),
-                      "instances": insts, "instance_spread": ev.instance_spread}, default=str))
+                      "instances": ev.model_dump()["instances"], "instance_spread": ev.model_dump()["instance_spread"]}))
     return kv
 
 
@@ -171,7 +171,7 @@ def test_a_real_pd_deployment_with_two_decode_instances_hands_kv_to_each(engine,
         (reason,) = broken.verdict.reasons
         assert reason.code == "kv_handoff_failed" and reason.count >= 1 and "failed transfers" in reason.message
         assert broken.evidence.kv_transfer.kv_failed_transfers >= 1
-        failing = [i for i, f in broken.evidence.instances.items() if (f["kv_failed"] or 0) >= 1]
+        failing = [i for i, f in broken.evidence.instances.items() if (f.kv_failed or 0) >= 1]
         assert failing, broken.evidence.instances  # the failing instance is named in the evidence
     finally:
         _stop_all(ex, bad)

@@ -7,6 +7,7 @@ from typing import Any
 
 from agent.planner import change_words
 from core.evidence import Evidence
+from core.evidence_parts import Spread
 from core.summary import Summary
 from core.trial import TrialResult
 from state.snapshots import Decision, Run
@@ -94,16 +95,16 @@ FIGURE_WORDS = {"requests": "requests served", "running_mean": "running mean", "
                 "kv_transfers": "KV transfers"}
 
 
-def spread_words(spread: dict[str, dict[str, Any]] | None) -> list[str]:
+def spread_words(spread: dict[str, dict[str, Spread]] | None) -> list[str]:
     """Per role with several instances: the router's balance (requests served) and the figure spread most unevenly,
     naming the instance that carries the most and the one that carries the least."""
     out = []
     for role, figs in sorted((spread or {}).items()):
         shown = [f for f in ("requests",) if f in figs]
-        rest = sorted((f for f in figs if f != "requests"), key=lambda f: -figs[f]["max_over_mean"])
+        rest = sorted((f for f in figs if f != "requests"), key=lambda f: -figs[f].max_over_mean)
         shown += rest[:1]
-        words = [f"{FIGURE_WORDS.get(f, f)} {figs[f]['max']} {figs[f]['max_over_mean']:.2f}x the mean "
-                 f"(least {figs[f]['min']})" for f in shown]
+        words = [f"{FIGURE_WORDS.get(f, f)} {figs[f].max} {figs[f].max_over_mean:.2f}x the mean "
+                 f"(least {figs[f].min})" for f in shown]
         if words:
             out.append(f"{role} instances: " + ", ".join(words))
     return out
