@@ -13,6 +13,7 @@ from api.failures import shown_status
 from api.service import Service
 from state.errors import Conflict, NotFound
 from state.lifecycle import OutcomeKind
+from core.errors import FieldError
 
 
 def decide(svc: Service, candidate_id: int, card_hash: str, decision: str, who: Principal, reason: str | None,
@@ -280,12 +281,12 @@ def check_restore(svc: Service, goal_id: str, station_hash: str) -> None:
     try:
         station = st.get_station(station_hash)
     except NotFound:
-        raise ValueError(f"restore: no frozen station with hash {station_hash!r}") from None
+        raise FieldError("restore", f"no frozen station with hash {station_hash!r}") from None
     if station.target != goal.spec.target:
-        raise ValueError(f"restore: station {station_hash} is on target {station.target!r}, not on goal {goal_id}'s "
+        raise FieldError("restore", f"station {station_hash} is on target {station.target!r}, not on goal {goal_id}'s "
                          f"target {goal.spec.target!r}")
     if not any(r.station_hash == station_hash for r in st.runs(goal_id)):
-        raise ValueError(f"restore: station {station_hash} was not run by goal {goal_id}; restore it through the "
+        raise FieldError("restore", f"station {station_hash} was not run by goal {goal_id}; restore it through the "
                          f"goal that ran it (POST /stations/{station_hash}/restore)")
 
 

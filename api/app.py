@@ -17,6 +17,7 @@ from api.routes import budget, candidates, chat, chatops, experiments, goals, he
 from api.service import Service
 from api.settings import Settings
 from core.bounded import excerpt
+from core.errors import FieldError
 from state.errors import Conflict, GoalError, InvalidTransition, NotFound, Stale, StaleEpoch
 from state.goal import GoalSpec
 
@@ -142,9 +143,10 @@ def _errors(app: FastAPI) -> None:
                             status_code=422)
 
     async def value_error(request: Request, exc: ValueError) -> JSONResponse:
-        field, _, reason = str(exc).partition(": ")
-        return JSONResponse({"detail": [{"loc": ["body", *excerpt(field, 200).split(".")],
-                                         "msg": excerpt(reason or str(exc), 400), "type": "value_error"}]},
+        """A refused value: a FieldError's field is its `loc` under the body; any other ValueError is the body's."""
+        loc, msg = (["body", *excerpt(exc.field, 200).split(".")], exc.reason) if isinstance(exc, FieldError) \
+            else (["body"], str(exc))
+        return JSONResponse({"detail": [{"loc": loc, "msg": excerpt(msg, 400), "type": "value_error"}]},
                             status_code=422)
 
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

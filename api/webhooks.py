@@ -36,6 +36,7 @@ from tenacity import (
 )
 
 from api.settings import Webhook
+from core.errors import FieldError
 
 log = logging.getLogger("tuneloop.webhooks")
 EVENTS = ("approval_needed", "decision", "stopped")
@@ -110,7 +111,7 @@ class Notifier:
 
     def notify(self, event: str, goal_id: str, text: str, data: dict[str, Any] | None = None) -> None:
         if event not in EVENTS:
-            raise ValueError(f"event: must be one of {list(EVENTS)}, got {event!r}")
+            raise FieldError("event", f"must be one of {list(EVENTS)}, got {event!r}")
         if not self.hooks and not self.sinks:
             return
         if self._thread is None or not self._thread.is_alive():

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from core.errors import FieldError
 
 ARRIVALS = ("constant", "poisson", "gamma")
 
@@ -12,11 +13,11 @@ def schedule(n: int, rate: float, arrival: str = "constant", burstiness: float =
              seed: int = 0, start: float = 0.0) -> list[float]:
     """Send times of n requests at rate r (req/s); inf sends all at `start` (C alone limits)."""
     if arrival not in ARRIVALS:
-        raise ValueError(f"arrival: must be one of {list(ARRIVALS)}, got {arrival!r}")
+        raise FieldError("arrival", f"must be one of {list(ARRIVALS)}, got {arrival!r}")
     if not rate > 0:
-        raise ValueError(f"request_rate: must be > 0 or inf, got {rate}")
+        raise FieldError("request_rate", f"must be > 0 or inf, got {rate}")
     if burstiness <= 0:
-        raise ValueError(f"burstiness: must be > 0, got {burstiness}")
+        raise FieldError("burstiness", f"must be > 0, got {burstiness}")
     if math.isinf(rate) or n == 0:
         return [start] * n
     if arrival == "constant":

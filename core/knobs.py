@@ -15,6 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from core.errors import FieldError
+
 CostClass = Literal["hot", "restart", "relayout", "topology", "rebuild"]
 COST_ORDER: dict[str, int] = {"hot": 0, "restart": 1, "relayout": 2, "topology": 3, "rebuild": 4}
 
@@ -45,13 +47,12 @@ ROLES: tuple[str, ...] = (
 )
 
 
-class KnobError(ValueError):
-    """A knob value was refused; the message names the knob and the reason."""
+class KnobError(FieldError):
+    """A knob value was refused; `knob` (its field) and `reason`, the message "knob: reason"."""
 
     def __init__(self, knob: str, reason: str):
-        super().__init__(f"{knob}: {reason}")
+        super().__init__(knob, reason)
         self.knob = knob
-        self.reason = reason
 
 
 class Dependency(BaseModel):
@@ -151,7 +152,7 @@ class Catalog(BaseModel):
             for engine in k.engines if k.role else ():
                 other = seen.setdefault((engine, k.role), k.name)  # type: ignore[arg-type]
                 if other != k.name:
-                    raise ValueError(f"{k.name}: engine {engine!r} already has {other!r} as its {k.role}")
+                    raise FieldError(k.name, f"engine {engine!r} already has {other!r} as its {k.role}")
         return self
 
     @cached_property
@@ -208,16 +209,16 @@ class Catalog(BaseModel):
         return out
 
 
-def drafts_nothing(values: Mapping[str, Any]) -> str | None:
-    """Why a station with a draft method and a draft width of 0 is refused (None when it is not one): vLLM refuses
-    that speculative config at start, SGLang silently runs no draft. `values`: the full knobs (defaults filled in),
-    read by role, so any engine's names for the two count."""
+def drafts_nothing(values: Mapping[str, Any]) -> KnobError | None:
+    """The refusal of a station with a draft method and a draft width of 0, naming the method's knob (None when it is
+    not one): vLLM refuses that speculative config at start, SGLang silently runs no draft. `values`: the full knobs
+    (defaults filled in), read by role, so any engine's names for the two count."""
     cat = catalog()
     method, width = cat.named(DRAFT_METHOD, values), cat.named(DRAFT_WIDTH, values)
     if method is None or width is None or values[method] in (None, "none") or values[width]:
         return None
-    return (f"{method}: {values[method]} with {width} 0 drafts nothing (vLLM refuses that speculative config at "
-            f"start, SGLang silently runs no draft); set {width} to 1 or more, or {method} to none")
+    return KnobError(method, f"{values[method]} with {width} 0 drafts nothing (vLLM refuses that speculative config "
+                     f"at start, SGLang silently runs no draft); set {width} to 1 or more, or {method} to none")
 
 
 CATALOG_ENV = "TUNELOOP_KNOB_CATALOG"  # a site's own catalog file (an in-house engine's knob names and roles)

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from core.errors import FieldError
 from core.evidence_parts import Drift
 
 # a target's default `drift_threshold`; the pre-screen's interval around a simulated effect is the same gap
@@ -33,7 +34,7 @@ class Interval(BaseModel):
     @model_validator(mode="after")
     def _ordered(self) -> "Interval":
         if not self.lo <= self.value <= self.hi:
-            raise ValueError(f"interval: need lo <= value <= hi, got {self.lo} <= {self.value} <= {self.hi}")
+            raise FieldError("interval", f"need lo <= value <= hi, got {self.lo} <= {self.value} <= {self.hi}")
         return self
 
     def contains(self, x: float) -> bool:

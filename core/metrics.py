@@ -13,6 +13,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from core.errors import FieldError
 from core.records import RequestRecord, RunInfo
 from core.summary import Dist, Summary, WindowFigures
 
@@ -205,9 +206,9 @@ def window(kind: str, formal: Sequence[RequestRecord], ev, a: float, b: float, c
 def check_slos(slos: dict[str, float] | None) -> None:
     for k, v in (slos or {}).items():
         if k not in SLO_KEYS:
-            raise ValueError(f"slos.{k}: unknown SLO; use one of ttft_ms, tpot_ms, e2e_ms")
+            raise FieldError(f"slos.{k}", "unknown SLO; use one of ttft_ms, tpot_ms, e2e_ms")
         if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise ValueError(f"slos.{k}: must be a positive number of milliseconds, got {v!r}")
+            raise FieldError(f"slos.{k}", f"must be a positive number of milliseconds, got {v!r}")
 
 
 def summarize(records: Sequence[RequestRecord], info: RunInfo, slos: dict[str, float] | None = None,

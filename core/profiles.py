@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core import datafiles
+from core.errors import FieldError
 from core.knobs import catalog
 
 
@@ -127,9 +128,9 @@ class Profile(BaseModel):
         cat.validate(self.start_knobs, engine="sim")
         for task in ("copy", "chat", "code"):
             if not 0.0 <= self.acceptance.get(task, -1.0) < 1.0:
-                raise ValueError(f"acceptance.{task}: must be given in [0, 1)")
+                raise FieldError(f"acceptance.{task}", "must be given in [0, 1)")
         if self.mixed and (self.prefill.instances != self.decode.instances or self.prefill.dp != 1):
-            raise ValueError("mixed: the prefill role must have as many instances as the decode role and dp 1 "
+            raise FieldError("mixed", "the prefill role must have as many instances as the decode role and dp 1 "
                              "(one engine does both)")
         return self
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from core import records as rec
+from core.errors import FieldError
 from core.journal import as_record
 from core.summary import Reason, Verdict
 from core.trial import TrialResult, TrialSpec
@@ -169,7 +170,7 @@ class Executor:
         if sp.exists():
             old = TrialSpec.model_validate_json(sp.read_text())
             if old != spec:
-                raise ValueError(f"run_id: {spec.run_id!r} was already used for a different spec")
+                raise FieldError("run_id", f"{spec.run_id!r} was already used for a different spec")
         else:
             rec.write_atomic(sp, spec.model_dump_json(indent=1))
         recs = [as_record(r) for r in self.store.phases(spec.run_id)]
@@ -182,7 +183,7 @@ class Executor:
             if stored.verdict.kind != "collection_fault" and not (is_unknown(stored) and spec.target not in unknown):
                 return stored
         if spec.target not in self.targets:
-            raise ValueError(f"target: {spec.target!r} is not defined (known: {sorted(self.targets)})")
+            raise FieldError("target", f"{spec.target!r} is not defined (known: {sorted(self.targets)})")
         if spec.target in unknown:
             raise TargetUnknown(f"target {spec.target!r} is UNKNOWN: {unknown[spec.target]}")
         run = self._open(spec, recs)

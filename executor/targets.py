@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.datafiles import read_yaml
+from core.errors import FieldError
 from core.ledger import DRIFT_THRESHOLD
 
 Role = Literal["prefill", "decode", "router", "load", "mixed"]
@@ -24,7 +25,7 @@ def check_safe(field: str, value: str) -> str:
     """Refuse a value that a shell would interpret; names the field and the offending characters."""
     if not value or not SAFE.match(value):
         bad = sorted({c for c in value if not re.match(r"[A-Za-z0-9_./:@+,=%~-]", c)}) or ["(empty)"]
-        raise ValueError(f"{field}: {value!r} has characters not allowed here: {''.join(bad)!r}")
+        raise FieldError(field, f"{value!r} has characters not allowed here: {''.join(bad)!r}")
     return value
 
 
@@ -108,7 +109,7 @@ class Target(BaseModel):
     @classmethod
     def _name(cls, v: str) -> str:
         if not re.match(r"^[A-Za-z0-9_.:-]+$", v):
-            raise ValueError(f"name: {v!r} may only hold letters, digits and _ . : -")
+            raise FieldError("name", f"{v!r} may only hold letters, digits and _ . : -")
         return v
 
     @field_validator("run_root", "model", "image_digest", "python", "calibrated_profile", "truth_profile")
@@ -119,16 +120,16 @@ class Target(BaseModel):
     @model_validator(mode="after")
     def _roles(self) -> "Target":
         if self.kind == "ssh" and self.ssh is None:
-            raise ValueError("ssh: an ssh target needs ssh options with a known_hosts file")
+            raise FieldError("ssh", "an ssh target needs ssh options with a known_hosts file")
         if self.truth_profile is not None and self.kind != "sim":
-            raise ValueError("truth_profile: only a sim target simulates a truth of its own")
+            raise FieldError("truth_profile", "only a sim target simulates a truth of its own")
         if self.kind != "sim":
             if not self.hosts:
-                raise ValueError("hosts: a local or ssh target needs at least one host")
+                raise FieldError("hosts", "a local or ssh target needs at least one host")
             if not self.hosts_for("load"):
-                raise ValueError("hosts: no host has the role 'load' (where the load generator runs)")
+                raise FieldError("hosts", "no host has the role 'load' (where the load generator runs)")
             if self.engine not in ("sim", "llamacpp") and not self.model:
-                raise ValueError(f"model: engine {self.engine!r} needs a model path")
+                raise FieldError("model", f"engine {self.engine!r} needs a model path")
         for k, v in self.env.items():
             check_safe(f"env.{k}", k)
         flat = [(k, v) for k, v in self.pd_connector_config.items() if not isinstance(v, dict)]
@@ -136,13 +137,13 @@ class Target(BaseModel):
                  for k2, v2 in v.items()]
         for k, v in flat:
             if not re.match(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)?$", k):
-                raise ValueError(f"pd_connector_config.{k}: a connector config key is lower-case letters, digits and _")
+                raise FieldError(f"pd_connector_config.{k}", "a connector config key is lower-case letters, digits and _")
             if isinstance(v, str):
                 check_safe(f"pd_connector_config.{k}", v)
         for h in self.hosts:  # one address is one machine: its ssh port and run root must agree
             same = [x for x in self.hosts if x.host == h.host]
             if len({(x.ssh_port, x.run_root) for x in same}) > 1:
-                raise ValueError(f"hosts: {h.host!r} appears with different ssh_port / run_root")
+                raise FieldError("hosts", f"{h.host!r} appears with different ssh_port / run_root")
         return self
 
     def host_entry(self, host: str | None) -> Host | None:

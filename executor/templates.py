@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from core.errors import FieldError
 from core.station import Station
 from executor.engines import ADAPTERS
 from executor.engines.base import (RelayoutStep, Rendered, ServiceSpec, knob_flags, layout_files, service_layout,
@@ -58,15 +59,15 @@ def render(target: Target, station: Station, faults: tuple[str, ...] = (), expec
     """Render every service of the target for this station. Extra argv strings are checked too."""
     template = target.template or target.engine
     if template not in RENDERERS:
-        raise ValueError(f"template: {template!r} is not one of {sorted(RENDERERS)}")
+        raise FieldError("template", f"{template!r} is not one of {sorted(RENDERERS)}")
     for role, args in target.extra_args.items():
         for a in args:
             if "\x00" in a:
-                raise ValueError(f"extra_args.{role}: NUL byte in {a!r}")
+                raise FieldError(f"extra_args.{role}", f"NUL byte in {a!r}")
     for name, args in (target.relayout.model_dump() if target.relayout else {}).items():
         for a in args:
             if "\x00" in a:
-                raise ValueError(f"relayout.{name}: NUL byte in {a!r}")
+                raise FieldError(f"relayout.{name}", f"NUL byte in {a!r}")
     for f in faults:
         check_safe("faults", f)
     return with_relayout(target, station, RENDERERS[template](target, station, tuple(faults), expected_requests))

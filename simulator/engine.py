@@ -15,6 +15,7 @@ from typing import Any, Callable
 from core import records as rec
 from core import scenarios as sc
 from core.arrivals import schedule
+from core.errors import FieldError
 from core.profiles import Profile
 from core.records import EngineSample, PrefillBatch, RequestRecord, RunInfo
 from simulator import experts
@@ -77,9 +78,9 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
     cluster's state, so the records come out the same; `samples` and `batches` are then empty."""
     scen = sc.load(scenario) if isinstance(scenario, str) else scenario
     if n < 1:
-        raise ValueError(f"n: must be >= 1, got {n}")
+        raise FieldError("n", f"must be >= 1, got {n}")
     if warmup < 0:
-        raise ValueError(f"warmup: must be >= 0, got {warmup}")
+        raise FieldError("warmup", f"must be >= 0, got {warmup}")
     faults = faults or Faults()
     eff = profile.knobs(knobs)
     c = int(eff["concurrency"])
@@ -90,9 +91,9 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
         raise SimHealthError("simulated engine never became healthy (fault never_healthy)")
     specs = tokenized(profile, sc.generate(scen, n, warmup)) if requests is None else list(requests)
     if requests is not None and len(specs) != n + warmup:
-        raise ValueError(f"requests: {len(specs)} given for n={n} + warmup={warmup}")
+        raise FieldError("requests", f"{len(specs)} given for n={n} + warmup={warmup}")
     if offsets is not None and len(offsets) != n:
-        raise ValueError(f"offsets: {len(offsets)} given for n={n}")
+        raise FieldError("offsets", f"{len(offsets)} given for n={n}")
     crash_idx = None if faults.crash_at is None else min(n, int(faults.crash_at * n))
     records: list[RequestRecord] = []
     samples: list[EngineSample] = []

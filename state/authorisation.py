@@ -10,6 +10,7 @@ from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from core.errors import FieldError
 from core.knobs import KnobError, catalog
 from state.goal import ACTION_CLASSES
 
@@ -30,11 +31,11 @@ def decide(action_class: str | Iterable[str], table: dict[str, str], budget_left
     """auto / ask / deny for a step of these action classes costing `estimated_cost` card-hours."""
     classes = [action_class] if isinstance(action_class, str) else list(action_class)
     if not classes:
-        raise ValueError("action_class: at least one action class is needed")
+        raise FieldError("action_class", "at least one action class is needed")
     perm, reasons = "auto", []
     for c in classes:
         if c not in ACTION_CLASSES:
-            raise ValueError(f"action_class: unknown {c!r}; known: {list(ACTION_CLASSES)}")
+            raise FieldError("action_class", f"unknown {c!r}; known: {list(ACTION_CLASSES)}")
         p = table.get(c, "ask")
         reasons.append(f"authorisation table: {c} -> {p}")
         perm = max(perm, p, key=_RANK.__getitem__)
@@ -56,18 +57,18 @@ def decide(action_class: str | Iterable[str], table: dict[str, str], budget_left
 def validate_instruction(kind: str, count: int | None, knobs: dict[str, Any] | None) -> int | None:
     """Check an instruction; returns its round count (one_more_round defaults to 1, others None)."""
     if kind not in INSTRUCTION_KINDS:
-        raise ValueError(f"kind: must be one of {list(INSTRUCTION_KINDS)}, got {kind!r}")
+        raise FieldError("kind", f"must be one of {list(INSTRUCTION_KINDS)}, got {kind!r}")
     if kind == "one_more_round":
         count = 1 if count is None else count
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ValueError(f"count: must be a positive integer, got {count!r}")
+            raise FieldError("count", f"must be a positive integer, got {count!r}")
     elif count is not None:
-        raise ValueError(f"count: only one_more_round takes a count, not {kind}")
+        raise FieldError("count", f"only one_more_round takes a count, not {kind}")
     if knobs:
         try:
             catalog().validate(dict(knobs))
         except KnobError as e:
-            raise ValueError(f"knobs.{e.knob}: {e.reason}") from None
+            raise FieldError(f"knobs.{e.knob}", e.reason) from None
     return count
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from core.errors import FieldError
 from core.journal import PhaseRecord
 from state.db import Database, canon, utcnow
 from state.errors import StaleEpoch
@@ -81,7 +82,7 @@ class Fencing:
                      detail: dict[str, Any] | None = None, error_class: str | None = None) -> PhaseRecord:
         """Append one phase record; raises StaleEpoch unless `epoch` is the target's current epoch."""
         if event not in ("intent", "outcome"):
-            raise ValueError(f"event: must be 'intent' or 'outcome', got {event!r}")
+            raise FieldError("event", f"must be 'intent' or 'outcome', got {event!r}")
         with self._db.write() as s:
             lease = s.execute(select(LeaseRow).where(LeaseRow.target == target).with_for_update(read=True)).scalar_one_or_none()
             current = lease.epoch if lease else 0

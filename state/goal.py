@@ -29,6 +29,7 @@ from core import datafiles, profiles, scenarios
 from core.bounded import BoundsError, excerpt, load_json, load_yaml
 from core.goalview import GoalView, goal_view
 from core.datafiles import DataFileError, read_text
+from core.errors import FieldError
 from core.knobs import KnobError, catalog, drafts_nothing
 from core.summary import Contract, Summary
 from state.errors import GoalError
@@ -232,13 +233,10 @@ class GoalSpec(_Frozen):
     @field_validator("start_knobs")
     @classmethod
     def _start_valid(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        try:
-            out = catalog().validate(v, engine=info.data.get("engine"))
-        except KnobError as e:
-            raise ValueError(f"{e.knob}: {e.reason}") from None
+        out = catalog().validate(v, engine=info.data.get("engine"))  # a KnobError names the knob (_errors)
         why = drafts_nothing(catalog().defaults(info.data.get("engine") or "sim") | out)  # a draft of width 0
-        if why:
-            raise ValueError(why)
+        if why is not None:
+            raise why
         return out
 
     @field_validator("search_space")
@@ -248,18 +246,15 @@ class GoalSpec(_Frozen):
             return None
         out: dict[str, tuple[Any, ...]] = {}
         engine = info.data.get("engine")
-        for name, values in v.items():
-            try:
-                knob = catalog().get(name)
-                if engine is not None and engine not in knob.engines and knob.cost_class != "hot":
-                    raise KnobError(name, f"not a knob of engine {engine!r}")
-                if not values:
-                    raise KnobError(name, "needs at least one value")
-                if len(values) > 1000:
-                    raise KnobError(name, "at most 1000 values")
-                out[name] = tuple(knob.coerce(x) for x in values)
-            except KnobError as e:
-                raise ValueError(f"{e.knob}: {e.reason}") from None
+        for name, values in v.items():  # a KnobError names the knob (_errors)
+            knob = catalog().get(name)
+            if engine is not None and engine not in knob.engines and knob.cost_class != "hot":
+                raise KnobError(name, f"not a knob of engine {engine!r}")
+            if not values:
+                raise KnobError(name, "needs at least one value")
+            if len(values) > 1000:
+                raise KnobError(name, "at most 1000 values")
+            out[name] = tuple(knob.coerce(x) for x in values)
         return out
 
     @field_validator("authorisation")
@@ -313,9 +308,9 @@ def _errors(e: ValidationError) -> list[tuple[str, str]]:
     for err in e.errors():
         field = ".".join(str(p) for p in err["loc"]) or "(goal)"
         msg = excerpt(err["msg"].removeprefix("Value error, "), 400)  # a message that repeats a huge value
-        if field in ("start_knobs", "search_space") and ": " in msg:  # name the knob in the field path
-            knob, msg = msg.split(": ", 1)
-            field = f"{field}.{knob}"
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, FieldError):  # the refused field under the one validated (a knob of start_knobs)
+            field, msg = f"{field}.{cause.field}" if field != "(goal)" else cause.field, excerpt(cause.reason, 400)
         out.append((field, msg))
     return out
 

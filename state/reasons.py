@@ -6,26 +6,33 @@ decision recorded with it would carry nothing a reader can act on. At least one 
 """
 from __future__ import annotations
 
+from core.errors import FieldError
+
 MAX_REASON = 500
-NO_REASON = ("reason: must say why in words (at least one letter or digit); a blank, punctuation-only or emoji-only "
-             "reason is refused")
+NO_REASON = ("must say why in words (at least one letter or digit); a blank, punctuation-only or emoji-only reason "
+             "is refused")
 
 
-def reason_problem(reason: str | None) -> str | None:
-    """Why this text is no reason (the shared words), else None."""
+def _problem(reason: str | None) -> str | None:
     said = " ".join((reason or "").split())
     if not any(ch.isalnum() for ch in said):
         return NO_REASON
     if len(said) > MAX_REASON:
-        return f"reason: at most {MAX_REASON} characters, got {len(said)}"
+        return f"at most {MAX_REASON} characters, got {len(said)}"
     return None
 
 
+def reason_problem(reason: str | None) -> str | None:
+    """Why this text is no reason, as a person reads it ("reason: ..."; the shared words), else None."""
+    why = _problem(reason)
+    return None if why is None else f"reason: {why}"
+
+
 def check_reason(reason: str | None, required: bool = True) -> str | None:
-    """The reason with its white space collapsed; None when none was given and none is required; ValueError
-    (naming `reason`) for text that says nothing, or none where one is required."""
+    """The reason with its white space collapsed; None when none was given and none is required; FieldError
+    (its field `reason`) for text that says nothing, or none where one is required."""
     if reason is None and not required:
         return None
-    if (why := reason_problem(reason)) is not None:
-        raise ValueError(why)
+    if (why := _problem(reason)) is not None:
+        raise FieldError("reason", why)
     return " ".join((reason or "").split())

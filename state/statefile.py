@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.engine import make_url
 
+from core.errors import FieldError
 from core.ledger import drift_line
 from core.records import default_runs_root, write_atomic
 from state.db import canon
@@ -178,7 +179,7 @@ def default_path(store: Any, goal_id: str | None = None, runs_root: str | Path |
         if runs_root is None:
             runs_root = default_runs_root()
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}", goal_id):
-            raise ValueError(f"goal_id: {goal_id!r} cannot name a folder")
+            raise FieldError("goal_id", f"{goal_id!r} cannot name a folder")
         return Path(runs_root) / goal_id / "STATE.md"
     url = str(store.url)
     if url.startswith("sqlite:///") and len(url) > len("sqlite:///"):

@@ -17,6 +17,7 @@ from state.memory import value_key
 from state.reasons import check_reason
 from state.snapshots import Conditions, Extension, Veto
 from state.tables import ExtensionRow, GoalRow, VetoRow
+from core.errors import FieldError
 
 MAX_EXTENSION_CARD_HOURS = 1e6
 MAX_EXTENSION_EXPERIMENTS = 10_000
@@ -33,7 +34,7 @@ class Steering:
         """Remember a rejected (or denied) change; the same candidate vetoed twice is stored once."""
 
         if source not in ("person", "authorisation"):
-            raise ValueError(f"source: must be person or authorisation, got {source!r}")
+            raise FieldError("source", f"must be person or authorisation, got {source!r}")
         with self._db.write() as s:
             get_row(s, GoalRow, goal_id, "goal")
             if candidate_id is not None:
@@ -61,12 +62,12 @@ class Steering:
         """Grant more card-hours and/or experiments to a goal's budget (both >= 0, at least one > 0)."""
         if isinstance(card_hours, bool) or not isinstance(card_hours, (int, float)) \
                 or not 0 <= card_hours <= MAX_EXTENSION_CARD_HOURS or card_hours != card_hours:
-            raise ValueError(f"card_hours: must be a number from 0 to {MAX_EXTENSION_CARD_HOURS:g}, got {card_hours!r}")
+            raise FieldError("card_hours", f"must be a number from 0 to {MAX_EXTENSION_CARD_HOURS:g}, got {card_hours!r}")
         if isinstance(experiments, bool) or not isinstance(experiments, int) \
                 or not 0 <= experiments <= MAX_EXTENSION_EXPERIMENTS:
-            raise ValueError(f"experiments: must be an integer from 0 to {MAX_EXTENSION_EXPERIMENTS}, got {experiments!r}")
+            raise FieldError("experiments", f"must be an integer from 0 to {MAX_EXTENSION_EXPERIMENTS}, got {experiments!r}")
         if card_hours == 0 and experiments == 0:
-            raise ValueError("card_hours: an extension must add card-hours or experiments (both are 0)")
+            raise FieldError("card_hours", "an extension must add card-hours or experiments (both are 0)")
         return self._extension(goal_id, "grant", float(card_hours), experiments, who, reason)
 
     def refuse_extension(self, goal_id: str, who: str, reason: str | None = None) -> Extension:

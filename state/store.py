@@ -14,6 +14,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from core.errors import FieldError
 from core.trial import CostEntry, TrialResult, TrialSpec
 from state import lifecycle
 from state.approvals import Candidates, card_hash  # noqa: F401  (card_hash re-exported)
@@ -292,7 +293,7 @@ class Store(Fencing, Candidates, Instructions, Negatives, Steering):
                         station_hash: str | None = None, changed: bool = False, text: str = "",
                         data: dict[str, Any] | None = None) -> Decision:
         if kind not in DECISION_KINDS:
-            raise ValueError(f"kind: must be one of {list(DECISION_KINDS)}, got {kind!r}")
+            raise FieldError("kind", f"must be one of {list(DECISION_KINDS)}, got {kind!r}")
         with self._db.write() as s:
             get_row(s, GoalRow, goal_id, "goal")
             row = DecisionRow(goal_id=goal_id, kind=kind, candidate_id=candidate_id, run_id=run_id,

@@ -370,3 +370,36 @@ def test_a_full_disk_stops_the_goal_with_a_named_permanent_error_and_leaves_noth
                 json.loads(p.read_text())
     finally:
         proc.stop()
+
+
+def test_a_refused_field_is_the_errors_loc_and_no_message_is_split_into_one():
+    """A FieldError's field is the 422's `loc` as data (its reason may hold ': ' of its own); any other ValueError is
+    the body's, its words whole: nothing reads a field back out of a message."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from api.app import _errors
+    from core.errors import FieldError
+    from core.knobs import KnobError
+
+    app = FastAPI()
+    _errors(app)
+
+    @app.post("/field")
+    def field() -> None:
+        raise FieldError("budget.card_hours", "must be a number: got 'lots'")
+
+    @app.post("/knob")
+    def knob() -> None:
+        raise KnobError("max_num_seqs", "must be >= 1")
+
+    @app.post("/plain")
+    def plain() -> None:
+        raise ValueError("target: words that only look like a field")
+
+    with TestClient(app) as c:
+        got = [c.post(f"/{p}").json()["detail"] for p in ("field", "knob", "plain")]
+    assert got[0] == [{"loc": ["body", "budget", "card_hours"], "msg": "must be a number: got 'lots'",
+                       "type": "value_error"}]
+    assert got[1][0]["loc"] == ["body", "max_num_seqs"] and got[1][0]["msg"] == "must be >= 1"
+    assert got[2] == [{"loc": ["body"], "msg": "target: words that only look like a field", "type": "value_error"}]

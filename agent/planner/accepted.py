@@ -21,7 +21,8 @@ def refusal(knobs: dict[str, Any], engine: str | None) -> str | None:
         catalog().validate(dict(knobs), engine=engine)
     except KnobError as e:
         return str(e)
-    return drafts_nothing(catalog().defaults(engine or "sim") | dict(knobs))
+    why = drafts_nothing(catalog().defaults(engine or "sim") | dict(knobs))
+    return None if why is None else str(why)
 
 
 def accepted(knobs: dict[str, Any], engine: str | None) -> bool:

@@ -15,6 +15,7 @@ from api.failures import shown_status
 from api.routes.budget import budget_out
 from api.schemas import DecisionOut, GoalOut, InstructionIn, InstructionOut
 from core.bounded import BoundsError, excerpt, load_json, load_yaml
+from core.errors import FieldError
 from core.ledger import by_source, median_abs_error
 from state.errors import GoalError
 from state.hypotheses import hypothesis_ledger
@@ -70,7 +71,7 @@ async def create_goal(request: Request, svc: ServiceDep, who: Admin,
     running on the same target gets 409."""
     parsed = parse_goal(await goal_body(request), "request body")
     if parsed.target not in svc.targets:
-        raise ValueError(f"target: {parsed.target!r} is not a target of this service (known: {sorted(svc.targets)})")
+        raise FieldError("target", f"{parsed.target!r} is not a target of this service (known: {sorted(svc.targets)})")
     goal = idempotency.create_goal(svc.store, parsed, who.name, idempotency_key)
     svc.store.wake(goal.id, who.name, target=parsed.target)
     return goal_out(goal, svc)

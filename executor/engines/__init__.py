@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from executor.engines import llamacpp, mindie, sglang, sim, vllm, vllm_ascend
 from executor.engines.base import Adapter
+from core.errors import FieldError
 
 ADAPTERS: dict[str, Adapter] = {m.ADAPTER.name: m.ADAPTER for m in (sim, vllm, vllm_ascend, sglang, mindie, llamacpp)}
 
@@ -15,7 +16,7 @@ def adapter(engine: str) -> Adapter:
     try:
         return ADAPTERS[engine]
     except KeyError:
-        raise ValueError(f"engine: {engine!r} is not one of {sorted(ADAPTERS)}") from None
+        raise FieldError("engine", f"{engine!r} is not one of {sorted(ADAPTERS)}") from None
 
 
 def metric_names(key: str) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.errors import FieldError
 from core.knobs import catalog
 from core.station import LOAD_KNOBS, Station
 from executor.targets import Host, Target
@@ -84,7 +85,7 @@ def static_layout_path(target: Target, station: Station, engine: str, role: str,
     """The fitted expert map one role's instances load (one per role and rank count); the target's relayout
     steps must produce it."""
     if target.relayout is None or not (target.relayout.collect or target.relayout.fit):
-        raise ValueError(f"expert_layout: static_eplb on {engine} loads a fitted expert map, so the target needs "
+        raise FieldError("expert_layout", f"static_eplb on {engine} loads a fitted expert map, so the target needs "
                          "relayout.collect / relayout.fit steps that write {layout}")
     return layout_files(target, station, role, ranks)["{layout}"]
 
@@ -133,10 +134,10 @@ def parallel_sizes(knobs: dict[str, Any], host: Host, where: str) -> tuple[int, 
     cards = host.cards
     if tp is None:
         if cards and cards % dp:
-            raise ValueError(f"data_parallel_size: {dp} does not divide the {cards} cards of {where}")
+            raise FieldError("data_parallel_size", f"{dp} does not divide the {cards} cards of {where}")
         return (max(cards // dp, 1) if cards else 1), dp
     if cards and int(tp) * dp != cards:
-        raise ValueError(f"tensor_parallel_size: {tp} x data_parallel_size {dp} = {int(tp) * dp}, "
+        raise FieldError("tensor_parallel_size", f"{tp} x data_parallel_size {dp} = {int(tp) * dp}, "
                          f"but {where} has {cards} cards")
     return int(tp), dp
 
@@ -176,7 +177,7 @@ def with_router(target: Target, services: list[ServiceSpec], engine: str, router
     if target.pd:
         routers = target.hosts_for("router")
         if not routers:
-            raise ValueError("hosts: a prefill/decode target needs a host with the role 'router'")
+            raise FieldError("hosts", "a prefill/decode target needs a host with the role 'router'")
         r = routers[0]
         ps = [s for s in services if s.role == "prefill"]
         ds = [s for s in services if s.role == "decode"]

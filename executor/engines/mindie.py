@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from core.errors import FieldError
 from core.station import Station
 from executor.engines.base import (PY_VERSION, Adapter, Host, Rendered, ServiceSpec, device_env, instances, knob_flags,
                                    svc_dir)
@@ -68,7 +69,7 @@ def world_size(host: Host) -> int:
     devices must name as many as its cards), so MindIE never runs a world of 8 on device list [[0]]."""
     cards = max(host.cards, 1)
     if host.devices is not None and len(host.devices.split(",")) != cards:
-        raise ValueError(f"hosts: {host.host}:{host.port} names devices {host.devices!r} "
+        raise FieldError("hosts", f"{host.host}:{host.port} names devices {host.devices!r} "
                          f"({len(host.devices.split(','))}) but has {cards} card(s); MindIE's npuDeviceIds and "
                          "worldSize must agree")
     return cards
@@ -77,7 +78,7 @@ def world_size(host: Host) -> int:
 def mindie_config(target: Target, station: Station, role: str, host: Host) -> dict[str, Any]:
     concurrency = station.knobs.get("concurrency")
     if concurrency is not None and int(concurrency) > MAX_LINK_NUM:
-        raise ValueError(f"concurrency: {concurrency} clients exceed MindIE's ServerConfig.maxLinkNum, at most "
+        raise FieldError("concurrency", f"{concurrency} clients exceed MindIE's ServerConfig.maxLinkNum, at most "
                          f"{MAX_LINK_NUM} concurrent requests (mindie_service0285); requests above it are refused")
     world = world_size(host)
     model: dict[str, Any] = {"modelInstanceType": "Standard", "modelName": str(target.model).rstrip("/").split("/")[-1],
@@ -135,7 +136,7 @@ class MindIE(Adapter):
     def render(self, target: Target, station: Station, faults: tuple[str, ...] = (),
                expected_requests: int | None = None) -> Rendered:
         if target.pd:
-            raise ValueError("hosts: MindIE PD needs MindIE MS (a Controller that assigns P/D roles from a global "
+            raise FieldError("hosts", "MindIE PD needs MindIE MS (a Controller that assigns P/D roles from a global "
                              "rank table, a Coordinator in front); tuneloop renders single MindIE instances only")
         services: list[ServiceSpec] = []
         metrics: dict[str, str] = {}

@@ -10,6 +10,7 @@ one `--enable-eplb` (periodic rebalancing) with the recorder in `stat` mode, whi
 """
 from __future__ import annotations
 
+from core.errors import FieldError
 from core.station import Station
 from executor.engines.base import (PY_VERSION, Adapter, Host, Rendered, ServiceSpec, device_env, fmt, instances,
                                    knob_flags, parallel_sizes, static_layout_path, svc_dir, with_router)
@@ -71,7 +72,7 @@ class SGLang(Adapter):
                     argv += [flag, static_layout_path(target, station, self.name, role, ep_size(station, tp))]
                 elif value == "dynamic":  # periodic rebalancing from the recorder's per-expert counts
                     if ep_size(station, tp) <= 1:  # server_args.py _handle_eplb_and_dispatch: assert ep_size > 1
-                        raise ValueError("expert_layout: dynamic is SGLang's --enable-eplb, which asserts an EP size "
+                        raise FieldError("expert_layout", "dynamic is SGLang's --enable-eplb, which asserts an EP size "
                                          "above 1 (sglang/srt/server_args.py): it needs enable_expert_parallel: "
                                          f"true on more than one card (this instance's EP size is "
                                          f"{ep_size(station, tp)})")
@@ -87,7 +88,7 @@ class SGLang(Adapter):
                     argv += [flag, str(tp)]  # experts over the TP group
             elif flag == "--attn-dp-size":
                 if tp % int(value):
-                    raise ValueError(f"attn_dp_size: {value} does not divide the tensor-parallel width {tp}")
+                    raise FieldError("attn_dp_size", f"{value} does not divide the tensor-parallel width {tp}")
                 argv += [flag, fmt(value)]
             elif flag == "--chunked-prefill-size":
                 argv += [flag, fmt(value)]

@@ -16,6 +16,7 @@ import json
 import re
 from typing import Any
 
+from core.errors import FieldError
 from core.station import Station
 from executor.engines.base import (Adapter, Host, Rendered, ServiceSpec, device_env, generic_argv, instances,
                                    knob_flags, parallel_sizes, success_answer, svc_dir, with_router)
@@ -31,7 +32,7 @@ def nixl_base_port(target: Target) -> int:
     if raw is None:
         return NIXL_SIDE_CHANNEL_PORT
     if not raw.isdigit() or not 1 <= int(raw) <= 65535:
-        raise ValueError(f"env.VLLM_NIXL_SIDE_CHANNEL_PORT: {raw!r} is not a port")
+        raise FieldError("env.VLLM_NIXL_SIDE_CHANNEL_PORT", f"{raw!r} is not a port")
     return int(raw)
 
 
@@ -49,7 +50,7 @@ def need_expert_ranks(station: Station, ranks: int, what: str) -> None:
     """A dynamic expert layout balances experts over expert-parallel ranks: refused, naming the knob and the
     instance's rank count, without expert parallelism over more than one rank."""
     if not station.server_knobs.get("enable_expert_parallel") or ranks <= 1:
-        raise ValueError(f"expert_layout: dynamic is {what}, which balances experts over expert-parallel ranks: it "
+        raise FieldError("expert_layout", f"dynamic is {what}, which balances experts over expert-parallel ranks: it "
                          "needs enable_expert_parallel: true on more than one card "
                          f"(this instance has {ranks} rank{'s' if ranks != 1 else ''})")
 
@@ -67,7 +68,7 @@ def router_metrics_port(router: Host, services: list[ServiceSpec]) -> int:
     while port in taken:
         port += 1
     if port > 65535:
-        raise ValueError(f"hosts: no port above {router.port} is free on {router.host} for vllm-router's metrics")
+        raise FieldError("hosts", f"no port above {router.port} is free on {router.host} for vllm-router's metrics")
     return port
 
 
@@ -149,7 +150,7 @@ class Vllm(Adapter):
 
     def static_layout(self, target: Target, station: Station, pairs: list[tuple[str, Any]], role: str,
                       ranks: int) -> None:
-        raise ValueError("expert_layout: vLLM 0.32 cannot load a static expert map (its --enable-eplb is dynamic "
+        raise FieldError("expert_layout", "vLLM 0.32 cannot load a static expert map (its --enable-eplb is dynamic "
                          "EPLB; --eplb-config only tunes that); use dynamic, or a vllm-ascend target")
 
     def dynamic_layout(self, target: Target, station: Station, pairs: list[tuple[str, Any]], ranks: int) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.errors import FieldError
 from core.station import Station
 from executor.engines.base import Host, Rendered, ServiceSpec, static_layout_path
 from executor.engines.vllm import Vllm, compact, need_expert_ranks
@@ -94,7 +95,7 @@ class VllmAscend(Vllm):
         """The role's own map, fitted for its TP x DP ranks: Model Runner V1 only (V2 refuses expert_map_path,
         vllm_ascend/platform.py)."""
         if model_runner_v2(target):
-            raise ValueError("expert_layout: static_eplb loads eplb_config.expert_map_path, which vllm-ascend's Model "
+            raise FieldError("expert_layout", "static_eplb loads eplb_config.expert_map_path, which vllm-ascend's Model "
                              "Runner V2 refuses (vllm_ascend/platform.py); unset env.VLLM_USE_V2_MODEL_RUNNER")
         path = static_layout_path(target, station, self.name, role, ranks)
         pairs.append(("--additional-config", compact({"eplb_config": {"expert_map_path": path}})))
@@ -124,13 +125,13 @@ class VllmAscend(Vllm):
         sizes = {r: {"tp_size": tp, "dp_size": dp} for r, (tp, dp) in peers.items() if r in ("prefill", "decode")}
         tp, dp = peers[role]
         if tp * dp > KV_PORT_STRIDE:
-            raise ValueError(f"tensor_parallel_size: {tp} x {dp} ranks need more than {KV_PORT_STRIDE} Mooncake ports")
+            raise FieldError("tensor_parallel_size", f"{tp} x {dp} ranks need more than {KV_PORT_STRIDE} Mooncake ports")
         return kv | {"engine_id": name, "kv_port": str(kv_port_base(target) + KV_PORT_STRIDE * slot),
                      "kv_connector_extra_config": sizes}
 
     def router_argv(self, target: Target, router: Host, ps: list[ServiceSpec], ds: list[ServiceSpec]) -> list[str]:
         if not target.router_command:
-            raise ValueError(f"router_command: a vllm-ascend PD target names its proxy, e.g. "
+            raise FieldError("router_command", f"a vllm-ascend PD target names its proxy, e.g. "
                              f"[python3, /opt/vllm-ascend/{PROXY}]")
         argv = [*target.router_command, "--host", "0.0.0.0", "--port", str(router.port),
                 "--prefiller-hosts", *[s.host for s in ps], "--prefiller-ports", *[str(s.port) for s in ps],
