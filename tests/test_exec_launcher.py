@@ -143,3 +143,22 @@ def test_without_flock_every_locked_action_is_refused(tmp_path):
     for action in (["fence"], ["stop", "svc0"], ["service", "svc0", "h", "--", "true"]):
         assert _launch(tmp_path, "1", *action, path=str(bin_dir)).returncode == NO_FLOCK_RC
     assert _launch(tmp_path, "1", "poll", "k1", path=str(bin_dir)).stdout.strip() == "claimed=0"  # reads need no lock
+
+
+def test_a_command_that_ends_as_its_timeout_fires_is_a_transient_not_a_crash(tmp_path, monkeypatch):
+    """The race a loaded machine hit (CI: a launcher poll beside a real vLLM): the timeout fires, and by the kill the
+    process has already ended and its transport closed. That is a Transient (the poll is retried), never
+    ProcessLookupError out of the trial."""
+    import executor.transports.local as local
+    from executor.transports.base import Transient
+
+    real = asyncio.wait_for
+
+    async def ends_then_times_out(aw, timeout):
+        await real(aw, timeout)  # the command ran to its end ...
+        raise asyncio.TimeoutError  # ... as its timeout fired
+
+    monkeypatch.setattr(local.asyncio, "wait_for", ends_then_times_out)
+    tr = LocalTransport(_target(tmp_path))
+    with pytest.raises(Transient, match="timed out after 5s"):
+        asyncio.run(tr.run(["true"], timeout=5))

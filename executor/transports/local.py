@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -16,7 +17,8 @@ class LocalTransport(LauncherTransport):
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
         except asyncio.TimeoutError:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):  # it may end between the timeout and the kill (busy cores)
+                proc.kill()
             await proc.wait()
             raise Transient(f"command timed out after {timeout:g}s: {argv[:4]}") from None
         return CommandResult(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
