@@ -2,9 +2,9 @@
 
 Preference: an image digest declared in the target YAML (containers are identified by it), then the
 engine's own word (`vllm --version`, `llama-server --version`, the sglang / mindie package version),
-then the sha256 of the engine binary. Asked on the host that runs the engine. A CPU-placement wrapper at the head
-of a target's `engine_command` (`taskset -c 1 vllm`, `numactl --cpunodebind=0 --membind=0 vllm`) is looked
-through: the version and the binary are the engine's, not the wrapper's.
+then the sha256 of the engine binary. Asked on the host that runs the engine. A CPU-placement or priority wrapper
+at the head of a target's `engine_command` (`taskset -c 1 vllm`, `numactl --cpunodebind=0 --membind=0 vllm`,
+`nice -n 10 vllm`) is looked through: the version and the binary are the engine's, not the wrapper's.
 """
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ from executor.engines.base import ServiceSpec
 # numactl's options that take their value as the next word (the rest are flags or --opt=value)
 _NUMACTL_VALUED = {"-C", "-N", "-m", "-p", "-i", "--physcpubind", "--cpunodebind", "--membind", "--preferred",
                    "--interleave"}
+_NICE_VALUED = {"-n", "--adjustment"}  # nice's option with its value as the next word (`-10`, `-n10` are one)
 
 
 def engine_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
-    """argv without a leading `taskset` / `numactl` (their options and, for taskset, its core list or mask)."""
+    """argv without a leading `taskset` / `numactl` / `nice` (their options and, for taskset, its core list or
+    mask)."""
     argv = tuple(argv)
     while argv:
         head = argv[0].rsplit("/", 1)[-1]
@@ -34,6 +36,11 @@ def engine_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
             i = 1
             while i < len(argv) and argv[i].startswith("-"):
                 i += 2 if argv[i] in _NUMACTL_VALUED else 1
+            argv = argv[i:]
+        elif head == "nice":
+            i = 1
+            while i < len(argv) and argv[i].startswith("-"):
+                i += 2 if argv[i] in _NICE_VALUED else 1
             argv = argv[i:]
         else:
             return argv

@@ -57,10 +57,12 @@ def test_no_version_falls_back_to_the_binary_hash(tmp_path):
 
 @pytest.mark.parametrize("wrapper", [("taskset", "-c", "0"), ("/usr/bin/taskset", "0x1"),
                                      ("numactl", "--physcpubind=0", "-l"), ("numactl", "-C", "0", "-m", "0"),
-                                     ("taskset", "-c", "0", "numactl", "--localalloc")])
+                                     ("taskset", "-c", "0", "numactl", "--localalloc"), ("nice", "-n", "10"),
+                                     ("/usr/bin/nice", "-5"), ("nice", "--adjustment", "3", "taskset", "-c", "0")])
 def test_a_cpu_placement_wrapper_is_looked_through(tmp_path, wrapper):
-    """`engine_command: [taskset, -c, 1, vllm]` pins the engine (bench/engine_crosscheck.py does); the version is
-    still asked of vllm, never of the wrapper (`taskset --version` would name util-linux)."""
+    """`engine_command: [taskset, -c, 1, vllm]` pins the engine (bench/engine_crosscheck.py does), `[nice, -n, 10,
+    vllm]` lowers its priority (the real-vLLM tests do); the version is still asked of vllm, never of the wrapper
+    (`taskset --version` or `nice --version` would name util-linux or coreutils)."""
     exe = _engine(tmp_path, "vllm", "echo 0.32.0")
     assert _ident(tmp_path, "vllm", exe, wrapper=wrapper) == "vllm:version=0.32.0"
 

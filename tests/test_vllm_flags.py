@@ -23,8 +23,9 @@ from pathlib import Path
 import httpx
 import pytest
 from test_llamacpp_flags import _value_classes  # min, default, max; both booleans; every choice
-from vllm_support import CPU_EXTRA, SCENARIO, engine_or_fail, parse_with_vllm, station, target
+from vllm_support import CPU_EXTRA, NICENESS, SCENARIO, engine_or_fail, parse_with_vllm, station, target
 
+from core.errors import FieldError
 from core.knobs import catalog
 from core.records import EngineSample
 from executor import evidence
@@ -32,6 +33,7 @@ from executor.engines import adapter
 from executor.loadgen import ScenarioPrompts
 from executor.templates import render
 from executor.engines.vllm_serve import Server
+from executor.identity import engine_argv
 
 KNOBS = catalog().for_engine("vllm")
 VLLM = adapter("vllm")
@@ -79,14 +81,14 @@ def _renderings(engine, tmp_path) -> list[tuple[str, list[str]]]:
             for label, tg in (("mixed", mixed), ("pd", pd)):
                 try:
                     services = render(tg, st).services
-                except ValueError as e:  # a value this vLLM cannot take: refused before any launch, naming it
-                    refused[f"{knob.name}={value!r} {label}"] = str(e)
+                except FieldError as e:  # a value this vLLM cannot take: refused before any launch, naming it
+                    refused[f"{knob.name}={value!r} {label}"] = e.field
                     continue
                 for svc in services:
                     if svc.role != "router":
-                        out.append((f"{knob.name}={value!r} {label}/{svc.role}", list(svc.argv[1:])))
-    for what, why in refused.items():
-        assert why.startswith(what.split("=", 1)[0] + ":"), (what, why)
+                        out.append((f"{knob.name}={value!r} {label}/{svc.role}", list(engine_argv(svc.argv)[1:])))
+    for what, field in refused.items():
+        assert field == what.split("=", 1)[0], (what, field)
     return out
 
 
@@ -122,12 +124,13 @@ def test_the_expert_layout_and_draft_renderings_parse_with_vllms_own_parser(engi
                        Host(host="127.0.0.1", roles=("router", "load"), cards=0, port=8000)))
     st = station({"enable_expert_parallel": True, "expert_layout": "dynamic", "speculative_method": "mtp",
                   "num_speculative_tokens": 2})
-    argvs = [list(s.argv[1:]) for s in render(pd, st).services if s.role != "router"]
+    argvs = [list(engine_argv(s.argv)[1:]) for s in render(pd, st).services if s.role != "router"]
     # vLLM-Ascend's own EPLB switches are `vllm serve` flags too: Model Runner V1's --additional-config and V2's
     # --enable-eplb with a synchronous --eplb-config (executor/engines/vllm_ascend.py)
     ascend = pd.model_copy(update={"engine": "vllm-ascend", "router_command": ("python3", "proxy.py")})
     v2 = ascend.model_copy(update={"env": ascend.env | {"VLLM_USE_V2_MODEL_RUNNER": "1"}})
-    ascend_argvs = [list(s.argv[1:]) for t in (ascend, v2) for s in render(t, st).services if s.role != "router"]
+    ascend_argvs = [list(engine_argv(s.argv)[1:]) for t in (ascend, v2) for s in render(t, st).services
+                    if s.role != "router"]
     results = parse_with_vllm(engine["python"], argvs + ascend_argvs)
     assert all(r["ok"] and not r["inexact"] for r in results), results
     v1_args, v2_args = results[2]["args"], results[4]["args"]
@@ -149,7 +152,7 @@ NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3,
 @pytest.fixture(scope="module")
 def server(engine, tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    srv = Server(engine["bin"], engine["model"], log=log,
+    srv = Server(engine["bin"], engine["model"], log=log, niceness=NICENESS,
                  args=["--max-num-seqs", "8", "--speculative-config", json.dumps(NGRAM)])
     srv.start()
     yield srv
@@ -318,7 +321,8 @@ def test_a_port_taken_before_vllm_binds_it_is_not_mistaken_for_the_server(engine
                 pass
             assert time.monotonic() < deadline, "the stranger never answered"
             time.sleep(0.2)
-        with Server(engine["bin"], engine["model"], log=tmp_path / "server.log", port=port) as srv:
+        with Server(engine["bin"], engine["model"], log=tmp_path / "server.log", port=port,
+                    niceness=NICENESS) as srv:
             assert srv.port != port
             assert srv.complete("hello", max_tokens=2)["usage"]["completion_tokens"] == 2
     finally:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from test_llamacpp_loop import _executor, _stop_all  # a store + executor; stops what the launcher started
 from test_ssh_exec import sshd  # noqa: F401  (the test sshd fixture)
-from vllm_support import CI, CPU_EXTRA, engine_or_fail
+from vllm_support import CI, CPU_EXTRA, NICE, engine_or_fail
 
 from agent.report.experiment import evidence_words
 from core.journal import as_record
@@ -70,7 +70,7 @@ def pd_target(engine: dict, root: Path, name: str = "pd", decode_extra: tuple[st
               **over) -> Target:
     router, prefill, nixl, exporter, *decode = _ports(4 + decodes)
     env = dict(vllm_setup.BASE_ENV) | {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(nixl)}  # the pair's own side channels
-    fields = dict(name=name, kind="local", engine="vllm", engine_command=(engine["bin"],),
+    fields = dict(name=name, kind="local", engine="vllm", engine_command=(*NICE, engine["bin"]),
                   router_command=(engine["router"],), model=engine["model"], run_root=str(root),
                   tuneloop=(sys.executable, "-m", "tuneloop_cli"), env=env,
                   # NIXL's KV lease (30 s by default, renewed by decode's heartbeats each engine step) outlasts

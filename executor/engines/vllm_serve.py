@@ -30,7 +30,8 @@ class Server:
     """`vllm serve MODEL` with `args`; use as a context manager or start()/stop()."""
 
     def __init__(self, vllm: str, model: Path, args: Sequence[str] = (), log: Path | None = None,
-                 port: int | None = None, env: dict[str, str] | None = None, cpus: str | None = None):
+                 port: int | None = None, env: dict[str, str] | None = None, cpus: str | None = None,
+                 niceness: int | None = None):
         self.vllm, self.model, self.args = vllm, Path(model).resolve(), list(args)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -43,11 +44,15 @@ class Server:
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
         self.cpus = cpus  # a taskset core list: the server and every process it starts run only there
+        # a `nice` adjustment for the server and every process it starts: vLLM's CPU workers spin on their shared-
+        # memory queues between steps (sched_yield), so beside other work on few cores they take what they spin on
+        self.niceness = niceness
 
     @property
     def argv(self) -> list[str]:
         pin = ["taskset", "-c", self.cpus] if self.cpus else []
-        return [*pin, self.vllm, "serve", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
+        nice = ["nice", "-n", str(self.niceness)] if self.niceness is not None else []
+        return [*nice, *pin, self.vllm, "serve", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
                 "--served-model-name", "tiny", *CPU_ARGS, *self.args]
 
     def log_tail(self, n: int = 2000) -> str:
