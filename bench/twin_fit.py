@@ -15,9 +15,10 @@ fitter) is compared with the truth:
   the prior's would have); what the runs did not observe is listed as held;
 * per step: the relative error of the decode step time at each run's own operating points (the batch, resident KV,
   draft positions and expert layout of its steps; the imbalance is the truth's for the truth and the twin's fitted
-  one for the twin) and of the prefill step time at the token budget — the step costs as the runs
-  exercise them (a coefficient the runs cannot separate from another, b from b_draft at one draft width, can be
-  far off while the step is right).
+  one for the twin) and of the prefill time over every prefill step the runs took, each at its own tokens and
+  context as the fit reads them (the time at the token budget is printed beside it: a run whose prefix hits never
+  fill the budget does not exercise it) — the step costs as the runs exercise them (a coefficient the runs cannot
+  separate from another, b from b_draft at one draft width, can be far off while the step is right).
 
 * per figure (issue 43): each of the first 3 valid runs predicted by the twin fitted on the runs before it (the
   first by the prior), out of sample, as the planner scores it (agent/planner/twin.py): the objective in the whole
@@ -60,6 +61,25 @@ def decode_step(cost: Any, batch: float, kv: float, k: int = 0, layout: str = "n
 
 def prefill_step(cost: Any, tokens: float, ctx: float) -> float:
     return cost.a + cost.b * tokens + cost.c * tokens * (ctx + tokens / 2)
+
+
+def prefill_points(run_dir: Path, prior: Any) -> list[list[tuple[float, ...]]]:
+    """Each prefill step a run took, as the fit reads it (simulator/calibrate_prefill.py: the simulator's batch log,
+    else the requests prefilled alone): [(tokens, attention term[, steps]) per DP rank]."""
+    from simulator.calibrate_prefill import prefill_steps
+    from simulator.calibrate_problem import CalibrationError, load_run
+
+    try:
+        steps, _ = prefill_steps(load_run(run_dir, prior))
+    except CalibrationError:
+        return []
+    return [list(ranks) for _, ranks in steps]
+
+
+def prefill_time(cost: Any, ranks: list[tuple[float, ...]]) -> float:
+    """A prefill step's time: its slowest DP rank, a + b n + c Σ n (ctx + n / 2) (a request prefilled alone over
+    several steps pays a per step)."""
+    return max(cost.a * (r[2] if len(r) > 2 else 1) + cost.b * r[0] + cost.c * r[1] for r in ranks)
 
 
 def operating_points(run_dir: Path) -> list[tuple[float, float, int, str]]:
@@ -151,6 +171,7 @@ def one(case: Any, seed: int, work: Path) -> dict[str, Any]:
                            "factors": perturb.factors_of(truth), "fits": [],
                            "figures": figure_errors(goal, valid, ex.twins)}
     pts = [p for r in runs for p in operating_points(work / "runs" / r)]
+    psteps = [s for r in runs for s in prefill_points(work / "runs" / r, prior) if s]
     budget = float(goal.start_station().get("max_num_batched_tokens") or 8192)
     for k in range(1, len(runs) + 1):
         fit = ex.twins.fit(goal.sim_profile, tuple(runs[:k]))
@@ -176,10 +197,14 @@ def one(case: Any, seed: int, work: Path) -> dict[str, Any]:
                 coeffs[name] = value / true - 1
         dstep = [decode_step(fit.profile.decode_cost, b, kv, k, lay) / decode_step(truth.decode_cost, b, kv, k, lay) - 1
                  for b, kv, k, lay in pts]
-        pstep = prefill_step(fit.profile.prefill_cost, budget, 0) / prefill_step(truth.prefill_cost, budget, 0) - 1
+        at_budget = prefill_step(fit.profile.prefill_cost, budget, 0) / prefill_step(truth.prefill_cost, budget, 0) - 1
+        # the prefill time the runs spent, fitted against true: every step they took at its own tokens and context
+        true_s = sum(prefill_time(truth.prefill_cost, s) for s in psteps)
+        pstep = sum(prefill_time(fit.profile.prefill_cost, s) for s in psteps) / true_s - 1 if true_s > 0 else at_budget
         out["fits"].append({"runs": k, "coefficients": coeffs, "held": held, "evidence": spec,
                             "decode_step_max": max((abs(x) for x in dstep), default=None),
-                            "prefill_step": pstep})
+                            "prefill_step": pstep, "prefill_step_at_budget": at_budget,
+                            "prefill_steps_read": len(psteps)})
     return out
 
 
@@ -202,9 +227,10 @@ def main() -> None:
             last = r["fits"][-1] if r["fits"] else {}
             coeff = last.get("coefficients") or {}
             worst = max(coeff.items(), key=lambda kv: abs(kv[1]), default=("-", 0.0))
-            ds, ps = last.get("decode_step_max"), last.get("prefill_step")
+            ds, ps, pb = last.get("decode_step_max"), last.get("prefill_step"), last.get("prefill_step_at_budget")
             print(f"{case.name:40s} seed {seed}: {r['runs']} valid run(s); after {last.get('runs')}: "
-                  f"decode step max {ds if ds is None else f'{ds:+.1%}'}, prefill step {ps if ps is None else f'{ps:+.1%}'}; "
+                  f"decode step max {ds if ds is None else f'{ds:+.1%}'}, prefill steps {ps if ps is None else f'{ps:+.1%}'}"
+                  f" (at the budget {pb if pb is None else f'{pb:+.1%}'}); "
                   f"worst coefficient {worst[0]} {worst[1]:+.1%}; held {','.join(last.get('held') or []) or '-'}"
                   + (f"; {last['error']}" if "error" in last else ""), flush=True)
             figs = r["figures"]
