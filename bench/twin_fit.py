@@ -60,7 +60,7 @@ def decode_step(cost: Any, batch: float, kv: float, k: int = 0, layout: str = "n
 
 
 def prefill_step(cost: Any, tokens: float, ctx: float) -> float:
-    return cost.a + cost.b * tokens + cost.c * tokens * (ctx + tokens / 2)
+    return prefill_time(cost, [(tokens, tokens * (ctx + tokens / 2))])
 
 
 def prefill_points(run_dir: Path, prior: Any) -> list[list[tuple[float, ...]]]:

@@ -114,8 +114,7 @@ class InstanceFigures(Part):
 
     def figure(self, name: str) -> float | None:
         """One figure by name (the spread's figures, executor/evidence_instances.py SPREAD)."""
-        v = getattr(self, name)
-        return None if v is None else float(v)
+        return getattr(self, name)
 
 
 class Spread(Part):

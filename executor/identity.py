@@ -19,31 +19,21 @@ from executor.engines.base import ServiceSpec
 _NUMACTL_VALUED = {"-C", "-N", "-m", "-p", "-i", "--physcpubind", "--cpunodebind", "--membind", "--preferred",
                    "--interleave"}
 _NICE_VALUED = {"-n", "--adjustment"}  # nice's option with its value as the next word (`-10`, `-n10` are one)
+# a wrapper looked through: its options that take the next word as their value, and the words it takes after its
+# options before the command (taskset's core list or mask)
+_WRAPPERS = {"taskset": (frozenset(), 1), "numactl": (_NUMACTL_VALUED, 0), "nice": (_NICE_VALUED, 0)}
 
 
 def engine_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
     """argv without a leading `taskset` / `numactl` / `nice` (their options and, for taskset, its core list or
     mask)."""
     argv = tuple(argv)
-    while argv:
-        head = argv[0].rsplit("/", 1)[-1]
-        if head == "taskset":
-            i = 1
-            while i < len(argv) and argv[i].startswith("-"):
-                i += 1
-            argv = argv[i + 1:]  # the core list / mask, then the command
-        elif head == "numactl":
-            i = 1
-            while i < len(argv) and argv[i].startswith("-"):
-                i += 2 if argv[i] in _NUMACTL_VALUED else 1
-            argv = argv[i:]
-        elif head == "nice":
-            i = 1
-            while i < len(argv) and argv[i].startswith("-"):
-                i += 2 if argv[i] in _NICE_VALUED else 1
-            argv = argv[i:]
-        else:
-            return argv
+    while argv and (wrapper := _WRAPPERS.get(argv[0].rsplit("/", 1)[-1])) is not None:
+        valued, positional = wrapper
+        i = 1
+        while i < len(argv) and argv[i].startswith("-"):
+            i += 2 if argv[i] in valued else 1
+        argv = argv[i + positional:]
     return argv
 
 
