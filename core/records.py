@@ -100,6 +100,9 @@ class PrefillBatch(BaseModel):
     n_reqs: int
     n_tokens: int
     chunks: list[int]  # tokens per request in this batch
+    # tokens each chunk's request already had computed when the step began (its prefix-cache hit plus its earlier
+    # chunks: vLLM's num_computed_tokens per scheduled request), in the order of chunks; None where a log lacks them
+    ctx: list[int] | None = None
 
 
 class StorageFull(OSError):

@@ -1,6 +1,12 @@
 """Prefill step observations for the calibration (simulator.calibrate): the engine's per-step batch records where a
 run has them, else the TTFT of requests that found the prefill idle (prefilled alone: ceil(U / budget) steps over
-their U uncached tokens)."""
+their U uncached tokens).
+
+A chunk's attention term is n * (ctx + n / 2) over the tokens ctx its request already has in KV. A batch record
+that carries each chunk's ctx (its prefix-cache hit plus its earlier chunks) is read as it is; one without reads
+every chunk at the run's mean prefix hit, but a batch's first after a full batch on its instance (the same request's
+next chunk) just past that one's last: right on average, wrong per chunk where hits differ per request (shared
+preambles that some requests find and others miss)."""
 from __future__ import annotations
 
 import math
@@ -19,8 +25,9 @@ def prefill_steps(run: Any) -> tuple[list[tuple[float, list[tuple[int, float]]]]
         steps: dict[tuple[str, float], tuple[float, list[tuple[int, float]]]] = {}
         carry: dict[str, float | None] = {}
         for b in sorted(run.batches, key=lambda x: (x.t_start, x.instance)):
-            ctxs = [carry.get(b.instance) if i == 0 and carry.get(b.instance) is not None else ctx0
-                    for i in range(len(b.chunks))]
+            ctxs = b.ctx if b.ctx is not None and len(b.ctx) == len(b.chunks) else \
+                [carry.get(b.instance) if i == 0 and carry.get(b.instance) is not None else ctx0
+                 for i in range(len(b.chunks))]
             attn = sum(n * (c + n / 2) for n, c in zip(b.chunks, ctxs))
             full = sum(b.chunks) >= budget and not (cap is not None and len(b.chunks) >= cap and sum(b.chunks) < budget)
             carry[b.instance] = ctxs[-1] + b.chunks[-1] if full else None

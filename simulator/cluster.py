@@ -198,9 +198,9 @@ class Cluster:
         t_start = inst.step_start
         done, log = inst.end_step()
         if self.log_batches:
-            for name, chunks in log:
+            for name, chunks, ctxs in log:
                 self.batches.append(construct(PrefillBatch, t_start=t_start, t_end=t, instance=name,
-                                              n_reqs=len(chunks), n_tokens=sum(chunks), chunks=chunks))
+                                              n_reqs=len(chunks), n_tokens=sum(chunks), chunks=chunks, ctx=ctxs))
         if done:
             tr = self.profile.transfer
             decode, link_free = self.decode, self._link_free

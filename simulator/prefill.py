@@ -143,10 +143,11 @@ class PrefillInstance:
         c = self.cost
         return batch, c.a + c.b * n_sum + c.c * attn
 
-    def end_step(self) -> tuple[list[SimRequest], list[tuple[str, list[int]]]]:
-        """Apply the step: returns requests whose prefill completed and (rank name, chunks) per batch."""
+    def end_step(self) -> tuple[list[SimRequest], list[tuple[str, list[int], list[int]]]]:
+        """Apply the step: returns requests whose prefill completed and (rank name, chunks, each chunk's context
+        when the step began) per batch."""
         done: list[SimRequest] = []
-        log: list[tuple[str, list[int]]] = []
+        log: list[tuple[str, list[int], list[int]]] = []
         load, queues, names, iterations, insert = self.load, self.queues, self.rank_names, self.iterations, \
             self.cache.insert
         prompt = 0
@@ -155,8 +156,10 @@ class PrefillInstance:
                 continue
             q = queues[rank]
             chunks = []
+            ctxs = []
             total = 0  # whole token counts: the integer sums come out the same in any order
             for req, n in batch:
+                ctxs.append(req.ctx)
                 req.remaining -= n
                 req.ctx += n
                 total += n
@@ -167,7 +170,7 @@ class PrefillInstance:
                     insert(req.hashes)
             load[rank] -= total
             prompt += total
-            log.append((names[rank], chunks))
+            log.append((names[rank], chunks, ctxs))
             iterations[rank].observe(total)
         self.prompt_tokens += prompt
         self.current = []
