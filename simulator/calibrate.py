@@ -19,14 +19,18 @@ The shapes are the profile's own (core.profiles): t_D = sched + (a + b·B(k+1) +
 t_P = max over DP ranks of a + b·Σn + c·Σ n(ctx + n/2). scipy.optimize.least_squares fits the coefficients as
 multiples of the base profile's on relative residuals (the noise is multiplicative); each coefficient's standard
 error is from the Jacobian at the solution, s²·(JᵀJ)⁻¹. A coefficient the runs cannot separate (the draft costs
-without a speculative run) keeps the base value and says so. The scheduling share per step is read from the
-run's time breakdown when it has one (scheduling seconds / steps), else kept. Each run has a time factor (the
-host's speed that minute) with a log-normal prior around 1 (Problem.FACTOR_SIGMA): left free, a factor per run
-would absorb any batch slope when every station runs at its own batch, and b would be lost (the real vLLM's first
-fit: b ± 434 %, held-out errors 17 %). A real engine tokenises the scenario's words its own way (the generated vLLM
-model: about 4 tokens a word): the runs' prompt token counts against the words give the profile's
-prompt_tokens_fixed / prompt_tokens_per_word (prompt_tokens), so a prediction sends the prompts the engine saw,
-not a token per word (before: the real vLLM's held-out throughput 17.7 % off, 8.0 % with it).
+without a speculative run) keeps the base value and says so. The scheduling share per step is read from the run's
+time breakdown when it has one (scheduling seconds / steps), else kept. Each run has a time factor (the host's
+speed that minute) with a log-normal prior around 1 (Problem.FACTOR_SIGMA): left free, a factor per run would
+absorb any batch slope when every station runs at its own batch, and b would be lost (the real vLLM's first fit: b
+± 434 %, held-out errors 17 %). Each coefficient has a prior too, the base's value within about a factor of two
+(Problem.COEF_SIGMA): thousands of step rows outweigh it wherever the runs separate the coefficients, and where
+they do not (one station's run at one draft length: b and b_draft, a and a_draft move together) it keeps the base's
+split of the step time the rows fix (before: b -100 %, b_draft +140 % from one run of a perturbed truth). A real
+engine tokenises the scenario's words its own way (the generated vLLM model: about 4 tokens a word): the runs'
+prompt token counts against the words give the profile's prompt_tokens_fixed / prompt_tokens_per_word
+(prompt_tokens), so a prediction sends the prompts the engine saw, not a token per word (before: the real vLLM's
+held-out throughput 17.7 % off, 8.0 % with it).
 
 Before the step costs, the runs' evidence gives what the step times do not (simulator.calibrate_evidence): the MTP
 acceptance α per task type and its decay per draft position from `spec_accept_per_position`, and each expert

@@ -254,11 +254,23 @@ class Problem:
         ts = (s[:, 1] * self._td(p, self.s_ks, s[:, 2], s[:, 3], self.s_imb, self.s_save)
               + pb * s[:, 4] + pcc * s[:, 4] * s[:, 5] / 2) * f[self.s_run]
         return np.concatenate([self.p_dt / tp - 1.0, self.g_obs / np.bincount(self.d_group, weights=td) - 1.0,
-                               s[:, 0] / ts - 1.0, self.f_weight * np.log(f)])
+                               s[:, 0] / ts - 1.0, self.priors(x, f)])
 
     # a run's time factor: log f ~ N(0, FACTOR_SIGMA²) against rows of noise σ_r, so its MAP residual is σ_r/σ_f·log f
     FACTOR_SIGMA = 0.05
     f_weight = 2.0  # σ_r / σ_f; solve() sets σ_r from the rows of a first fit
+    # a coefficient, as a multiple x of the base's: x ~ N(1, COEF_SIGMA²), the base right to within about a factor of
+    # two. Thousands of step rows outweigh it wherever the runs separate a coefficient; where they do not (decode b
+    # and c from one station's batch, b and b_draft at one draft length) it keeps the base's split of the step time
+    # the rows fix, instead of wherever the solver's path ends along the direction the rows cannot see
+    # (a replayed mixed run keeps what its runs do not identify at the base value instead: calibrate_replay)
+    COEF_SIGMA: float | None = 0.7
+    c_weight = 0.1 / 0.7  # σ_r / σ_c, σ_r as f_weight assumes it until solve() measures it
+
+    def priors(self, x: np.ndarray, f: np.ndarray) -> np.ndarray:
+        """The MAP residuals of the priors: each run's time factor, then each coefficient."""
+        coef = self.c_weight * (x[:len(self.names)] - 1.0) if self.COEF_SIGMA else np.zeros(0)
+        return np.concatenate([self.f_weight * np.log(f), coef])
 
     def _fit(self, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Any:
         return least_squares(self.residuals, x0, bounds=(lo, hi), x_scale="jac", method="trf")
@@ -268,8 +280,10 @@ class Problem:
         lo = np.concatenate([np.zeros(len(self.names)), np.full(max(0, len(self.runs) - 1), -1.0)])
         hi = np.concatenate([np.full(len(self.names), np.inf), np.full(max(0, len(self.runs) - 1), 1.0)])
         sol = self._fit(x0, lo, hi)
-        if len(self.runs) > 1:  # the prior weighed by the rows' own noise (a first fit's rms), then fitted again
-            self.f_weight = float(np.sqrt(np.mean(sol.fun[:-len(self.runs)] ** 2))) / self.FACTOR_SIGMA
+        if len(self.runs) > 1 or self.COEF_SIGMA:  # the priors weighed by the rows' own noise (a first fit's rms)
+            rms = float(np.sqrt(np.mean(sol.fun[:-len(self.priors(sol.x, self.unpack(sol.x)[1]))] ** 2)))
+            self.f_weight = rms / self.FACTOR_SIGMA
+            self.c_weight = rms / self.COEF_SIGMA if self.COEF_SIGMA else 0.0
             sol = self._fit(sol.x, lo, hi)
         r = sol.fun
         s2 = float(r @ r) / max(1, len(r) - len(x0))

@@ -124,6 +124,8 @@ def steps_run(samples: list[Any]) -> float | None:
 class ReplayProblem(Problem):
     """The mixed runs' replay rows, fitted and reported as simulator.calibrate.Problem's step rows are."""
 
+    COEF_SIGMA = None  # what the runs do not identify is kept at the base value (solve), not drawn towards it
+
     def __init__(self, runs: list[Any], base: Profile):  # noqa: super().__init__ would build the step rows
         self.runs, self.base = runs, base
         self.replays = [prepare(r, base) for r in runs]
@@ -163,7 +165,7 @@ class ReplayProblem(Problem):
             t, d = self._predict(i, p, float(f[i]))
             ttft.append(rp.ttft / np.maximum(t, 1e-9) - 1.0)
             dec.append(rp.dec / np.maximum(d, 1e-9) - 1.0)
-        return np.concatenate(ttft + dec + [self.f_weight * np.log(f)])
+        return np.concatenate(ttft + dec + [self.priors(x, f)])
 
     def _jac(self, x: np.ndarray) -> np.ndarray:
         r0 = self.residuals(x)
