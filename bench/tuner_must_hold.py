@@ -1,0 +1,213 @@
+"""The default planner's efficiency targets (issue 43), read from `bench/tuner_efficiency.py` runs.
+
+Pass the results.json of each run to judge together (typically one per truth: plain, `--perturb-truth 1`,
+`--perturb-truth 2`; and one per set when the sets ran apart); every case of every run counts once per truth:
+
+    python bench/tuner_must_hold.py OUT_PLAIN/results.json OUT_T1/results.json OUT_T2/results.json
+
+Per set (`tune`, `heldout`, no set) it prints, over every case and truth with a feasible point:
+
+* reach: cases where the loop got within 2 % of the exhaustive optimum on at least 2 of 3 seeds (its runs' share);
+* the geometric means of the loop's median card-hours to 2 % over TPE's and over grid's (a case where the loop
+  did not reach is counted apart and left out of the mean, as tuner_efficiency's own summary does);
+* the median over loop runs of the experiments to 2 % after the baseline (not reached: infinitely late);
+* sparse cases (at most 20 % of the feasible stations within 2 % of the optimum): none above 1.0 × TPE;
+  denser cases (a random draw lands near the optimum by luck): each within 2 % in at most 2 experiments after the
+  baseline (median over its seeds);
+* plain cases (the truth is the prior): the median experiments to 2 % after the baseline, at most 1.
+
+and the held-out half's limits (≤ 0.33 × TPE, ≤ 0.2 × grid, median ≤ 3) with the tune half within 1.5 × of the
+held-out figure (either way). Each line ends in `holds` or `DOES NOT HOLD`; the exit code is 0 when every line
+holds, 1 when one does not, 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SPARSE = 0.20  # near-optimal share of the feasible stations at or below which a case is sparse
+REACH = 2 / 3
+HELDOUT = {"tpe": 0.33, "grid": 0.20, "median": 3.0}
+TUNE_WITHIN = 1.5
+DENSE_EXPERIMENTS = 2
+PLAIN_MEDIAN = 1
+
+
+@dataclass
+class Row:
+    """One case on one truth, as one tuner_efficiency run scored it."""
+
+    name: str
+    set: str | None
+    truth: str  # "plain" or the perturbation seed
+    reached: int
+    seeds: int
+    tpe: float | None
+    grid: float | None
+    after: list[float | None]  # experiments to 2 % after the baseline, per loop run
+    near_share: float | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.truth})"
+
+    @property
+    def median_after(self) -> float | None:
+        return median_late(self.after)
+
+
+def median_late(values: list[float | None]) -> float | None:
+    """Median with None (not reached) as +inf; None when the median is not reached."""
+    if not values:
+        return None
+    m = statistics.median([math.inf if v is None else v for v in values])
+    return None if math.isinf(m) else m
+
+
+def geomean(values: list[float]) -> float | None:
+    vals = [v for v in values if v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in vals)) if vals else None
+
+
+def rows_of(results: dict[str, Any], source: str) -> list[Row]:
+    """Every case with a feasible point of one tuner_efficiency results.json."""
+    if not isinstance(results.get("cases"), list):
+        raise ValueError(f"{source}: no `cases` list (not a bench/tuner_efficiency.py results.json)")
+    truth = "plain" if results.get("perturb_truth") is None else f"truth {results['perturb_truth']}"
+    out = []
+    for c in results["cases"]:
+        if c.get("no_feasible_point"):
+            continue
+        loop = c["methods"]["tuneloop"]
+        runs = loop["runs"]
+        after = [None if r["score"]["experiments_to_target"] is None else r["score"]["experiments_to_target"] - 1
+                 for r in runs]
+        feasible, near = c.get("feasible_points"), c.get("near_optimal_points")
+        out.append(Row(name=c["name"], set=c.get("set"), truth=truth, reached=loop["summary"]["reached"],
+                       seeds=loop["summary"]["seeds"], tpe=c["target"]["tpe"]["ratio"],
+                       grid=c["target"]["grid"]["ratio"], after=after,
+                       near_share=near / feasible if feasible and near is not None else None))
+    return out
+
+
+def verdict(ok: bool) -> str:
+    return "holds" if ok else "DOES NOT HOLD"
+
+
+def set_lines(label: str, rows: list[Row]) -> tuple[list[str], dict[str, float | None], bool]:
+    """The lines of one set, its figures (geometric means, median) and whether every line of it holds."""
+    lines, ok = [f"## {label}: {len(rows)} case x truth"], True
+    short = [r for r in rows if r.reached < math.ceil(REACH * r.seeds - 1e-9)]
+    good = not short
+    ok &= good
+    lines.append(f"reach: {len(rows) - len(short)}/{len(rows)} within 2 % on >= 2/3 seeds"
+                 + (f"; short: {', '.join(f'{r.label} {r.reached}/{r.seeds}' for r in short)}" if short else "")
+                 + f" — {verdict(good)}")
+    figs: dict[str, float | None] = {}
+    for k in ("tpe", "grid"):
+        have = [getattr(r, k) for r in rows if getattr(r, k) is not None]
+        figs[k] = geomean(have)
+        lines.append(f"card-h to 2 % / {k.upper() if k == 'tpe' else k}: geometric mean "
+                     + ("n/a" if figs[k] is None else f"{figs[k]:.3f}") + f" over {len(have)}"
+                     + (f" ({len(rows) - len(have)} not reached, left out)" if len(have) < len(rows) else ""))
+    figs["median"] = median_late([a for r in rows for a in r.after])
+    lines.append("experiments to 2 % after the baseline: median "
+                 + ("not reached" if figs["median"] is None else f"{figs['median']:g}")
+                 + f" over {sum(len(r.after) for r in rows)} loop runs")
+    sparse = [r for r in rows if r.near_share is not None and r.near_share <= SPARSE]
+    over = [r for r in sparse if r.tpe is None or r.tpe > 1.0]
+    good = not over
+    ok &= good
+    lines.append(f"sparse cases (<= {SPARSE:.0%} of the feasible stations within 2 %): {len(sparse) - len(over)}/"
+                 f"{len(sparse)} at or below 1.0 x TPE"
+                 + (f"; above: {', '.join(f'{r.label} ' + ('not reached' if r.tpe is None else f'{r.tpe:.2f}') for r in over)}"
+                    if over else "") + f" — {verdict(good)}")
+    dense = [r for r in rows if r.near_share is not None and r.near_share > SPARSE]
+    late = [r for r in dense if r.median_after is None or r.median_after > DENSE_EXPERIMENTS]
+    good = not late
+    ok &= good
+    lines.append(f"denser cases: {len(dense) - len(late)}/{len(dense)} within 2 % in <= {DENSE_EXPERIMENTS} "
+                 "experiments after the baseline (median over seeds)"
+                 + (f"; later: {', '.join(f'{r.label} ' + ('not reached' if r.median_after is None else f'{r.median_after:g}') for r in late)}"
+                    if late else "") + f" — {verdict(good)}")
+    plain = [a for r in rows if r.truth == "plain" for a in r.after]
+    if plain:
+        m = median_late(plain)
+        good = m is not None and m <= PLAIN_MEDIAN
+        ok &= good
+        lines.append(f"plain cases (prior = truth): median experiments to 2 % after the baseline "
+                     + ("not reached" if m is None else f"{m:g}") + f" over {len(plain)} loop runs (<= {PLAIN_MEDIAN})"
+                     + f" — {verdict(good)}")
+    return lines, figs, ok
+
+
+def judge(rows: list[Row]) -> tuple[list[str], bool]:
+    lines, ok = [], True
+    figs: dict[str, dict[str, float | None]] = {}
+    for s, label in (("tune", "set tune"), ("heldout", "set heldout"), (None, "no set")):
+        mine = [r for r in rows if r.set == s]
+        if not mine:
+            continue
+        ls, figs[label], good = set_lines(label, mine)
+        lines += ls + [""]
+        ok &= good
+    held = figs.get("set heldout")
+    if held is not None:
+        lines.append("## the held-out half's limits")
+        for k in ("tpe", "grid"):
+            v = held[k]
+            good = v is not None and v <= HELDOUT[k]
+            ok &= good
+            lines.append(f"held-out / {k.upper() if k == 'tpe' else k}: "
+                         + ("n/a" if v is None else f"{v:.3f}") + f" (<= {HELDOUT[k]}) — {verdict(good)}")
+        m = held["median"]
+        good = m is not None and m <= HELDOUT["median"]
+        ok &= good
+        lines.append("held-out median experiments after the baseline: " + ("not reached" if m is None else f"{m:g}")
+                     + f" (<= {HELDOUT['median']:g}) — {verdict(good)}")
+        tune = figs.get("set tune")
+        if tune is not None:
+            for k in ("tpe", "grid"):
+                a, b = tune[k], held[k]
+                good = a is not None and b is not None and max(a, b) / min(a, b) <= TUNE_WITHIN
+                ok &= good
+                lines.append(f"tune vs held-out / {k.upper() if k == 'tpe' else k}: "
+                             + ("n/a" if a is None or b is None else f"{a:.3f} vs {b:.3f}, x{max(a, b) / min(a, b):.2f}")
+                             + f" (within x{TUNE_WITHIN}) — {verdict(good)}")
+    return lines, ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", nargs="+", help="results.json of bench/tuner_efficiency.py runs")
+    args = ap.parse_args(argv)
+    rows: list[Row] = []
+    for p in args.results:
+        try:
+            rows += rows_of(json.loads(Path(p).read_text()), p)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"error: {p}: {e!r}" if not isinstance(e, ValueError) else f"error: {e}", file=sys.stderr)
+            return 2
+    if not rows:
+        print("error: no case with a feasible point in the results given", file=sys.stderr)
+        return 2
+    for r in sorted(rows, key=lambda r: (str(r.set), r.name, r.truth)):
+        print(f"{str(r.set or '-'):8} {r.label:58} reached {r.reached}/{r.seeds}  vs TPE "
+              + ("  n/a" if r.tpe is None else f"{r.tpe:5.2f}") + "  vs grid "
+              + ("  n/a" if r.grid is None else f"{r.grid:5.2f}") + "  after the baseline "
+              + " ".join("-" if a is None else f"{a:g}" for a in r.after)
+              + ("" if r.near_share is None else f"  near-optimal {r.near_share:.0%}"))
+    print()
+    lines, ok = judge(rows)
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
