@@ -258,14 +258,15 @@ class Problem:
 
     # a run's time factor: log f ~ N(0, FACTOR_SIGMA²) against rows of noise σ_r, so its MAP residual is σ_r/σ_f·log f
     FACTOR_SIGMA = 0.05
-    f_weight = 2.0  # σ_r / σ_f; solve() sets σ_r from the rows of a first fit
+    ROW_SIGMA = 0.1  # σ_r the priors assume until solve() reads it off the rows of a first fit
+    f_weight = ROW_SIGMA / FACTOR_SIGMA  # σ_r / σ_f
     # a coefficient, as a multiple x of the base's: x ~ N(1, COEF_SIGMA²), the base right to within about a factor of
     # two. Thousands of step rows outweigh it wherever the runs separate a coefficient; where they do not (decode b
     # and c from one station's batch, b and b_draft at one draft length) it keeps the base's split of the step time
     # the rows fix, instead of wherever the solver's path ends along the direction the rows cannot see
     # (a replayed mixed run keeps what its runs do not identify at the base value instead: calibrate_replay)
     COEF_SIGMA: float | None = 0.7
-    c_weight = 0.1 / 0.7  # σ_r / σ_c, σ_r as f_weight assumes it until solve() measures it
+    c_weight = ROW_SIGMA / COEF_SIGMA  # σ_r / σ_c
 
     def priors(self, x: np.ndarray, f: np.ndarray) -> np.ndarray:
         """The MAP residuals of the priors: each run's time factor, then each coefficient."""
