@@ -25,11 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.tuners.report import geomean  # noqa: E402
+from bench.tuners.scoring import median_or_none  # noqa: E402
 
 SPARSE = 0.20  # near-optimal share of the feasible stations at or below which a case is sparse
 REACH = 2 / 3
@@ -59,20 +64,7 @@ class Row:
 
     @property
     def median_after(self) -> float | None:
-        return median_late(self.after)
-
-
-def median_late(values: list[float | None]) -> float | None:
-    """Median with None (not reached) as +inf; None when the median is not reached."""
-    if not values:
-        return None
-    m = statistics.median([math.inf if v is None else v for v in values])
-    return None if math.isinf(m) else m
-
-
-def geomean(values: list[float]) -> float | None:
-    vals = [v for v in values if v > 0]
-    return math.exp(statistics.fmean(math.log(v) for v in vals)) if vals else None
+        return median_or_none(self.after)
 
 
 def rows_of(results: dict[str, Any], source: str) -> list[Row]:
@@ -116,7 +108,7 @@ def set_lines(label: str, rows: list[Row]) -> tuple[list[str], dict[str, float |
         lines.append(f"card-h to 2 % / {k.upper() if k == 'tpe' else k}: geometric mean "
                      + ("n/a" if figs[k] is None else f"{figs[k]:.3f}") + f" over {len(have)}"
                      + (f" ({len(rows) - len(have)} not reached, left out)" if len(have) < len(rows) else ""))
-    figs["median"] = median_late([a for r in rows for a in r.after])
+    figs["median"] = median_or_none([a for r in rows for a in r.after])
     lines.append("experiments to 2 % after the baseline: median "
                  + ("not reached" if figs["median"] is None else f"{figs['median']:g}")
                  + f" over {sum(len(r.after) for r in rows)} loop runs")
@@ -138,7 +130,7 @@ def set_lines(label: str, rows: list[Row]) -> tuple[list[str], dict[str, float |
                     if late else "") + f" — {verdict(good)}")
     plain = [a for r in rows if r.truth == "plain" for a in r.after]
     if plain:
-        m = median_late(plain)
+        m = median_or_none(plain)
         good = m is not None and m <= PLAIN_MEDIAN
         ok &= good
         lines.append(f"plain cases (prior = truth): median experiments to 2 % after the baseline "
