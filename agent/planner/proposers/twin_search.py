@@ -10,9 +10,9 @@ Its own moves are the best station's one-change neighbours it predicts a gain fo
 optimum needs two changes together to gain what neither gives alone, that pair (the card names both, and the gain
 each alone was predicted); and, while the twin predicted this goal's last run inside its interval, the jump to its
 optimum: every change from the best station to the twin's optimum in one card, where it gains at least the least
-gain more than the best one change (the card names every change and the gain each alone was predicted). Every card
-it touches carries its prediction (the hypothesis ledger's source "twin") and says that the
-twin led and on what fidelity. When it does not lead, it proposes nothing and says why on the cards the rules lead.
+gain more than the best one change predicted to keep every limit (the card names every change and the gain each
+alone was predicted). Every card it touches carries its prediction (the hypothesis ledger's source "twin") and says
+that the twin led and on what fidelity. When it does not lead, it proposes nothing and says why on the cards the rules lead.
 """
 from __future__ import annotations
 
@@ -89,11 +89,15 @@ class Led(Proposals):
         return self.judged.value(card) if self.judged is not None else None
 
     def likely(self, card: CandidateCard, value: Value) -> bool:
-        """The twin values this move and gives it at least even odds of the least gain within the SLO: worth running
-        whatever the rules' least value (agent/planner/value.py MIN_VALUE), which prices moves by the rules' rough
-        confidence, not by a model measured on this goal's runs."""
-        return card.prediction is not None and card.prediction.source == "twin" and value.gain is not None \
-            and value.gain > 0 and value.confidence >= LIKELY
+        """The twin values this move and expects at least the least gain of it: even odds of the least gain within
+        every limit, or a gain large enough that the gain times that chance reaches the least gain (a station the twin
+        puts +7 % up but on a limit it may break, at 36 % odds, is worth a run; a station it puts +0.5 % up is not,
+        however sure). Worth running whatever the rules' least value (agent/planner/value.py MIN_VALUE), which prices
+        moves by the rules' rough confidence, not by a model measured on this goal's runs."""
+        if card.prediction is None or card.prediction.source != "twin" or value.gain is None or value.gain <= 0:
+            return False
+        least = self.judged.h.goal.view().least_gain if self.judged is not None else 0.0
+        return value.confidence >= LIKELY or value.gain * value.confidence >= least > 0
 
     def settled(self) -> str:
         return self.settled_why
@@ -199,9 +203,11 @@ def _one(h: History, knob: str, value: Any) -> CandidateCard | None:
         return None
 
 
-def _alone(found: tw.Search) -> dict[tuple[str, Any], float]:
-    """The twin's predicted gain of each one change from the best station, by (knob, canonical value)."""
-    return {(k, canon(v)): tw.gain(st, found.base) or 0.0 for k, v, st in found.singles}
+def _alone(found: tw.Search, kept: bool = False) -> dict[tuple[str, Any], float]:
+    """The twin's predicted gain of each one change from the best station, by (knob, canonical value). `kept`: only
+    the changes it predicts keep every limit and the contract (one that breaks a limit gains nothing a result keeps,
+    so it is no reason to prefer one change over the move that gets there)."""
+    return {(k, canon(v)): tw.gain(st, found.base) or 0.0 for k, v, st in found.singles if st.feasible or not kept}
 
 
 def _pair(h: History, found: tw.Search, judge: Judge) -> Proposed | None:
@@ -212,10 +218,12 @@ def _pair(h: History, found: tw.Search, judge: Judge) -> Proposed | None:
     (k1, v1), (k2, v2) = found.path[:2]
     each = _alone(found)
     alone = {k: each[(k, canon(v))] for k, v in found.path[:2] if (k, canon(v)) in each}
+    kept = _alone(found, kept=True)
     both = judge.station(h.best_knobs | {k1: v1, k2: v2})
     g = None if both is None else tw.gain(both, found.base)
     least = h.goal.stop.min_gain_pct / 100.0
-    if g is None or g - max(alone.values(), default=0.0) < least:
+    if g is None or g - max((kept[(k, canon(v))] for k, v in found.path[:2] if (k, canon(v)) in kept),
+                            default=0.0) < least:
         return None
     try:
         card = build_pair(h, (k1, v1), (k2, v2), coupling=(
@@ -244,7 +252,7 @@ def _jump(h: History, fid: tw.Fidelity, found: tw.Search, judge: Judge) -> Propo
     g = tw.gain(found.optimum, found.base)
     alone = _alone(found)
     least = h.goal.stop.min_gain_pct / 100.0
-    if g is None or g - max(alone.values(), default=0.0) < least:
+    if g is None or g - max(_alone(found, kept=True).values(), default=0.0) < least:
         return None
     each = ", ".join(f"{k}={v!r} alone {alone.get((k, canon(v)), 0.0):+.1%}" for k, v in changes)
     coupling = (f"the twin's optimum is {len(changes)} changes away and predicted {g:+.1%} over the best station "
