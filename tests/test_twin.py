@@ -492,6 +492,13 @@ def test_the_twin_runs_a_station_it_puts_on_a_limit_when_the_gain_is_worth_the_o
     assert (card.knobs["max_num_seqs"], card.knobs["concurrency"]) == (80, 128), card.title()
     assert card.prediction.source == "twin" and card.prediction.predicted["tpot_mean_ms"] > 35  # on the limit
     assert v.value < MIN_VALUE and v.confidence < 0.5 and v.gain * v.confidence >= 0.01, v.why
+    assert r.leader.likely(card, v)
+    # the same odds on a station the twin puts 5 % down, worth more than any gain (it would keep a limit the best
+    # breaks): a rank, not a gain to multiply by its chance; under even odds it does not run
+    pred = card.prediction
+    down = card.model_copy(update={"prediction": pred.model_copy(update={
+        "objective_effect": pred.objective_effect.model_copy(update={"value": -0.05})})})
+    assert not r.leader.likely(down, v.model_copy(update={"gain": 1.0 + 0.01 - 0.05}))
 
 
 def test_the_twin_jumps_past_one_changes_that_gain_only_by_breaking_a_limit(tmp_path, runs_root):

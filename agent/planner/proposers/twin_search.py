@@ -90,14 +90,17 @@ class Led(Proposals):
 
     def likely(self, card: CandidateCard, value: Value) -> bool:
         """The twin values this move and expects at least the least gain of it: even odds of the least gain within
-        every limit, or a gain large enough that the gain times that chance reaches the least gain (a station the twin
-        puts +7 % up but on a limit it may break, at 36 % odds, is worth a run; a station it puts +0.5 % up is not,
-        however sure). Worth running whatever the rules' least value (agent/planner/value.py MIN_VALUE), which prices
-        moves by the rules' rough confidence, not by a model measured on this goal's runs."""
-        if card.prediction is None or card.prediction.source != "twin" or value.gain is None or value.gain <= 0:
+        every limit, or a predicted objective gain large enough that it times that chance reaches the least gain (a
+        station the twin puts +7 % up but on a limit it may break, at 36 % odds, is worth a run; one it puts +0.5 % up
+        is not, however sure). The objective's own gain, not the move's worth: while the best station breaks a limit
+        a station that keeps them all is worth more than any gain (Judge.value), a rank, not a gain to multiply.
+        Worth running whatever the rules' least value (agent/planner/value.py MIN_VALUE), which prices moves by the
+        rules' rough confidence, not by a model measured on this goal's runs."""
+        pred = card.prediction
+        if pred is None or pred.source != "twin" or value.gain is None or value.gain <= 0:
             return False
         least = self.judged.h.goal.view().least_gain if self.judged is not None else 0.0
-        return value.confidence >= LIKELY or value.gain * value.confidence >= least > 0
+        return value.confidence >= LIKELY or pred.objective_effect.value * value.confidence >= least > 0
 
     def settled(self) -> str:
         return self.settled_why
