@@ -12,7 +12,8 @@ each alone was predicted); and, while the twin predicted this goal's last run in
 optimum: every change from the best station to the twin's optimum in one card, where it gains at least the least
 gain more than the best one change predicted to keep every limit (the card names every change and the gain each
 alone was predicted). Every card it touches carries its prediction (the hypothesis ledger's source "twin") and says
-that the twin led and on what fidelity. When it does not lead, it proposes nothing and says why on the cards the rules lead.
+that the twin led and on what fidelity. When it does not lead, it proposes nothing and says why on the cards the
+rules lead.
 """
 from __future__ import annotations
 
