@@ -208,6 +208,13 @@ def test_hot_moves_run_while_the_best_is_warm_and_a_measured_station_is_never_ru
     back = screen("request_rate", 6.0, parent=best)  # back to the start: measured at N=320 already
     h = history(outs + [outcome(baseline(best), summary(), "reference")], best=best, budget=400.0, experiments=40)
     assert any(r.kind is RefusalKind.MEASURED for r in check(back, h))
+    # measured at the confirm N (a pair's or a jump's direct confirm, a recovery): its screen answers nothing more
+    up = screen("request_rate", 10.0, parent=best)
+    assert not any(r.kind is RefusalKind.MEASURED for r in check(up, h))
+    at_confirm = history(h.outcomes + [outcome(with_stage(up, "confirm", 640), summary(n=640), "negative")],
+                         best=best, budget=400.0, experiments=40)
+    refused = [r for r in check(up, at_confirm) if r.kind is RefusalKind.MEASURED]
+    assert refused and "confirm N=640" in refused[0].words
 
 
 def test_decode_only_reads_the_limits_a_run_breaks_not_the_words_of_its_violations():

@@ -107,6 +107,14 @@ def check(card: CandidateCard, history: History) -> list[Refusal]:
     known = history.reference(card.knobs, card.n) if card.stage != "baseline" else None
     if known is not None:  # e.g. a move back to the parent: its measurement at this N is reused, not repeated
         out.append(Refusal(RefusalKind.MEASURED, f"this station was measured at N={card.n} already ({known.run_id})"))
+    elif card.stage == "screen" and card.n < goal.protocol.confirm_n:
+        # a screen asks whether a confirm is worth running; where the confirm's N measured this station, the answer
+        # is in (a negative there is one whatever its screen would read, a positive made it the best station)
+        larger = history.reference(card.knobs, goal.protocol.confirm_n)
+        if larger is not None:
+            out.append(Refusal(RefusalKind.MEASURED,
+                               f"this station was measured at the confirm N={goal.protocol.confirm_n} already "
+                               f"({larger.run_id}): a screen at N={card.n} answers nothing that run did not"))
     if card.experiment_key in history.finished_keys:
         out.append(Refusal(RefusalKind.NOT_FINISHED, f"experiment {card.experiment_key} already ran"))
     elif history.faulted(card.experiment_key) >= MAX_ATTEMPTS:

@@ -11,9 +11,10 @@ optimum needs two changes together to gain what neither gives alone, that pair (
 each alone was predicted); and, while the twin predicted this goal's last run inside its interval, the jump to its
 optimum: every change from the best station to the twin's optimum in one card, where it gains at least the least
 gain more than the best one change predicted to keep every limit (the card names every change and the gain each
-alone was predicted). Every card it touches carries its prediction (the hypothesis ledger's source "twin") and says
-that the twin led and on what fidelity. When it does not lead, it proposes nothing and says why on the cards the
-rules lead.
+alone was predicted); while that jump is on the table, a move that stops short of the optimum by the least gain is
+worth no more than the path it starts (the optimum at its card-hours plus the run from its station to there). Every
+card it touches carries its prediction (the hypothesis ledger's source "twin") and says that the twin led and on what
+fidelity. When it does not lead, it proposes nothing and says why on the cards the rules lead.
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ from agent.planner.proposers.base import Asking, Proposals, Proposed, Proposer
 from agent.planner.tpot_fit import chance_under, normal_cdf
 from agent.planner.value import PREDICTED_DIGITS, VALUE_DIGITS, Value, per_card_hour
 from core.goalview import GoalView, Limit
+from core.knobs import COST_ORDER
+from core.station import change_cost, needs_restart
 from core.ledger import Interval, Prediction
 
 LED = "led by the twin"
@@ -132,22 +135,10 @@ class Judge:
         g = tw.gain(st, base)
         if g is None:
             return None
-        least = view.least_gain
-        worth = g
-        if not base.feasible and st.feasible:
-            # the best breaks a limit: a station that keeps them all gains at least the least gain whatever its
-            # objective, and among such stations the higher objective is worth more (feasible first, then the
-            # objective, as the search ranks them): the least gain plus its objective as a share of the best's
-            worth = least + 1.0 + g
-        # the chance it gains the least gain (the objective's own error), and that each latency limit holds (each
-        # figure's own error: a p99's is wider than a mean's); a broken contract is an invalid run
-        conf = normal_cdf(worth - least, self.fid.interval / tw.INTERVAL_Z) if not st.broken else 0.0
-        for lim in view.limits:
-            fig = st.figures.get(lim.figure_key)
-            sigma = self.fid.intervals.get(lim.figure_key, tw.PRIOR_INTERVAL) / tw.INTERVAL_Z
-            conf *= chance_under(lim.limit_ms, fig, fig * sigma) if fig is not None else 0.0
+        worth, conf = self._odds(st, g)
         cost = estimate(card, self.h)
         v = per_card_hour(max(0.0, worth) * conf, card.cost_class, cost, self.h.budget_left_card_hours, self.restart)
+        onward = self._onward(st, card.cost_class, cost, v)
         lat_words = "".join(
             f", {lim.words} {st.figures[lim.figure_key]:.1f} ms (limit {lim.limit_ms:g} ms"
             f"{'' if lim.kept(st.figures[lim.figure_key]) else ': breaks it'})"
@@ -156,6 +147,9 @@ class Judge:
         kept = "; keeps every limit the best station breaks" if worth != g else ""
         why = (f"the twin predicts {g:+.1%} {goal.objective.metric}{lat_words}{kept}; chance of at least the least "
                f"gain within every limit {conf:.0%}; {card.cost_class}, ~{cost:.2f} card-h")
+        if onward is not None:
+            v, words = onward
+            why += f"; {words}"
         value = Value(value=round(v, VALUE_DIGITS), gain=worth, confidence=conf, rules_out=0.0, cost_card_hours=cost,
                       why=why)
         lo, hi = g - self.fid.interval, g + self.fid.interval
@@ -173,6 +167,50 @@ class Judge:
         card = card.model_copy(update={"prediction": pred, "score": value.value,
                                        "est_card_hours": round(cost, CARD_HOURS_DIGITS)})
         return card, value
+
+
+    def _odds(self, st: tw.Station, g: float) -> tuple[float, float]:
+        """A station's worth over the best station and the chance it gains the least gain within every limit."""
+        view = self.h.goal.view()
+        least, worth = view.least_gain, g
+        if not self.found.base.feasible and st.feasible:
+            # the best breaks a limit: a station that keeps them all gains at least the least gain whatever its
+            # objective, and among such stations the higher objective is worth more (feasible first, then the
+            # objective, as the search ranks them): the least gain plus its objective as a share of the best's
+            worth = least + 1.0 + g
+        # the chance it gains the least gain (the objective's own error), and that each latency limit holds (each
+        # figure's own error: a p99's is wider than a mean's); a broken contract is an invalid run
+        conf = normal_cdf(worth - least, self.fid.interval / tw.INTERVAL_Z) if not st.broken else 0.0
+        for lim in view.limits:
+            fig = st.figures.get(lim.figure_key)
+            sigma = self.fid.intervals.get(lim.figure_key, tw.PRIOR_INTERVAL) / tw.INTERVAL_Z
+            conf *= chance_under(lim.limit_ms, fig, fig * sigma) if fig is not None else 0.0
+        return worth, conf
+
+    def _onward(self, st: tw.Station, cls: str, cost: float, own: float) -> tuple[float, str] | None:
+        """A move that stops short of the twin's optimum leaves a run to make from its station to there: while the
+        twin leads with its last run inside its interval (as for its jump), the move is worth no more than that
+        path, the optimum's worth at both runs' card-hours (a pair that gains half for a quarter of the jump's
+        card-hours, with the jump's relayout still ahead, costs more to the optimum than the jump itself).
+        (value, words) where the path is worth less than the move alone; None otherwise."""
+        h, opt, fid = self.h, self.found.optimum, self.fid
+        if not fid.scored or fid.scored[-1].miss or not opt.feasible or opt.objective is None:
+            return None
+        short = tw.gain(opt, st)
+        if short is None or short < h.goal.view().least_gain:
+            return None
+        g = tw.gain(opt, self.found.base)
+        if g is None:
+            return None
+        worth, conf = self._odds(opt, g)
+        rest = change_cost(st.knobs, opt.knobs) or "hot"
+        more = h.cost.estimate(rest, h.goal.protocol.confirm_n, h.goal.protocol.warmup, needs_restart=needs_restart(rest))
+        dearer = max(cls, rest, key=lambda c: COST_ORDER.get(c, len(COST_ORDER)))
+        path = per_card_hour(max(0.0, worth) * conf, dearer, cost + more, h.budget_left_card_hours, self.restart)
+        if path >= own:
+            return None
+        return path, (f"the twin's optimum is {short:+.1%} past it, a {rest} run of ~{more:.2f} card-h more: worth "
+                      f"{path:.4f} as that path, not {own:.4f} alone")
 
 
 def _binding(view: GoalView, base: tw.Station) -> Limit | None:
@@ -207,11 +245,16 @@ def _one(h: History, knob: str, value: Any) -> CandidateCard | None:
         return None
 
 
-def _alone(found: tw.Search, kept: bool = False) -> dict[tuple[str, Any], float]:
-    """The twin's predicted gain of each one change from the best station, by (knob, canonical value). `kept`: only
-    the changes it predicts keep every limit and the contract (one that breaks a limit gains nothing a result keeps,
-    so it is no reason to prefer one change over the move that gets there)."""
-    return {(k, canon(v)): tw.gain(st, found.base) or 0.0 for k, v, st in found.singles if st.feasible or not kept}
+def _alone(found: tw.Search) -> dict[tuple[str, Any], tuple[float, bool]]:
+    """Each one change from the best station, by (knob, canonical value): the twin's predicted gain, and whether it
+    predicts the change keeps every limit and the contract."""
+    return {(k, canon(v)): (tw.gain(st, found.base) or 0.0, st.feasible) for k, v, st in found.singles}
+
+
+def _best_kept(alone: dict[tuple[str, Any], tuple[float, bool]], among: list[tuple[str, Any]] | None = None) -> float:
+    """The largest predicted gain of the one changes (of `among`, when given) that keep every limit: one that breaks a
+    limit gains nothing a result keeps, so it is no reason to prefer one change over the move that gets there."""
+    return max((g for key, (g, kept) in alone.items() if kept and (among is None or key in among)), default=0.0)
 
 
 def _pair(h: History, found: tw.Search, judge: Judge) -> Proposed | None:
@@ -221,18 +264,15 @@ def _pair(h: History, found: tw.Search, judge: Judge) -> Proposed | None:
         return None
     (k1, v1), (k2, v2) = found.path[:2]
     each = _alone(found)
-    alone = {k: each[(k, canon(v))] for k, v in found.path[:2] if (k, canon(v)) in each}
-    kept = _alone(found, kept=True)
+    keys = [(k, canon(v)) for k, v in found.path[:2]]
     both = judge.station(h.best_knobs | {k1: v1, k2: v2})
     g = None if both is None else tw.gain(both, found.base)
-    least = h.goal.stop.min_gain_pct / 100.0
-    if g is None or g - max((kept[(k, canon(v))] for k, v in found.path[:2] if (k, canon(v)) in kept),
-                            default=0.0) < least:
+    if g is None or g - _best_kept(each, keys) < h.goal.view().least_gain:
         return None
     try:
         card = build_pair(h, (k1, v1), (k2, v2), coupling=(
             f"the twin predicts {g:+.1%} from {k1}={v1!r} with {k2}={v2!r} together, "
-            + ", ".join(f"{k} alone {x:+.1%}" for k, x in alone.items())),
+            + ", ".join(f"{k} alone {each[key][0]:+.1%}" for (k, _), key in zip(found.path[:2], keys) if key in each)),
             mechanism=f"the twin's path to its optimum moves {k1} and {k2} together",
             decision=f"whether {k1} and {k2} together gain what the twin predicts",
             negative_rules_out=f"the twin's coupling of {k1} and {k2} from this station; the twin is refit with it")
@@ -255,10 +295,9 @@ def _jump(h: History, fid: tw.Fidelity, found: tw.Search, judge: Judge) -> Propo
         return None
     g = tw.gain(found.optimum, found.base)
     alone = _alone(found)
-    least = h.goal.stop.min_gain_pct / 100.0
-    if g is None or g - max(_alone(found, kept=True).values(), default=0.0) < least:
+    if g is None or g - _best_kept(alone) < h.goal.view().least_gain:
         return None
-    each = ", ".join(f"{k}={v!r} alone {alone.get((k, canon(v)), 0.0):+.1%}" for k, v in changes)
+    each = ", ".join(f"{k}={v!r} alone {alone.get((k, canon(v)), (0.0, False))[0]:+.1%}" for k, v in changes)
     coupling = (f"the twin's optimum is {len(changes)} changes away and predicted {g:+.1%} over the best station "
                 f"({each}); its last run was predicted {fid.scored[-1].error:+.1%}, inside its ±"
                 f"{fid.scored[-1].interval:.1%}")
@@ -279,10 +318,9 @@ def _settled(h: History, fid: tw.Fidelity, found: tw.Search, opt: float) -> str:
     """Why the goal has nothing left to gain, by the twin: it predicted the goal's last runs inside its interval (as
     many in a row as misses hand its lead over), it models every knob of the space, the best station keeps the SLO,
     and its search finds no station that gains the least gain. "" otherwise (the explorer may still look)."""
-    least = h.goal.stop.min_gain_pct / 100.0
     tail = fid.scored[-tw.MISSES_TO_YIELD:]
     if len(tail) < tw.MISSES_TO_YIELD or any(s.miss for s in tail) or found.unmodelled or not found.base.feasible \
-            or opt >= least:
+            or opt >= h.goal.view().least_gain:
         return ""
     errs = ", ".join(f"{s.error:+.1%} inside ±{s.interval:.1%}" for s in tail)
     return (f"nothing left to gain by the goal's twin: it predicted the last {len(tail)} runs ({errs}), and its search "
