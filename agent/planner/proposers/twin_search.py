@@ -12,9 +12,10 @@ each alone was predicted); and, while the twin predicted this goal's last run in
 optimum: every change from the best station to the twin's optimum in one card, where it gains at least the least
 gain more than the best one change predicted to keep every limit (the card names every change and the gain each
 alone was predicted); while that jump is on the table, a move that stops short of the optimum by the least gain is
-worth no more than the path it starts (the optimum at its card-hours plus the run from its station to there). Every
-card it touches carries its prediction (the hypothesis ledger's source "twin") and says that the twin led and on what
-fidelity. When it does not lead, it proposes nothing and says why on the cards the rules lead.
+worth no more than the path it starts (its own expected gain plus the optimum's further gain, at its card-hours
+plus those of the run from its station to there). Every card it touches carries its prediction (the hypothesis
+ledger's source "twin") and says that the twin led and on what fidelity. When it does not lead, it proposes nothing
+and says why on the cards the rules lead.
 """
 from __future__ import annotations
 
@@ -138,7 +139,7 @@ class Judge:
         worth, conf = self._odds(st, g)
         cost = estimate(card, self.h)
         v = per_card_hour(max(0.0, worth) * conf, card.cost_class, cost, self.h.budget_left_card_hours, self.restart)
-        onward = self._onward(st, card.cost_class, cost, v)
+        onward = self._onward(st, worth, conf, card.cost_class, cost, v)
         lat_words = "".join(
             f", {lim.words} {st.figures[lim.figure_key]:.1f} ms (limit {lim.limit_ms:g} ms"
             f"{'' if lim.kept(st.figures[lim.figure_key]) else ': breaks it'})"
@@ -187,12 +188,15 @@ class Judge:
             conf *= chance_under(lim.limit_ms, fig, fig * sigma) if fig is not None else 0.0
         return worth, conf
 
-    def _onward(self, st: tw.Station, cls: str, cost: float, own: float) -> tuple[float, str] | None:
+    def _onward(self, st: tw.Station, worth: float, conf: float, cls: str, cost: float,
+                own: float) -> tuple[float, str] | None:
         """A move that stops short of the twin's optimum leaves a run to make from its station to there: while the
         twin leads with its last run inside its interval (as for its jump), the move is worth no more than that
-        path, the optimum's worth at both runs' card-hours (a pair that gains half for a quarter of the jump's
-        card-hours, with the jump's relayout still ahead, costs more to the optimum than the jump itself).
-        (value, words) where the path is worth less than the move alone; None otherwise."""
+        path: its own expected worth plus the optimum's further gain at the optimum's chance, at both runs'
+        card-hours (a pair that gains half for a quarter of the jump's card-hours, with the jump's relayout still
+        ahead, costs more to the optimum than the jump itself; a sure step towards an optimum on a limit's edge
+        keeps most of its own worth). (value, words) where the path is worth less than the move alone; None
+        otherwise."""
         h, opt, fid = self.h, self.found.optimum, self.fid
         if not fid.scored or fid.scored[-1].miss or not opt.feasible or opt.objective is None:
             return None
@@ -202,11 +206,12 @@ class Judge:
         g = tw.gain(opt, self.found.base)
         if g is None:
             return None
-        worth, conf = self._odds(opt, g)
+        top, chance = self._odds(opt, g)
+        expect = max(0.0, worth) * conf + max(0.0, top - max(0.0, worth)) * chance
         rest = change_cost(st.knobs, opt.knobs) or "hot"
         more = h.cost.estimate(rest, h.goal.protocol.confirm_n, h.goal.protocol.warmup, needs_restart=needs_restart(rest))
         dearer = max(cls, rest, key=lambda c: COST_ORDER.get(c, len(COST_ORDER)))
-        path = per_card_hour(max(0.0, worth) * conf, dearer, cost + more, h.budget_left_card_hours, self.restart)
+        path = per_card_hour(expect, dearer, cost + more, h.budget_left_card_hours, self.restart)
         if path >= own:
             return None
         return path, (f"the twin's optimum is {short:+.1%} past it, a {rest} run of ~{more:.2f} card-h more: worth "
