@@ -65,3 +65,26 @@ def test_the_script_prints_every_row_and_exits_by_the_verdict(tmp_path):
     proc = subprocess.run([sys.executable, "bench/tuner_must_hold.py", str(bad)], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2 and "no `cases` list" in proc.stderr
+
+
+def test_a_tune_half_whose_floor_is_outside_the_band_is_named_unreachable_by_construction():
+    # the floor: the loop's first run plus its cheapest run within 2 %, over the baseline method's card-hours
+    def costed(name: str, set_: str, ratio: float, first: float, reach: float, grid: float) -> dict:
+        c = case(name, set_, [2, 2, 2], 0.2, ratio)
+        c["methods"]["tuneloop"]["runs"] = [{"score": {"experiments_to_target": 2},
+                                             "trials": [{"card_hours": first}, {"card_hours": reach}]}] * 3
+        c["methods"]["grid"] = {"summary": {"median_card_hours_to_target": grid, "median_card_hours": grid}}
+        c["methods"]["tpe"] = {"summary": {"median_card_hours_to_target": None, "median_card_hours": 10.0}}
+        return c
+
+    held = [costed("h", "heldout", 0.05, 1.0, 1.0, 50.0)]
+    dear = [costed("t", "tune", 0.5, 2.0, 1.0, 6.0)]  # its baseline and one run are already 0.5 x grid
+    lines, ok = mh.judge(mh.rows_of(results(held + dear), "plain"))
+    text = "\n".join(lines)
+    assert not ok
+    assert "straight to a station within 2 %) 0.500" in text and "straight to a station within 2 %) 0.040" in text
+    assert "unreachable by construction" in text and "is 0.500, x10.00 of the held-out figure" in text
+    # a tune half outside the band whose floor is inside it: the planner's, not the construction's
+    cheap = [costed("t", "tune", 0.5, 0.1, 0.1, 6.0)]
+    lines, ok = mh.judge(mh.rows_of(results(held + cheap), "plain"))
+    assert not ok and "unreachable" not in "\n".join(lines)
