@@ -11,7 +11,8 @@ Per set (`tune`, `heldout`, no set) it prints, over every case and truth with a 
 * the geometric means of the loop's median card-hours to 2 % over TPE's and over grid's (a case where the loop
   did not reach is counted apart and left out of the mean, as tuner_efficiency's own summary does);
 * the median over loop runs of the experiments to 2 % after the baseline (not reached: infinitely late);
-* sparse cases (at most 20 % of the feasible stations within 2 % of the optimum): none above 1.0 × TPE;
+* sparse cases (at most 20 % of the feasible stations within 2 % of the optimum): none above 1.0 × TPE (one above
+  whose floor, below, is above 1.0 × TPE as well is named unreachable by construction);
   denser cases (a random draw lands near the optimum by luck): each within 2 % in at most 2 experiments after the
   baseline (median over its seeds);
 * plain cases (the truth is the prior): the median experiments to 2 % after the baseline, at most 1.
@@ -111,6 +112,12 @@ def _floor(runs: list[dict[str, Any]], method: dict[str, Any] | None) -> float |
     return (first + min(there)) / ref if first is not None and there and ref else None
 
 
+def _beyond(r: Row) -> str:
+    """Words for a sparse case above TPE whose floor is above it too: no loop that measures its start could be under."""
+    low = r.floor.get("tpe")
+    return "" if low is None or low <= 1.0 else f" (its floor {low:.2f}: unreachable by construction)"
+
+
 def verdict(ok: bool) -> str:
     return "holds" if ok else "DOES NOT HOLD"
 
@@ -146,7 +153,7 @@ def set_lines(label: str, rows: list[Row]) -> tuple[list[str], dict[str, float |
     ok &= good
     lines.append(f"sparse cases (<= {SPARSE:.0%} of the feasible stations within 2 %): {len(sparse) - len(over)}/"
                  f"{len(sparse)} at or below 1.0 x TPE"
-                 + (f"; above: {', '.join(f'{r.label} ' + ('not reached' if r.tpe is None else f'{r.tpe:.2f}') for r in over)}"
+                 + (f"; above: {', '.join(f'{r.label} ' + ('not reached' if r.tpe is None else f'{r.tpe:.2f}') + _beyond(r) for r in over)}"
                     if over else "") + f" — {verdict(good)}")
     dense = [r for r in rows if r.near_share is not None and r.near_share > SPARSE]
     late = [r for r in dense if r.median_after is None or r.median_after > DENSE_EXPERIMENTS]

@@ -88,3 +88,9 @@ def test_a_tune_half_whose_floor_is_outside_the_band_is_named_unreachable_by_con
     cheap = [costed("t", "tune", 0.5, 0.1, 0.1, 6.0)]
     lines, ok = mh.judge(mh.rows_of(results(held + cheap), "plain"))
     assert not ok and "unreachable" not in "\n".join(lines)
+    # a sparse case above TPE whose baseline and one run already cost more than TPE's median to 2 %
+    lucky = costed("x", "heldout", 0.05, 3.0, 5.0, 50.0)
+    lucky["target"]["tpe"]["ratio"] = 2.0
+    lucky["methods"]["tpe"]["summary"] = {"median_card_hours_to_target": 5.5, "median_card_hours": 200.0}
+    lines, ok = mh.judge(mh.rows_of(results([lucky]), "plain"))
+    assert not ok and "above: x (plain) 2.00 (its floor 1.45: unreachable by construction)" in "\n".join(lines)
