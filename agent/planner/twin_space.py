@@ -36,9 +36,10 @@ from core.canonical import canon, digest, dumps
 from core.goalview import GoalView
 from core.summary import Summary
 
-STATIONS_PER_PROPOSAL = 128  # stations simulated per proposal (~0.25 s each at N = 640 on one core, ~30 s in all):
-# a space of the simulator's knobs up to this size is searched exhaustively, a larger one model-based; raise it
-# as the simulator gets faster (bench/sim_speed.py)
+STATIONS_PER_PROPOSAL = 128  # stations simulated per proposal (set at ~0.25 s each at N = 640 on one core, ~30 s in
+# all; since issue 43's simulator work 30-75 ms each, 118 DeepSeek-V3 P8+D8 stations in 3.8 s): a space of the
+# simulator's knobs up to this size is searched exhaustively, a larger one model-based; raise it as the simulator
+# gets faster (bench/sim_speed.py), re-measuring the bench (every space between the old and new count changes search)
 ASKS_PER_STATION = 4  # TPE suggestions per simulated station at most (a refused or already simulated one costs none)
 REPEATS_TO_STOP = 24  # suggestions in a row that simulate nothing new: the study has settled, the polish takes over
 UNPREDICTED = 1e6  # the constraint of a station the twin cannot predict or the catalog refuses (Optuna takes no inf)
