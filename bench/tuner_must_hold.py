@@ -22,8 +22,8 @@ held-out figure (either way). Beside each geometric mean it prints the loop's fl
 start station, measured before anything else) plus the cheapest run of a station within 2 % that any of its seeds
 made, over the same baseline (what a loop that went from its baseline straight to the optimum would score); where
 the tune half's floor alone is outside the band the line says it is unreachable by construction (the halves' spaces
-and start stations, not the planner, set it). Each line ends in `holds` or `DOES NOT HOLD`; the exit code is 0 when every line
-holds, 1 when one does not, 2 on bad input.
+and start stations, not the planner, set it). Each line ends in `holds` or `DOES NOT HOLD`; the exit code is 0 when
+every line holds, 1 when one does not, 2 on bad input.
 """
 from __future__ import annotations
 
@@ -153,8 +153,8 @@ def set_lines(label: str, rows: list[Row]) -> tuple[list[str], dict[str, float |
     ok &= good
     lines.append(f"sparse cases (<= {SPARSE:.0%} of the feasible stations within 2 %): {len(sparse) - len(over)}/"
                  f"{len(sparse)} at or below 1.0 x TPE"
-                 + (f"; above: {', '.join(f'{r.label} ' + ('not reached' if r.tpe is None else f'{r.tpe:.2f}') + _beyond(r) for r in over)}"
-                    if over else "") + f" — {verdict(good)}")
+                 + ("; above: " + ", ".join(f"{r.label} " + ("not reached" if r.tpe is None else f"{r.tpe:.2f}")
+                                           + _beyond(r) for r in over) if over else "") + f" — {verdict(good)}")
     dense = [r for r in rows if r.near_share is not None and r.near_share > SPARSE]
     late = [r for r in dense if r.median_after is None or r.median_after > DENSE_EXPERIMENTS]
     good = not late

@@ -209,7 +209,8 @@ class Judge:
         top, chance = self._odds(opt, g)
         expect = max(0.0, worth) * conf + max(0.0, top - max(0.0, worth)) * chance
         rest = change_cost(st.knobs, opt.knobs) or "hot"
-        more = h.cost.estimate(rest, h.goal.protocol.confirm_n, h.goal.protocol.warmup, needs_restart=needs_restart(rest))
+        proto = h.goal.protocol
+        more = h.cost.estimate(rest, proto.confirm_n, proto.warmup, needs_restart=needs_restart(rest))
         dearer = max(cls, rest, key=lambda c: COST_ORDER.get(c, len(COST_ORDER)))
         path = per_card_hour(expect, dearer, cost + more, h.budget_left_card_hours, self.restart)
         if path >= own:
