@@ -18,6 +18,7 @@ CI=true their absence fails this module, never skips it.
 from __future__ import annotations
 
 import json
+import random
 import socket
 import sys
 from pathlib import Path
@@ -54,13 +55,40 @@ def engine(tmp_path_factory):
     return eng | {"router": router}
 
 
-def _ports(k: int) -> list[int]:
-    """k distinct free ports (held open together, so no two are the same)."""
-    socks = [socket.socket() for _ in range(k)]
+BLOCK = 4  # ports free above each one picked: NIXL's side channel is the base + each instance's offset on the host
+LOWEST = 10000  # below this, ports services on a test machine are configured to use
+
+
+def _ephemeral_floor() -> int:
+    """The lowest port the kernel hands to outgoing connections (net.ipv4.ip_local_port_range; Linux's default)."""
     try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _ports(k: int) -> list[int]:
+    """k distinct free ports, each with the BLOCK - 1 above it free too, below the kernel's ephemeral range (held
+    open together, so no two blocks overlap). A vLLM instance binds its NIXL side channel only after its model has
+    loaded, a minute after the pick: a port in the ephemeral range may be some connection's local port by then
+    (the prefill's handshake listener died with "Address already in use" on one, and the test waited on it)."""
+    top, rng, socks, out = _ephemeral_floor() - BLOCK, random.SystemRandom(), [], []
+    try:
+        while len(out) < k:
+            base = rng.randrange(LOWEST, top)
+            block = []
+            try:
+                for p in range(base, base + BLOCK):
+                    s = socket.socket()
+                    block.append(s)
+                    s.bind(("127.0.0.1", p))
+            except OSError:  # taken (or inside a block held already): another base
+                for s in block:
+                    s.close()
+                continue
+            socks += block
+            out.append(base)
+        return out
     finally:
         for s in socks:
             s.close()
