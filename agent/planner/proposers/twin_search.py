@@ -20,6 +20,7 @@ and says why on the cards the rules lead.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from core.canonical import canon
@@ -188,6 +189,16 @@ class Judge:
             conf *= chance_under(lim.limit_ms, fig, fig * sigma) if fig is not None else 0.0
         return worth, conf
 
+    @cached_property
+    def _optimum_odds(self) -> tuple[float, float] | None:
+        """The twin's optimum's worth and chance (`_odds`), once per proposal; None while a move is not to be
+        valued as the path to it (the twin's last run outside its interval, or an optimum that breaks a limit)."""
+        opt, fid = self.found.optimum, self.fid
+        if not fid.scored or fid.scored[-1].miss or not opt.feasible or opt.objective is None:
+            return None
+        g = tw.gain(opt, self.found.base)
+        return None if g is None else self._odds(opt, g)
+
     def _onward(self, st: tw.Station, worth: float, conf: float, cls: str, cost: float,
                 own: float) -> tuple[float, str] | None:
         """A move that stops short of the twin's optimum leaves a run to make from its station to there: while the
@@ -197,16 +208,13 @@ class Judge:
         ahead, costs more to the optimum than the jump itself; a sure step towards an optimum on a limit's edge
         keeps most of its own worth). (value, words) where the path is worth less than the move alone; None
         otherwise."""
-        h, opt, fid = self.h, self.found.optimum, self.fid
-        if not fid.scored or fid.scored[-1].miss or not opt.feasible or opt.objective is None:
+        h, opt, odds = self.h, self.found.optimum, self._optimum_odds
+        if odds is None:
             return None
         short = tw.gain(opt, st)
         if short is None or short < h.goal.view().least_gain:
             return None
-        g = tw.gain(opt, self.found.base)
-        if g is None:
-            return None
-        top, chance = self._odds(opt, g)
+        top, chance = odds
         expect = max(0.0, worth) * conf + max(0.0, top - max(0.0, worth)) * chance
         rest = change_cost(st.knobs, opt.knobs) or "hot"
         proto = h.goal.protocol
