@@ -20,8 +20,11 @@ def target_app() -> typer.Typer:
     from simulator.cli import app as sim_app
     from simulator.server import serve as sim_serve
 
+    from agent.cli.derive import derive_cmd  # its imports are deferred to the command's body
+
     if not any(c.name == "serve" for c in sim_app.registered_commands):  # sim_app is a module's: register once
         sim_app.command("serve")(sim_serve)
+        sim_app.command("derive")(derive_cmd)
     app = typer.Typer(name="tuneloop", no_args_is_help=True, add_completion=False,
                       help="Closed-loop performance tuning of LLM inference deployments under a latency limit.")
     app.add_typer(sim_app, name="sim", help="The embedded simulated PD-disaggregated cluster.")

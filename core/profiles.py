@@ -7,7 +7,7 @@ what an engine does when a knob is not given (`defaults`), where the field repor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -90,6 +90,23 @@ class QualityModel(BaseModel):
     noise: float = Field(0.0, ge=0)
 
 
+class Deployment(BaseModel):
+    """What a profile's deployment is, beside its coefficients: the served model's config (Hugging Face config.json
+    keys), the card kind, the engine and the KV transport. Enough to derive a prior for it from first principles
+    (simulator/derive.py: `tuneloop sim derive --profile NAME`, the bench's derived-prior mode); never read by the
+    simulator itself."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    model: dict[str, Any]
+    weight_dtype: Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"] | None = None  # else the config's
+    kv_dtype: Literal["fp32", "bf16", "fp16", "fp8", "int8"] | None = None  # else bf16 (fp32 for fp32 weights)
+    card: str  # a card kind of core/cards.yaml
+    engine: str = "vllm"
+    transport: Literal["rdma", "tcp", "local"] = "rdma"
+    graphs: bool = True  # decode steps replayed from captured graphs
+    note: str = ""  # where the model's shape came from, when it is an assumption
+
+
 class Profile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     name: str
@@ -120,6 +137,8 @@ class Profile(BaseModel):
     # its time is t_D + [a chunk in it]·a_P + b_P·Σn + c_P·Σn(ctx + n/2) (simulator.mixed). The prefill role must
     # then mirror the decode role (the same engines drawn twice); the cards are the decode role's.
     mixed: bool = False
+    deployment: Deployment | None = None  # what the deployment is (model, card, engine), for a derived prior
+    derived: dict[str, Any] | None = None  # a derived prior's provenance (simulator/derive.py): origin and its rows
 
     @model_validator(mode="after")
     def _knobs_in_catalog(self) -> "Profile":

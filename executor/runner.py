@@ -104,9 +104,14 @@ class Executor:
         return predict_station(t.calibrated_profile, scenario, knobs, n, warmup=warmup, seed=seed, slos=slos)
 
     def twin_fitter(self, target: str, sim_profile: str | None) -> Callable[[tuple[str, ...]], Any] | None:
-        """The goal's twin fitter on this target (run ids -> executor.twin.Twin, or why not); None: no prior to
-        start from (a real target without a calibrated profile)."""
-        prior = prior_of(self.targets.get(target), sim_profile)
+        """The goal's twin fitter on this target (run ids -> executor.twin.Twin, or why not); None: no target. A
+        real target without a calibrated profile starts from a prior derived from its model, card and topology
+        (executor/derived.py); where none can be derived every fit answers why (the rules lead, and say so)."""
+        try:
+            prior = prior_of(self.targets.get(target), sim_profile, self.root)
+        except (FieldError, ValueError, OSError) as e:
+            why = f"no prior to fit from: {e}"
+            return lambda runs: why
         if prior is None:
             return None
         return lambda runs: self.twins.fit(prior, tuple(runs))

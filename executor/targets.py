@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.datafiles import read_yaml
+from core.cards import card
 from core.errors import FieldError
 from core.ledger import DRIFT_THRESHOLD
 
@@ -103,6 +104,10 @@ class Target(BaseModel):
     env: dict[str, str] = {}
     profiler_seconds: float = Field(5.0, gt=0)
     calibrated_profile: str | None = None  # a simulator profile fitted to this target (`tuneloop sim calibrate`)
+    # where there is none, the twin's prior is derived (simulator/derive.py) from the model's config, the card kind
+    # (a kind of core/cards.yaml, or cpu: this machine, measured once) and the hosts' layout
+    card: str | None = None
+    model_config_json: str | None = None  # the model's config.json where `model` is not readable on this host
     drift_threshold: float = Field(DRIFT_THRESHOLD, gt=0)  # relative gap between its prediction and a measured run that flags
 
     @field_validator("name")
@@ -112,7 +117,15 @@ class Target(BaseModel):
             raise FieldError("name", f"{v!r} may only hold letters, digits and _ . : -")
         return v
 
-    @field_validator("run_root", "model", "image_digest", "python", "calibrated_profile", "truth_profile")
+    @field_validator("card")
+    @classmethod
+    def _card(cls, v: str | None) -> str | None:
+        if v is None or v == "cpu":
+            return v
+        return card(v).name  # a kind the table does not know is refused here, not at the twin's first fit
+
+    @field_validator("run_root", "model", "image_digest", "python", "calibrated_profile", "truth_profile",
+                     "model_config_json")
     @classmethod
     def _paths(cls, v: str | None, info: Any) -> str | None:
         return None if v is None else check_safe(info.field_name, v)

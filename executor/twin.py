@@ -35,6 +35,7 @@ from core import profiles, scenarios
 from core.canonical import canon
 from core.profiles import Profile
 from core.summary import Summary
+from executor.derived import write_derived
 from executor.transports.sim import calibrate_runs, simulate_station
 
 FITS_KEPT = 64  # fits kept per executor (each a profile and a few hundred floats): a long goal refits every run
@@ -207,6 +208,12 @@ class Twin:
                 self._cache[key] = got
         return got
 
+    @property
+    def origin(self) -> str:
+        """Where the fit started: the prior's name, or how a derived prior was derived."""
+        derived = self.profile.derived or {}
+        return f"prior {derived['origin']}" if derived.get("origin") else f"prior profile {self.prior}"
+
     def coefficients(self) -> dict[str, tuple[float, float | None, str]]:
         """name -> (value, standard error, how it was fitted or why it was kept)."""
         return {name: (v, se, note) for name, v, se, note in self.table}
@@ -254,10 +261,11 @@ class Twins:
         return Twin(profile=prof, prior=prior, runs=tuple(run_ids), table=table, disk=self.disk)
 
 
-def prior_of(target: Any, sim_profile: str | None) -> str | None:
+def prior_of(target: Any, sim_profile: str | None, root: Path | None = None) -> str | None:
     """The twin's prior for a goal on this target: its calibrated profile, else the simulated goal's profile (a
-    simulated target's own `profile` when the goal names none). None: nothing to start from (a real target
-    without a calibrated profile)."""
+    simulated target's own `profile` when the goal names none), else - a real target that names its card kind - a
+    prior derived from its model, card, engine and topology (executor/derived.py), written under `root`. None:
+    nothing to start from. A real target whose prior cannot be derived raises FieldError saying why."""
     if target is None:
         return None
     cal = getattr(target, "calibrated_profile", None)
@@ -265,4 +273,6 @@ def prior_of(target: Any, sim_profile: str | None) -> str | None:
         return str(cal)
     if getattr(target, "kind", None) == "sim":
         return sim_profile or getattr(target, "profile", None)
-    return None
+    if root is None:
+        return None
+    return str(write_derived(target, root))

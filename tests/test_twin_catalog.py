@@ -35,6 +35,7 @@ class RecordingTwin:
     search asks it to predict, and whether the catalog accepts it (the simulator would raise on one it refuses)."""
 
     runs: tuple[str, ...] = ("r1",)
+    origin = "prior profile (made up)"
 
     def __init__(self, engine: str):
         self.engine, self.asked, self.refused = engine, 0, []

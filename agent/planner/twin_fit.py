@@ -10,6 +10,7 @@ class TwinFit(Protocol):
     """One fit of the twin (executor.twin.Twin): `predict(...)["summary"]` is the station's predicted Summary."""
 
     runs: tuple[str, ...]
+    origin: str  # where its fit started: the prior profile's name, or how a derived prior was derived
 
     def predict(self, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0, seed: int = 0,
                 slos: dict[str, float] | None = None, native: tuple[int, float] | None = None) -> dict[str, Any]: ...

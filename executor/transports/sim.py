@@ -40,6 +40,9 @@ from executor.transports.base import (
 from simulator import engine, quality, stations
 from simulator.calibrate import calibrate
 from simulator.faults import Faults
+# a derived prior's roofline (executor/derived.py, executor/cpu_probe.py read it through this door)
+from simulator.derive import Derived, RoleShape, Topology, derive, derive_for_profile, error_table  # noqa: F401
+from simulator.model_spec import ModelSpec  # noqa: F401
 
 
 def predict_station(profile: str, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0, seed: int = 0,
@@ -272,7 +275,7 @@ class SimTransport:
         ident = f"simulator:tuneloop-{version('tuneloop')}:profile={profiles.load(self.target.profile).name}"
         if self.target.truth_profile is None:
             return ident
-        return f"{ident}:truth={digest(self._profile().model_dump(mode='json'))[:12]}"
+        return f"{ident}:truth={digest(self._profile().model_dump(mode='json', exclude={'deployment', 'derived'}))[:12]}"
 
     def cards_in_use(self, rendered: Any, knobs: dict[str, Any]) -> int:
         """The simulated layout's cards: instances x cards per instance, from the station's knobs."""

@@ -161,7 +161,8 @@ class Judge:
                           slo=bound.key if bound is not None else None,
                           slo_effect=_slo_effect(st, base, bound, self.fid),
                           basis=(f"the goal's twin (a simulator profile calibrated to its {len(self.fid.twin.runs)} "  # type: ignore[union-attr]
-                                 f"valid run(s)): this station vs the best at N={goal.protocol.confirm_n}"),
+                                 f"valid run(s), from its {self.fid.twin.origin}): this station vs the best at "  # type: ignore[union-attr]
+                                 f"N={goal.protocol.confirm_n}"),
                           predicted={k: round(x, PREDICTED_DIGITS) for k, x in
                                      [(goal.objective.metric, st.objective)]
                                      + [(lim.figure_key, st.figures.get(lim.figure_key)) for lim in view.limits]
