@@ -2,7 +2,9 @@
 
 It masks every configured secret value (tokens, webhook URLs and secrets, the LLM key) wherever it appears
 in a record, and drops the query string from access-log lines: a client that puts a token into a URL
-(`?token=...`, or any other parameter) must not find it in a log file. `serve` hands uvicorn a logging
+(`?token=...`, or any other parameter) must not find it in a log file. A record's string arguments (a path, a
+name, anything a client sent) are written with their control characters escaped (core/escape.py `log`): a
+newline in them cannot forge a record of its own. `serve` hands uvicorn a logging
 config with this filter (`uvicorn_log_config`) and adds it to the root handlers.
 """
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import copy
 import logging
 from typing import Any, Iterable
+
+from core import escape
 
 MASK = "[redacted]"
 
@@ -36,9 +40,9 @@ class SecretFilter(logging.Filter):
             args = list(record.args)
             if access and len(args) >= 3 and isinstance(args[2], str):  # (client, method, full_path, version, status)
                 args[2] = _strip_query(args[2])
-            record.args = tuple(self._clean(a) if isinstance(a, str) else a for a in args)
+            record.args = tuple(self._clean(escape.log(a)) if isinstance(a, str) else a for a in args)
         elif isinstance(record.args, dict):
-            record.args = {k: self._clean(v) if isinstance(v, str) else v for k, v in record.args.items()}
+            record.args = {k: self._clean(escape.log(v)) if isinstance(v, str) else v for k, v in record.args.items()}
         if isinstance(record.msg, str):
             record.msg = self._clean(record.msg)
         if record.exc_info and not record.exc_text:  # a traceback's text may quote a secret too

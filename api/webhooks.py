@@ -36,6 +36,7 @@ from tenacity import (
 )
 
 from api.settings import Webhook
+from core import escape
 from core.errors import FieldError
 
 log = logging.getLogger("tuneloop.webhooks")
@@ -47,10 +48,12 @@ class _Retryable(Exception):
 
 
 def payload(fmt: str, event: str, goal_id: str, text: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The body for one notification in the given format (pure)."""
+    """The body for one notification in the given format (pure). Slack reads `text` and the section as mrkdwn: both
+    escaped as the chat-app cards are (core/escape.py), so a person's words never ping, link or format."""
     line = f"[tuneloop] {goal_id}: {text}"
     if fmt == "slack":
-        return {"text": line, "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": line}}]}
+        said = escape.slack(line)
+        return {"text": said, "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": said}}]}
     if fmt == "feishu":
         return {"msg_type": "text", "content": {"text": line}}
     return {"event": event, "goal_id": goal_id, "text": text, "data": data or {},

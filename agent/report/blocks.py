@@ -8,6 +8,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Union
 
+from core.escape import markdown as _md
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -118,27 +120,24 @@ def to_html(title: str, blocks: list[Block]) -> str:
 
 
 # -- Markdown --------------------------------------------------------------------------------------------
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def to_markdown(blocks: list[Block], image_dir: str = "img") -> str:
-    """Markdown with the same content; images are files beside it (`image_dir/<name>.png`)."""
+    """Markdown with the same content; images are files beside it (`image_dir/<name>.png`). Every text is plain
+    text (a person's reason as much as a figure): escaped as Markdown (core/escape.py), so it is never markup."""
     out: list[str] = []
     for b in blocks:
         if isinstance(b, Heading):
-            out += ["#" * b.level + " " + b.text, ""]
+            out += ["#" * b.level + " " + _md(b.text), ""]
         elif isinstance(b, Para):
-            out += [b.text, ""]
+            out += [_md(b.text), ""]
         elif isinstance(b, Code):
             out += ["```", b.text, "```", ""]
         elif isinstance(b, Items):
-            out += [f"* {i}" for i in b.items] + [""]
+            out += [f"* {_md(i)}" for i in b.items] + [""]
         elif isinstance(b, Table):
             out.append("| " + " | ".join(_md(h) for h in b.headers) + " |")
             out.append("|" + "---|" * len(b.headers))
             out += ["| " + " | ".join(_md(c.text) for c in r) + " |" for r in b.rows]
             out.append("")
         elif isinstance(b, Image):
-            out += [f"![{b.title}]({image_dir}/{b.name}.png)", "", f"*{b.caption}*", ""]
+            out += [f"![{_md(b.title)}]({image_dir}/{b.name}.png)", "", f"*{_md(b.caption)}*", ""]
     return "\n".join(out)

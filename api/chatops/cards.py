@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from agent.planner import change_words
 from agent.loop.progress import card_estimate, ranking
+from core.escape import feishu as feishu_esc
+from core.escape import slack as esc  # the one Slack escaping: these cards, the replies and the webhook
 
 if TYPE_CHECKING:  # the store is only annotated here
     from state.store import Store
@@ -131,11 +133,6 @@ class Decided:
 
 # ---- Slack Block Kit ---------------------------------------------------------------------------------------
 
-def esc(text: str) -> str:
-    """Slack mrkdwn control characters escaped as Slack asks (&, <, >)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def slack_blocks(v: CardView, outcome: str | None = None) -> list[dict[str, Any]]:
     """The card as Block Kit: a section per row; while undecided a reason input and Approve / Reject buttons,
     once decided the outcome in their place."""
@@ -151,7 +148,7 @@ def slack_blocks(v: CardView, outcome: str | None = None) -> list[dict[str, Any]
     blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "*The loop waits for your decision.*"}})
     blocks.append({"type": "input", "block_id": REASON_BLOCK, "optional": True,
                    "label": {"type": "plain_text", "text": "Reason (required to reject)"},
-                   "element": {"type": "plain_text_input", "action_id": REASON_ACTION, "max_length": 500}})
+                   "element": {"type": "plain_text_input", "action_id": REASON_ACTION}})
     blocks.append({"type": "actions", "block_id": "tuneloop_decide", "elements": [
         {"type": "button", "action_id": APPROVE, "style": "primary", "value": value,
          "text": {"type": "plain_text", "text": "Approve"}},
@@ -167,8 +164,7 @@ def slack_modal(v: CardView, metadata: str) -> dict[str, Any]:
             "submit": {"type": "plain_text", "text": "Reject"}, "close": {"type": "plain_text", "text": "Cancel"},
             "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": esc(v.title)[:3000]}},
                        {"type": "input", "block_id": REASON_BLOCK, "label": {"type": "plain_text", "text": "Why?"},
-                        "element": {"type": "plain_text_input", "action_id": REASON_ACTION, "multiline": True,
-                                    "max_length": 500}}]}
+                        "element": {"type": "plain_text_input", "action_id": REASON_ACTION, "multiline": True}}]}
 
 
 # ---- Feishu / Lark interactive card (JSON 2.0) -----------------------------------------------------------------
@@ -183,15 +179,15 @@ def _button(v: CardView, decision: str, label: str, kind: str) -> dict[str, Any]
 def feishu_card(v: CardView, outcome: Decided | None = None) -> dict[str, Any]:
     """The card as Feishu/Lark card JSON 2.0: markdown rows; while undecided a form with the reason input and
     Approve / Reject submit buttons (the callback carries the form's reason), once decided the outcome."""
-    elements: list[dict[str, Any]] = [{"tag": "markdown", "content": f"**{label}**: {value}"}
+    elements: list[dict[str, Any]] = [{"tag": "markdown", "content": f"**{label}**: {feishu_esc(value)}"}
                                       for label, value in v.rows]
-    elements.append({"tag": "markdown", "content": f"goal {v.goal_id} · candidate {v.candidate_id}"})
+    elements.append({"tag": "markdown", "content": f"goal {feishu_esc(v.goal_id)} · candidate {v.candidate_id}"})
     if outcome is not None:
-        elements.append({"tag": "markdown", "content": f"**{outcome.text}**"})
+        elements.append({"tag": "markdown", "content": f"**{feishu_esc(outcome.text)}**"})
     else:
         elements.append({"tag": "markdown", "content": "**The loop waits for your decision.**"})
         elements.append({"tag": "form", "name": "tuneloop_decide", "elements": [
-            {"tag": "input", "name": REASON_ACTION, "max_length": 500,
+            {"tag": "input", "name": REASON_ACTION,
              "placeholder": {"tag": "plain_text", "content": "Reason (required to reject)"}},
             _button(v, "approve", "Approve", "primary"), _button(v, "reject", "Reject", "danger")]})
     return {"schema": "2.0", "config": {"update_multi": True},
