@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.chat_words import phrases
-from state.reasons import reason_problem
+from state.reasons import fold, reason_problem
 
 IntentKind = Literal["approve", "reject", "pause", "resume", "stop", "one_more_round", "restore_best", "status",
                      "why_rejected", "extend_budget", "refuse_extension", "refused", "unknown"]
@@ -41,4 +41,4 @@ def with_reason(intent: Intent, said: str) -> Intent:
     """A decision with its reason, or refused (with the words every channel uses) when the reason says nothing."""
     if (why := reason_problem(said)) is not None:
         return Intent(kind="refused", reason=f"not done: {why}; nothing changed")
-    return intent.model_copy(update={"reason": " ".join(said.split())[:500]})
+    return intent.model_copy(update={"reason": fold(said)})

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from agent.loop.progress import Progress, Ranking
 from core.evidence_parts import Drift
@@ -16,10 +16,10 @@ class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-# a person's reason: surrounding white space is dropped and what is left must say something (a blank reason is
-# refused with 422, never recorded as a decision with nothing behind it)
-# refused with the words every channel uses (state/reasons.py): blank, punctuation-only and emoji-only say nothing
-Reason = Annotated[str, StringConstraints(strip_whitespace=True, max_length=500), AfterValidator(check_reason)]
+# a person's reason, judged as every channel judges it (state/reasons.py): its white space folded, then it must say
+# something and fit the one length limit; refused with 422 in the words every channel uses, never recorded as a
+# decision with nothing behind it, and stored folded
+Reason = Annotated[str, AfterValidator(check_reason)]
 
 
 class GoalOut(BaseModel):

@@ -16,7 +16,7 @@ from api.chat import parse
 from api.service import Service
 from api.settings import Settings
 from state.errors import NotFound, StateError
-from state.reasons import reason_problem
+from state.reasons import fold, reason_problem
 
 WINDOW_S = 300.0  # a signed request older (or newer) than this is refused: Slack's and our Feishu window
 ACTIVE = ("running", "waiting", "paused")
@@ -94,13 +94,20 @@ def click(svc: Service, platform: str, who: Principal, candidate_id: int, card_h
     """A button: approve or reject exactly the card shown (its hash), recorded `via` the platform. Refused (nothing
     changed) below the role, without a reason to reject, on a changed card (Stale) and on a decided one (Conflict)."""
     may(who, decision)
-    said = " ".join((reason or "").split()) or None
-    if (why := reason_problem(said)) is not None and (decision == "reject" or said is not None):
-        raise Refused(f"not done: {why} (type a reason, then press Reject); nothing changed")
+    said = button_reason(decision, reason)
     try:
         return actions.decide(svc, candidate_id, card_hash, decision, who, said, via=platform)
     except StateError as e:  # Stale, Conflict (already decided, not waiting), NotFound
         raise Refused(f"not done: {e}; nothing changed") from None
+
+
+def button_reason(decision: str, reason: str | None) -> str | None:
+    """The reason typed beside a button as it is stored (folded; None when none was typed for an approval), or
+    Refused in the words every channel uses (state/reasons.py)."""
+    said = fold(reason) or None
+    if (why := reason_problem(said)) is not None and (decision == "reject" or said is not None):
+        raise Refused(f"not done: {why} (type a reason, then press Reject); nothing changed")
+    return said
 
 
 def decided(svc: Service, candidate_id: int) -> Any:
