@@ -121,8 +121,8 @@ class Knob(BaseModel):
             return value
         if isinstance(value, bool):
             raise KnobError(self.name, f"expected a number, got {value!r}")
-        if self.allow_inf and (value == "inf" or (isinstance(value, float) and math.isinf(value))):
-            return math.inf
+        if self.allow_inf and (value == "inf" or value == math.inf):
+            return math.inf  # only +inf means "unbounded": -inf (-Infinity, -1e400) is refused below, never flipped
         try:
             if self.type == "int":
                 if isinstance(value, float) and not value.is_integer():

@@ -54,8 +54,10 @@ def decide(action_class: str | Iterable[str], table: dict[str, str], budget_left
     return AuthDecision(permission=perm, reasons=tuple(reasons))  # type: ignore[arg-type]
 
 
-def validate_instruction(kind: str, count: int | None, knobs: dict[str, Any] | None) -> int | None:
-    """Check an instruction; returns its round count (one_more_round defaults to 1, others None)."""
+def validate_instruction(kind: str, count: int | None,
+                         knobs: dict[str, Any] | None) -> tuple[int | None, dict[str, Any]]:
+    """Check an instruction; returns its round count (one_more_round defaults to 1, others None) and its knobs as
+    validated (each in its knob's type): what is stored is what was checked, never the text as sent."""
     if kind not in INSTRUCTION_KINDS:
         raise FieldError("kind", f"must be one of {list(INSTRUCTION_KINDS)}, got {kind!r}")
     if kind == "one_more_round":
@@ -64,12 +66,10 @@ def validate_instruction(kind: str, count: int | None, knobs: dict[str, Any] | N
             raise FieldError("count", f"must be a positive integer, got {count!r}")
     elif count is not None:
         raise FieldError("count", f"only one_more_round takes a count, not {kind}")
-    if knobs:
-        try:
-            catalog().validate(dict(knobs))
-        except KnobError as e:
-            raise FieldError(f"knobs.{e.knob}", e.reason) from None
-    return count
+    try:
+        return count, catalog().validate(dict(knobs or {}))
+    except KnobError as e:
+        raise FieldError(f"knobs.{e.knob}", e.reason) from None
 
 
 def instruction_effect(instruction: Any) -> Literal["run", "pause", "stop", "restore"]:

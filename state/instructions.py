@@ -36,7 +36,7 @@ class Instructions:
         took effect records "superseded by" this one. The same kind as one still to be carried out is recorded
         refused (not in force, its outcome says which one goes first)."""
 
-        count = validate_instruction(kind, count, knobs)
+        count, knobs = validate_instruction(kind, count, knobs)
         now = utcnow()
         with self._db.write() as s:
             get_row(s, GoalRow, goal_id, "goal", lock=True)  # one writer per goal: the order is the ids' order
