@@ -107,16 +107,16 @@ def _json_key_lines(text: str, key: str) -> tuple[int, int]:
 
 
 class _UniqueKeys(yaml.SafeLoader):
-    """PyYAML's SafeLoader, except that a mapping naming a key twice is refused (merge keys `<<` may be
-    overridden, as YAML says)."""
+    """PyYAML's SafeLoader, except that a mapping naming a key twice is refused. The merge key `<<` is a key like any
+    other: two of them in one mapping would let the last merge silently win (merge several with `<<: [*a, *b]`);
+    a key given beside a merge overrides the merged one, as YAML says."""
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, int] = {}
             for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
+                merge = key_node.tag == "tag:yaml.org,2002:merge"
+                key = "<<" if merge else self.construct_object(key_node, deep=True)
                 line = key_node.start_mark.line + 1
                 try:
                     first = seen.get(key)
