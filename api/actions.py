@@ -72,27 +72,24 @@ def asked_extension(svc: Service, goal_id: str) -> dict[str, Any] | None:
 
 def extend_budget(svc: Service, goal_id: str, who: Principal, card_hours: float, experiments: int | None = None,
                   reason: str | None = None, via: str = "api") -> Any:
-    """Grant card-hours (and experiments: by default those the loop asked for) to the goal's budget; wakes it."""
-    ask = asked_extension(svc, goal_id)
-    if experiments is None:
-        experiments = int(ask.get("experiments") or 0) if ask else 0
-    ext = svc.store.extend_budget(goal_id, card_hours, experiments, f"{who.name} ({via})", reason)
+    """Grant the budget extension the loop asked for: card-hours (and experiments: by default those the loop asked
+    for); wakes the goal. Conflict (409, nothing stored) when the loop asked for none."""
+    ext = svc.store.answer_extension(goal_id, "grant", f"{who.name} ({via})", reason, card_hours=card_hours,
+                                     experiments=experiments)
     svc.wake(goal_id, who.name)
     svc.notifier.notify("decision", goal_id, f"budget extended by {who.name}: +{ext.card_hours:g} card-hours, "
-                        f"+{ext.experiments} experiments" + (f": {reason}" if reason else ""),
+                        f"+{ext.experiments} experiments" + (f": {ext.reason}" if ext.reason else ""),
                         {"extension": ext.id, "card_hours": ext.card_hours, "experiments": ext.experiments})
     return ext
 
 
 def refuse_extension(svc: Service, goal_id: str, who: Principal, reason: str | None, via: str = "api") -> Any:
-    """Refuse the extension the loop asked for (409 when it asked for none): the goal stops with the reason."""
-
-    if asked_extension(svc, goal_id) is None:
-        raise Conflict(f"goal {goal_id} is not waiting for a budget extension")
-    ext = svc.store.refuse_extension(goal_id, f"{who.name} ({via})", reason)
+    """Refuse the extension the loop asked for (409, nothing stored, when it asked for none): the goal stops with
+    the reason."""
+    ext = svc.store.answer_extension(goal_id, "refuse", f"{who.name} ({via})", reason)
     svc.wake(goal_id, who.name)
-    svc.notifier.notify("decision", goal_id, f"budget extension refused by {who.name}" + (f": {reason}" if reason else ""),
-                        {"extension": ext.id, "decision": "refuse"})
+    svc.notifier.notify("decision", goal_id, f"budget extension refused by {who.name}"
+                        + (f": {ext.reason}" if ext.reason else ""), {"extension": ext.id, "decision": "refuse"})
     return ext
 
 

@@ -2,8 +2,8 @@
 
 A veto is a decision, not a measurement: a rejected change (or one the authorisation table denies) from
 one parent station is never proposed again under the same conditions (scenario, parent station, data
-version, source identity). A budget extension adds card-hours and experiments to one goal's budget; a
-refusal is recorded too, so the loop that asked stops with its reason.
+version, source identity). A budget extension adds card-hours and experiments to one goal's budget, only as a
+person's answer to the loop's ask; a refusal is recorded too, so the loop that asked stops with its reason.
 """
 from __future__ import annotations
 
@@ -11,12 +11,15 @@ import json
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from state.db import Database, get_row, snap, utcnow
+from state.errors import Conflict
+from state.lifecycle import WaitingFor
 from state.memory import value_key
 from state.reasons import check_reason
 from state.snapshots import Conditions, Extension, Veto
-from state.tables import ExtensionRow, GoalRow, VetoRow
+from state.tables import DecisionRow, ExtensionRow, GoalRow, VetoRow
 from core.errors import FieldError
 
 MAX_EXTENSION_CARD_HOURS = 1e6
@@ -59,36 +62,66 @@ class Steering:
     # -- budget extensions ---------------------------------------------------------------------------
     def extend_budget(self, goal_id: str, card_hours: float, experiments: int, who: str,
                       reason: str | None = None) -> Extension:
-        """Grant more card-hours and/or experiments to a goal's budget (both >= 0, at least one > 0)."""
-        if isinstance(card_hours, bool) or not isinstance(card_hours, (int, float)) \
-                or not 0 <= card_hours <= MAX_EXTENSION_CARD_HOURS or card_hours != card_hours:
-            raise FieldError("card_hours", f"must be a number from 0 to {MAX_EXTENSION_CARD_HOURS:g}, got {card_hours!r}")
-        if isinstance(experiments, bool) or not isinstance(experiments, int) \
-                or not 0 <= experiments <= MAX_EXTENSION_EXPERIMENTS:
-            raise FieldError("experiments", f"must be an integer from 0 to {MAX_EXTENSION_EXPERIMENTS}, got {experiments!r}")
-        if card_hours == 0 and experiments == 0:
-            raise FieldError("card_hours", "an extension must add card-hours or experiments (both are 0)")
-        return self._extension(goal_id, "grant", float(card_hours), experiments, who, reason)
+        """Add card-hours and/or experiments to a goal's budget whether or not the loop asked (both >= 0, at least
+        one > 0): the store's own primitive; every person's channel answers the loop's ask (`answer_extension`)."""
+        _check_amounts(card_hours, experiments)
+        with self._db.write() as s:
+            return self._extension(s, goal_id, "grant", float(card_hours), experiments, who, reason)
 
     def refuse_extension(self, goal_id: str, who: str, reason: str | None = None) -> Extension:
-        """Refuse the extension the loop asked for: the goal stops with this reason."""
-        return self._extension(goal_id, "refuse", 0.0, 0, who, reason)
+        """Record a refusal of an extension (the store's primitive; people answer through `answer_extension`)."""
+        with self._db.write() as s:
+            return self._extension(s, goal_id, "refuse", 0.0, 0, who, reason)
 
-    def _extension(self, goal_id: str, decision: str, card_hours: float, experiments: int, who: str,
+    def answer_extension(self, goal_id: str, decision: str, who: str, reason: str | None = None, *,
+                         card_hours: float = 0.0, experiments: int | None = None) -> Extension:
+        """A person's answer to the budget extension the loop asked for: "grant" (card-hours, and the experiments
+        asked for unless given) or "refuse" (the goal stops with the reason). A budget grows only as such an answer:
+        Conflict (409), nothing stored, when the goal waits for no extension, checked under the goal's row lock."""
+        if decision not in ("grant", "refuse"):
+            raise FieldError("decision", f"must be grant or refuse, got {decision!r}")
+        with self._db.write() as s:
+            goal = get_row(s, GoalRow, goal_id, "goal", lock=True)
+            if goal.status != "waiting" or goal.waiting_for != WaitingFor.BUDGET_EXTENSION.value:
+                raise Conflict(f"goal {goal_id} is not waiting for a budget extension ({goal.status}): nothing "
+                               f"{'granted' if decision == 'grant' else 'refused'}; the loop asks when its budget "
+                               "cannot pay for the next experiment")
+            if decision == "refuse":
+                return self._extension(s, goal_id, "refuse", 0.0, 0, who, reason)
+            if experiments is None:  # as many as the loop asked for
+                asks = s.execute(select(DecisionRow).where(DecisionRow.goal_id == goal_id, DecisionRow.kind == "ask")
+                                 .order_by(DecisionRow.id.desc())).scalars()
+                ask = next((a.data for a in asks if (a.data or {}).get("kind") == "budget_extension"), None) or {}
+                experiments = int(ask.get("experiments") or 0)
+            _check_amounts(card_hours, experiments)
+            return self._extension(s, goal_id, "grant", float(card_hours), experiments, who, reason)
+
+    def _extension(self, s: Session, goal_id: str, decision: str, card_hours: float, experiments: int, who: str,
                    reason: str | None) -> Extension:
         reason = check_reason(reason, required=False)  # given, it must say something (state/reasons.py)
-        with self._db.write() as s:
-            get_row(s, GoalRow, goal_id, "goal")
-            row = ExtensionRow(goal_id=goal_id, decision=decision, card_hours=card_hours, experiments=experiments,
-                               who=who, reason=reason, created_at=utcnow())
-            s.add(row)
-            s.flush()
-            return snap(Extension, row)
+        get_row(s, GoalRow, goal_id, "goal")
+        row = ExtensionRow(goal_id=goal_id, decision=decision, card_hours=card_hours, experiments=experiments,
+                           who=who, reason=reason, created_at=utcnow())
+        s.add(row)
+        s.flush()
+        return snap(Extension, row)
 
     def extensions(self, goal_id: str) -> list[Extension]:
         with self._db.read() as s:
             rows = s.execute(select(ExtensionRow).where(ExtensionRow.goal_id == goal_id).order_by(ExtensionRow.id))
             return [snap(Extension, r) for r in rows.scalars()]
+
+
+def _check_amounts(card_hours: float, experiments: int) -> None:
+    """Both >= 0 and bounded, at least one > 0; FieldError naming the field otherwise."""
+    if isinstance(card_hours, bool) or not isinstance(card_hours, (int, float)) \
+            or not 0 <= card_hours <= MAX_EXTENSION_CARD_HOURS or card_hours != card_hours:
+        raise FieldError("card_hours", f"must be a number from 0 to {MAX_EXTENSION_CARD_HOURS:g}, got {card_hours!r}")
+    if isinstance(experiments, bool) or not isinstance(experiments, int) \
+            or not 0 <= experiments <= MAX_EXTENSION_EXPERIMENTS:
+        raise FieldError("experiments", f"must be an integer from 0 to {MAX_EXTENSION_EXPERIMENTS}, got {experiments!r}")
+    if card_hours == 0 and experiments == 0:
+        raise FieldError("card_hours", "an extension must add card-hours or experiments (both are 0)")
 
 
 def _veto(row: VetoRow) -> Veto:

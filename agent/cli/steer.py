@@ -93,14 +93,11 @@ def budget_extend(goal: str = typer.Argument(..., help="goal id"),
                   who: str = typer.Option(os.environ.get("USER") or "cli", "--who", help="who grants it (recorded)"),
                   db: Optional[str] = DbOpt,
                   ) -> None:
-    """Grant a budget extension; the waiting loop (serve, or the next `tuneloop run`) goes on."""
-    from state.errors import NotFound
+    """Grant the budget extension the loop asks for; the waiting loop (serve, or the next `tuneloop run`) goes on."""
+    from state.errors import Conflict, NotFound
 
-    with steering_store(db, f"goal {goal}", (NotFound, ValueError)) as st:
-        if experiments is None:
-            asks = [d for d in st.decisions(goal, ("ask",)) if d.data.get("kind") == "budget_extension"]
-            experiments = int(asks[-1].data.get("experiments") or 0) if asks else 0
-        ext = st.extend_budget(goal, card_hours, experiments, f"{who} (cli)", reason)
+    with steering_store(db, f"goal {goal}", (Conflict, NotFound, ValueError)) as st:
+        ext = st.answer_extension(goal, "grant", f"{who} (cli)", reason, card_hours=card_hours, experiments=experiments)
         st.wake(goal, who)
     typer.echo(f"goal {goal}: budget extended by {ext.card_hours:g} card-hours and {ext.experiments} experiment(s) "
                f"by {who} (extension {ext.id})")
@@ -113,13 +110,9 @@ def budget_refuse(goal: str = typer.Argument(..., help="goal id"),
                   db: Optional[str] = DbOpt,
                   ) -> None:
     """Refuse the extension the loop asks for: the goal stops with the reason."""
-    from state.errors import NotFound
+    from state.errors import Conflict, NotFound
 
-    with steering_store(db, f"goal {goal}", (NotFound, ValueError)) as st:
-        g = st.get_goal(goal)
-        if not g.waits_for_extension:
-            typer.echo(f"goal {goal}: not waiting for a budget extension ({g.status})", err=True)
-            raise typer.Exit(1)
-        ext = st.refuse_extension(goal, f"{who} (cli)", reason)
+    with steering_store(db, f"goal {goal}", (Conflict, NotFound, ValueError)) as st:
+        ext = st.answer_extension(goal, "refuse", f"{who} (cli)", reason)
         st.wake(goal, who)
     typer.echo(f"goal {goal}: budget extension refused by {who} (extension {ext.id})")
