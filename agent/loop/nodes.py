@@ -70,26 +70,27 @@ class Loop:
             except Exception as e:  # the state file must never stop the loop
                 self.notes.append(f"state file not written: {e}")
 
-    def _gate(self) -> tuple[str, str] | None:
-        """(status, reason) when an instruction or an UNKNOWN run forbids new work; else None."""
+    def _gate(self) -> tuple[str, str, str | None] | None:
+        """(status, reason, who asked: "name (via)" or None) when an instruction or an UNKNOWN run forbids new work;
+        else None."""
         unknown = self.store.runs(self.goal_id, status="unknown")
         if unknown:
-            return "stopped", f"run {unknown[0].id} is in an UNKNOWN state: no new work until a person resolves it"
+            return "stopped", f"run {unknown[0].id} is in an UNKNOWN state: no new work until a person resolves it", None
         ins = self.store.current_instruction(self.goal_id)
         effect = instruction_effect(ins)
         if effect in ("restore", "pause", "stop") and awaiting_person(self.store, self.goal_id):
             return None  # given while a card waits for a person: it takes effect after that decision, not instead
         if effect == "restore":
-            return "restore", f"go back to the best, asked by {ins.who}"
+            return "restore", f"go back to the best, asked by {ins.who}", ins.who
         if effect == "pause":
             self.store.settle_instruction(ins.id, OutcomeKind.DONE, "the goal paused")
-            return "paused", f"paused by {ins.who}"
+            return "paused", f"paused by {ins.who}", ins.who
         if effect == "stop":
             if ins.kind == "one_more_round":
                 self.store.settle_instruction(ins.id, OutcomeKind.DONE, f"{ins.count} more round(s) ran")
-                return "stopped", f"instruction fulfilled: {ins.count} more round(s) ran"
+                return "stopped", f"instruction fulfilled: {ins.count} more round(s) ran", ins.who
             self.store.settle_instruction(ins.id, OutcomeKind.DONE, "the goal stopped")
-            return "stopped", f"stopped by {ins.who}"
+            return "stopped", f"stopped by {ins.who}", ins.who
         if ins is not None and ins.kind == "resume":
             self.store.settle_instruction(ins.id, OutcomeKind.DONE, "the loop resumed")
         return None
@@ -101,7 +102,7 @@ class Loop:
         if gate and gate[0] == "restore":
             return Command(goto="restore")
         if gate:
-            return Command(goto="stop", update={"stop_status": gate[0], "stop_reason": gate[1]})
+            return Command(goto="stop", update={"stop_status": gate[0], "stop_reason": gate[1], "stop_by": gate[2]})
         goal = self.store.get_goal(self.goal_id)
         if goal.status != "running" and not awaiting_person(self.store, self.goal_id):
             # woken while a person owes a decision (an instruction queued behind it): the goal stays "waiting",
@@ -226,7 +227,7 @@ class Loop:
         if gate and gate[0] == "restore":
             return Command(goto="restore")
         if gate:  # pause is honoured between phases: the card stays approved, nothing launched
-            return Command(goto="stop", update={"stop_status": gate[0], "stop_reason": gate[1]})
+            return Command(goto="stop", update={"stop_status": gate[0], "stop_reason": gate[1], "stop_by": gate[2]})
         cand = self.store.get_candidate(state["candidate_id"])
         card = card_of(cand.card)
         history = self.history()
@@ -369,7 +370,13 @@ class Loop:
                 self.store.set_goal_status(self.goal_id, status, reason)
             except Exception:
                 self.store.set_goal_status(self.goal_id, "stopped", reason)
-        self.store.record_decision(self.goal_id, "stop", text=reason, data={"status": status})
+        # the person whose instruction stopped it ("name (via)"), on the decision itself; a session woken again while
+        # the same instruction still holds the goal where it is (a pause sent while it ran wakes it once more) makes
+        # no second decision of it
+        data = {"status": status} | ({"asked_by": state["stop_by"]} if state.get("stop_by") else {})
+        last = self.store.decisions(self.goal_id, ("stop",))
+        if goal.status != status or not last or (last[-1].text, last[-1].data) != (reason, data):
+            self.store.record_decision(self.goal_id, "stop", text=reason, data=data)
         self.event("stop", reason=reason, status=status)
-        return {"stop_said": reason, "stop_status": status}
+        return {"stop_said": reason, "stop_status": status, "stop_by": None}
 
