@@ -10,7 +10,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi_offline import FastAPIOffline
 
+from api.asgi import HttpMiddleware
 from api.guard import RequestGuard
+from api.pageheaders import PageHeaders
 from api.readcache import ReadCache
 from api.chatops import attach as chatops_attach
 from api.routes import budget, candidates, chat, chatops, experiments, goals, health, reports, stations
@@ -74,7 +76,8 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True,
 
     app.add_middleware(ReadCache)  # innermost: counted and guarded like any answer
     app.add_middleware(CountRequests)
-    app.add_middleware(RequestGuard)  # outermost: size limit and token before any body is read
+    app.add_middleware(RequestGuard)  # size limit and token before any body is read
+    app.add_middleware(PageHeaders)  # outermost: nosniff on every answer, a CSP and no framing on every page
     _goal_schema(app)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -84,16 +87,10 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True,
     return app
 
 
-class CountRequests:
+class CountRequests(HttpMiddleware):
     """The request counter of /metrics by route template, method and status (plain ASGI: no per-request task)."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         status = 500
 
         async def sent(msg: dict[str, Any]) -> None:

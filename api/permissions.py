@@ -61,7 +61,9 @@ ROUTES: dict[tuple[str, str], str | dict[str, str]] = {
     ("POST", "/goals/{goal_id}/budget/extensions"): "budget.extend",
     ("POST", "/goals/{goal_id}/budget/extensions/refuse"): "budget.refuse",
 }
-PUBLIC: frozenset[tuple[str, str]] = frozenset({("GET", "/health"), ("GET", "/metrics")})  # probes, scrapers
+# probes and scrapers; the API's own description (the OpenAPI document, Swagger UI, ReDoc and their static assets)
+# is public as well: it names routes and fields, never a goal, a figure or a person (README "Authentication")
+PUBLIC: frozenset[tuple[str, str]] = frozenset({("GET", "/health"), ("GET", "/metrics")})
 
 
 class Forbidden(PermissionError):
