@@ -132,7 +132,6 @@ def test_pool_reaches_c_above_httpx_default_100(mock, tmp_path):
     assert "mock_max_inflight 150" in text
 
 
-@pytest.mark.parametrize("mock", [("--itl-ms", "20",)], indirect=True)
 def kill_when_written(p: subprocess.Popen, path: Path, lines: int) -> int:
     """SIGKILL `p` once `path` holds `lines` records (polling the file, not waiting for time to pass); its status."""
     try:
@@ -146,6 +145,7 @@ def kill_when_written(p: subprocess.Popen, path: Path, lines: int) -> int:
         p.kill()
 
 
+@pytest.mark.parametrize("mock", [("--itl-ms", "20",)], indirect=True)  # 400 requests take seconds: killed mid-run
 def test_sigkill_mid_run_leaves_summarisable_raw_file(mock, tmp_path):
     out = tmp_path / "run"
     p = subprocess.Popen([sys.executable, "-m", "executor.loadcli", "run", "--endpoint", mock, "--scenario", TINY,
