@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 from test_api_support import TOKENS, TOKENS_ENV, auth, small_goal, wait_until
+from unavailable import need_module
 
 from api.app import create_app
 from api.service import Service
@@ -278,7 +279,7 @@ def test_health_metrics_and_openapi_show_no_secret(idle_client):
 
 
 # -- schemathesis: a bounded run over the spec ---------------------------------------------------------------
-schemathesis = pytest.importorskip("schemathesis")
+schemathesis = need_module("schemathesis")
 from hypothesis import HealthCheck, Phase  # noqa: E402
 from hypothesis import settings as hsettings
 

@@ -117,13 +117,10 @@ class _Ready(BaseHTTPRequestHandler):
 
 async def test_local_transport_probes_mindie_health_on_the_management_port(tmp_path):
     """Nothing listens on the business port; the management port answers the readiness route."""
-    port = _free_port()
-    target = _mindie(str(tmp_path / "tgt"), "127.0.0.1", port)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Ready)  # the management port first: never a port someone holds
+    target = _mindie(str(tmp_path / "tgt"), "127.0.0.1", httpd.server_port - 1)
     (svc,) = render(target, _station("mindie", {})).services
-    try:
-        httpd = ThreadingHTTPServer(("127.0.0.1", svc.health_port), _Ready)
-    except OSError:
-        pytest.skip(f"port {svc.health_port} is taken on this machine")
+    assert svc.health_port == httpd.server_port
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         t = LocalTransport(target)
