@@ -20,7 +20,7 @@ def target_app() -> typer.Typer:
     from simulator.cli import app as sim_app
     from simulator.server import serve as sim_serve
 
-    from agent.cli.derive import derive_cmd  # its imports are deferred to the command's body
+    from executor.derivecli import derive_cmd  # its imports are deferred to the command's body
 
     if not any(c.name == "serve" for c in sim_app.registered_commands):  # sim_app is a module's: register once
         sim_app.command("serve")(sim_serve)

@@ -81,10 +81,35 @@ def must_hold(sweep_device_s: float, loop_device_s: float, head_to_head_pct: flo
     return {"loop_device_share": share, "head_to_head_pct": head_to_head_pct, "holds": holds}
 
 
+def twin_errors(ex: Any, store: Any, goal: Any, goal_id: str) -> dict[str, Any]:
+    """The goal's twin as the loop saw it: its prior's origin and, run by run, the objective the twin fitted on the
+    runs before predicted beside what the run measured (agent.planner.twin.fidelity, out of sample); the median
+    absolute error of the predictions made by a fit on at least two runs."""
+    from statistics import median
+
+    from agent.loop.record import build_history
+    from agent.planner.twin import fidelity
+
+    fitter = ex.twin_fitter(goal.target, goal.sim_profile)
+    if fitter is None:
+        return {"origin": None, "why": "no twin on this target"}
+    first = fitter(())
+    if isinstance(first, str):
+        return {"origin": None, "why": first}
+    fid = fidelity(build_history(store, goal_id), fitter)
+    rows = [{"run": s.run_id, "predicted": round(s.predicted, 3), "measured": round(s.measured, 3),
+             "error_pct": round(100 * s.error, 2), "fitted_on": k} for k, s in enumerate(fid.scored)]
+    later = [abs(r["error_pct"]) for r in rows if r["fitted_on"] >= 2]
+    return {"origin": first.origin, "leads": fid.leads, "why": fid.why, "runs": rows,
+            "median_abs_error_pct_after_2": round(median(later), 2) if later else None}
+
+
 def compare(goal: Any, targets: dict[str, Any], out: Path, model_sha256: str, *, limit: int | None = None,
-            twin: bool | None = None) -> dict[str, Any]:
+            twin: bool | None = None, rules_too: bool = False) -> dict[str, Any]:
     """Sweep, loop, head to head on `goal.target` of `targets` (a prepared real engine); the report (not written).
-    `limit`: sweep only the first K stations (a smoke run, said in the report). `twin`: run_session's."""
+    `limit`: sweep only the first K stations (a smoke run, said in the report). `twin`: run_session's.
+    `rules_too`: after the loop, the same goal again as a new goal with the evidence rules alone (no twin), on the
+    same warm machine, its experiments and device time beside the loop's."""
     from agent.loop.record import build_history
     from agent.loop.session import bind_sim_profile, run_session
     from core.trial import TrialSpec
@@ -137,6 +162,19 @@ def compare(goal: Any, targets: dict[str, Any], out: Path, model_sha256: str, *,
     loop_device_s = sum(c.seconds for r in loop_runs if (got := store.get_result(r.id)) for c in got.result.costs)
     decisions = [f"{o.card.stage} N={o.card.n} {' '.join(f'{k}={o.card.knobs.get(k)}' for k in space)}: "
                  f"{o.decision}: {o.reason}" for o in hist.outcomes]
+    fid = twin_errors(ex, store, goal, res.goal_id) if twin is not False else None
+    rules = None
+    if rules_too:
+        t0 = time.perf_counter_ns()
+        r2 = run_session(goal, url, auto_approve=True, executor=ex, twin=False, new_goal=True)
+        h2 = build_history(store, r2.goal_id)
+        ref2 = h2.reference(h2.best_knobs, proto.confirm_n)
+        runs2 = store.runs(r2.goal_id)
+        rules = {"experiments": len(runs2), "wall_s": round((time.perf_counter_ns() - t0) / 1e9, 1),
+                 "device_s": round(sum(c.seconds for r in runs2 if (got := store.get_result(r.id))
+                                       for c in got.result.costs), 1), "stop": r2.reason,
+                 "best": {"knobs": {k: h2.best_knobs.get(k) for k in space},
+                          "objective": obj.value(ref2.summary) if ref2 and ref2.summary else None}}
 
     # head to head: both bests back to back, same N, same minute of the machine
     head = {}
@@ -157,6 +195,10 @@ def compare(goal: Any, targets: dict[str, Any], out: Path, model_sha256: str, *,
                          | limit_figures(goal, ref.summary if ref else None)},
         "head_to_head": head,
     }
+    if fid is not None:
+        report["loop"]["twin"] = fid
+    if rules is not None:
+        report["rules_alone"] = rules
     if len(todo) < len(every):
         report["sweep"]["limited"] = f"a smoke run: the sweep measured only the first {len(todo)} of the space's " \
                                      f"{len(every)} stations (--limit {limit})"

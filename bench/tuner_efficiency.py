@@ -22,6 +22,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -33,7 +35,8 @@ from bench.tuners.loop import run_loop  # noqa: E402
 from bench.tuners.meter import Meter  # noqa: E402
 from bench.tuners.report import plot, write_table  # noqa: E402
 from core import profiles  # noqa: E402
-from simulator import perturb  # noqa: E402
+from core.canonical import canon  # noqa: E402
+from simulator import derive, perturb  # noqa: E402
 
 _WORKER: Evaluator | None = None
 
@@ -103,18 +106,20 @@ def case_head(case: Case, quick: bool, seeds: list[int], truth: dict[str, Any] |
 
 
 def run_case(case: Case, quick: bool, settings: Settings, cache: Path | None, log,  # type: ignore[no-untyped-def]
-             jobs: int = 1, truth: dict[str, Any] | None = None, twin: str | None = None) -> dict[str, Any]:
+             jobs: int = 1, truth: dict[str, Any] | None = None, twin: str | None = None,
+             prior: dict[str, Any] | None = None) -> dict[str, Any]:
     """One case: the oracle, the loop over its seeds and the baselines over theirs. `truth` ({path, name, factors}):
     the deployment every method measures and the oracle enumerates, while the loop's goal names the base profile.
     `twin`: on | off (the loop's planner with or without the goal's twin; None: $TUNELOOP_TWIN) | both (the loop
-    twice per seed, twin on as `tuneloop` and off as `tuneloop_twin_off`, judged the same way)."""
+    twice per seed, twin on as `tuneloop` and off as `tuneloop_twin_off`, judged the same way). `prior` ({path,
+    origin, errors}): the twin's prior derived from the case profile's deployment (--prior derived)."""
     t0 = time.perf_counter_ns()
     tpath = truth["path"] if truth else None
     orc = oracle(case, quick, settings, cache, jobs, tpath)
     space = case.space_for(quick)
     seeds = settings.quick_seeds if quick else settings.seeds
     bseeds = settings.quick_baseline_seeds if quick else settings.baseline_seeds
-    head = case_head(case, quick, list(seeds), truth)
+    head = case_head(case, quick, list(seeds), truth) | ({"prior": prior} if prior else {})
     if orc["value"] is None:  # reported as a row, not fatal: nothing to find, no method is run
         log(f"  {case.name}: no point of the space meets the constraints; reported, not run")
         return head | {"space_size": orc["size"], "feasible_points": 0, "near_optimal_points": 0,
@@ -137,7 +142,7 @@ def run_case(case: Case, quick: bool, settings: Settings, cache: Path | None, lo
         goal = case.goal_spec(quick, seed)
         prof = Evaluator(goal, None, tpath).profile
         for name, on in loops.items():
-            loop = run_loop(goal, prof, space, truth=tpath, twin=on)
+            loop = run_loop(goal, prof, space, truth=tpath, twin=on, prior=prior["path"] if prior else None)
             checks.append(loop["charging_check"])
             scored(name, seed, loop["trials"], {"stop_reason": loop["stop_reason"], "status": loop["status"]})
             log(f"  {case.name} seed {seed}: {name} {loop['status']} ({loop['stop_reason']}), "
@@ -211,6 +216,19 @@ def explain_miss(methods: dict[str, Any], target: dict[str, Any]) -> str:
     return "tuneloop reached, but spent too much device time relative to " + "; ".join(parts)
 
 
+def derived_prior(case: Case, quick: bool, truth: dict[str, Any] | None, out: Path) -> dict[str, Any]:
+    """The twin's prior derived from the case profile's deployment (simulator.derive), written under `out`/priors/,
+    with each coefficient's ratio to the truth the case measures (its profile, or the perturbed truth)."""
+    base = profiles.load(case.goal_spec(quick, 0).sim_profile)
+    d = derive.derive_for_profile(base)
+    path = (out / "priors" / f"{d.profile.name}.yaml").resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(canon(d.profile.model_dump()), sort_keys=False))
+    measured = profiles.load(truth["path"]) if truth else base
+    return {"path": str(path), "origin": d.origin(),
+            "errors": {k: round(r, 3) for k, _, _, r in derive.error_table(d.profile, measured)}}
+
+
 def perturbed_truth(case: Case, quick: bool, seed: int, out: Path) -> dict[str, Any]:
     """The case profile's perturbed truth (simulator.perturb), written as YAML under `out`/truths/."""
     base = profiles.load(case.goal_spec(quick, 0).sim_profile)
@@ -233,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="run every case on its profile's truth perturbed by simulator.perturb(profile, SEED) (written "
                          "under --out/truths/): the oracle, the baselines and the simulated target measure it, while "
                          "the loop's goal keeps the unperturbed profile as its prior")
+    ap.add_argument("--prior", choices=("library", "derived"), default="library",
+                    help="the twin's prior: the case's own profile (library), or one derived by roofline from the "
+                         "profile's deployment - its model, card, engine and topology - as a real target's is "
+                         "(derived; written under --out/priors/, its error per coefficient against the case's truth "
+                         "in results.json)")
     ap.add_argument("--twin", choices=("on", "off", "both"), default=None,
                     help="the loop's planner with the goal's twin, without it, or both in the same run (the loop "
                          "twice per seed: `tuneloop` twin on, `tuneloop_twin_off`); default $TUNELOOP_TWIN")
@@ -258,14 +281,19 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     results: dict[str, Any] = {"quick": args.quick, "settings": cf.settings.model_dump(),
-                               "perturb_truth": args.perturb_truth, "twin": args.twin, "cases": []}
+                               "perturb_truth": args.perturb_truth, "twin": args.twin, "prior": args.prior,
+                               "cases": []}
     text = ""
     for case in cases:
         log(f"case {case.name}")
         truth = None if args.perturb_truth is None else perturbed_truth(case, args.quick, args.perturb_truth, out)
         if truth is not None:
             log(f"  truth {truth['name']} ({truth['path']}): factors {truth['factors']}")
-        results["cases"].append(run_case(case, args.quick, cf.settings, cache, log, args.jobs, truth, args.twin))
+        prior = derived_prior(case, args.quick, truth, out) if args.prior == "derived" else None
+        if prior is not None:
+            log(f"  prior {prior['origin']}: {prior['errors']}")
+        results["cases"].append(run_case(case, args.quick, cf.settings, cache, log, args.jobs, truth, args.twin,
+                                         prior))
         # written after every case, so a long full run leaves its finished cases behind
         (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
         text = write_table(results, out / "results.md")

@@ -84,6 +84,9 @@ class Target(BaseModel):
     # not name: the goal's `sim_profile` (the planner's prior) rebinds `profile` and leaves this alone (bench
     # --perturb-truth; agent.loop.session.bind_sim_profile). None: the simulator runs `profile`.
     truth_profile: str | None = None
+    # sim target only: the twin's prior where it is not `profile` (bench --prior derived: a prior derived from the
+    # profile's deployment, as a real target's is, while the simulator runs the profile)
+    twin_prior: str | None = None
     time_scale: float = Field(50.0, gt=0)  # sim serve: simulated seconds per real second
     tuneloop: tuple[str, ...] | None = None  # how to call tuneloop on the target (default: local python)
     image_digest: str | None = None  # the engine's container image digest: the source identity when given
@@ -125,7 +128,7 @@ class Target(BaseModel):
         return card(v).name  # a kind the table does not know is refused here, not at the twin's first fit
 
     @field_validator("run_root", "model", "image_digest", "python", "calibrated_profile", "truth_profile",
-                     "model_config_json")
+                     "model_config_json", "twin_prior")
     @classmethod
     def _paths(cls, v: str | None, info: Any) -> str | None:
         return None if v is None else check_safe(info.field_name, v)
@@ -136,6 +139,8 @@ class Target(BaseModel):
             raise FieldError("ssh", "an ssh target needs ssh options with a known_hosts file")
         if self.truth_profile is not None and self.kind != "sim":
             raise FieldError("truth_profile", "only a sim target simulates a truth of its own")
+        if self.twin_prior is not None and self.kind != "sim":
+            raise FieldError("twin_prior", "a real target's twin starts from its calibrated_profile or a derived prior")
         if self.kind != "sim":
             if not self.hosts:
                 raise FieldError("hosts", "a local or ssh target needs at least one host")

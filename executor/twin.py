@@ -272,7 +272,7 @@ def prior_of(target: Any, sim_profile: str | None, root: Path | None = None) -> 
     if cal:
         return str(cal)
     if getattr(target, "kind", None) == "sim":
-        return sim_profile or getattr(target, "profile", None)
+        return getattr(target, "twin_prior", None) or sim_profile or getattr(target, "profile", None)
     if root is None:
         return None
     return str(write_derived(target, root))

@@ -203,3 +203,16 @@ def test_sim_derive_prints_the_prior_and_its_error_against_a_profile(tmp_path: P
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert bad.returncode == 2 and "deployment" in bad.stderr
     assert not math.isnan(derived.decode_cost.a)
+
+
+def test_a_sim_targets_twin_may_start_from_a_prior_apart_from_what_it_simulates(tmp_path: Path) -> None:
+    """bench --prior derived: the simulator runs the case's profile while the twin starts from the derived prior."""
+    from executor.targets import Target
+    from executor.twin import prior_of
+
+    t = Target(name="sim", kind="sim", engine="sim", profile="llama70b-h100-p2d2", twin_prior=str(tmp_path / "d.yaml"))
+    assert prior_of(t, "llama70b-h100-p2d2") == str(tmp_path / "d.yaml")
+    assert t.simulated_profile == "llama70b-h100-p2d2"
+    with pytest.raises(ValueError, match="twin_prior"):
+        parse_targets({"targets": [{"name": "t", "kind": "local", "engine": "vllm", "model": "m", "twin_prior": "x",
+                                    "hosts": [{"host": "127.0.0.1", "roles": ["mixed", "load"]}]}]})

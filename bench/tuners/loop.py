@@ -17,9 +17,10 @@ BEST_KINDS = ("baseline", "new_best", "quality_passed")
 
 
 def run_loop(goal: Any, profile: Profile, space: dict[str, list[Any]], workdir: Path | None = None,
-             truth: str | None = None, twin: bool | None = None) -> dict[str, Any]:
+             truth: str | None = None, twin: bool | None = None, prior: str | None = None) -> dict[str, Any]:
     """Run the loop to its own stop; returns {trials, stop_reason, status, charging_check}. With `truth` (a profile
     YAML path or name) the sim target simulates that truth while the goal keeps its own `sim_profile` (the prior).
+    With `prior` the twin starts from that profile instead (bench --prior derived: derived from the deployment).
     `twin`: the planner searches the goal's twin (None: $TUNELOOP_TWIN, agent.loop.session.twin_enabled)."""
     from agent.loop.session import run_session
     from executor.phases import ExecSettings
@@ -33,9 +34,9 @@ def run_loop(goal: Any, profile: Profile, space: dict[str, list[Any]], workdir: 
         try:
             # run_session simulates the goal on its own sim_profile (agent.loop.session.bind_sim_profile), or on the
             # target's truth_profile where the bench set one (the goal never names it)
-            targets = None if truth is None else {
+            targets = None if truth is None and prior is None else {
                 goal.target: Target(name=goal.target, kind="sim", engine="sim", profile=goal.sim_profile,
-                                    truth_profile=truth)}
+                                    truth_profile=truth, twin_prior=prior)}
             ex = Executor(store, targets, settings=ExecSettings.from_env(runs_root=Path(tmp) / "runs"))
             res = run_session(goal, url, auto_approve=True, executor=ex, who="tuner-efficiency bench", twin=twin)
             trials, check = read_trials(store, res.goal_id, goal, profile, space)
