@@ -105,8 +105,9 @@ class Executor:
 
     def twin_fitter(self, target: str, sim_profile: str | None) -> Callable[[tuple[str, ...]], Any] | None:
         """The goal's twin fitter on this target (run ids -> executor.twin.Twin, or why not); None: no target. A
-        real target without a calibrated profile starts from a prior derived from its model, card and topology
-        (executor/derived.py); where none can be derived every fit answers why (the rules lead, and say so)."""
+        real target without a calibrated profile that names its card starts from a prior derived from its model,
+        card and topology (executor/derived.py); where none can be derived every fit answers why (the rules lead,
+        and the cards say so); a target that names no card has no twin."""
         try:
             prior = prior_of(self.targets.get(target), sim_profile, self.root)
         except (FieldError, ValueError, OSError) as e:

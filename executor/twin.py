@@ -265,7 +265,8 @@ def prior_of(target: Any, sim_profile: str | None, root: Path | None = None) -> 
     """The twin's prior for a goal on this target: its calibrated profile, else the simulated goal's profile (a
     simulated target's own `profile` when the goal names none), else - a real target that names its card kind - a
     prior derived from its model, card, engine and topology (executor/derived.py), written under `root`. None:
-    nothing to start from. A real target whose prior cannot be derived raises FieldError saying why."""
+    nothing to start from (a real target that names no card). A real target whose prior cannot be derived raises
+    FieldError saying why."""
     if target is None:
         return None
     cal = getattr(target, "calibrated_profile", None)
@@ -273,6 +274,6 @@ def prior_of(target: Any, sim_profile: str | None, root: Path | None = None) -> 
         return str(cal)
     if getattr(target, "kind", None) == "sim":
         return getattr(target, "twin_prior", None) or sim_profile or getattr(target, "profile", None)
-    if root is None:
+    if root is None or not getattr(target, "card", None):  # no card kind named: nothing to derive from
         return None
     return str(write_derived(target, root))

@@ -157,7 +157,7 @@ def test_a_gguf_model_is_read_from_its_header(tmp_path: Path) -> None:
 
 def test_the_twin_of_a_real_target_starts_from_its_derived_prior(tmp_path: Path) -> None:
     """The executor hands the loop a fitter whose fit on no run is the derived prior (it predicts the first run);
-    a target that names no card answers why, so the rules lead and the card says so."""
+    one whose model cannot be read answers why (the rules lead, the cards say so); one that names no card has none."""
     from state.store import Store
 
     model = tmp_path / "model"
@@ -168,7 +168,8 @@ def test_the_twin_of_a_real_target_starts_from_its_derived_prior(tmp_path: Path)
     base = {"kind": "local", "engine": "vllm", "model": str(model), "run_root": str(tmp_path / "r"),
             "env": {"OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
             "hosts": [{"host": "127.0.0.1", "roles": ["mixed", "load"], "cards": 1, "port": 9001}]}
-    targets = parse_targets({"targets": [base | {"name": "cpu", "card": "cpu"}, base | {"name": "bare"}]})
+    targets = parse_targets({"targets": [base | {"name": "cpu", "card": "cpu"}, base | {"name": "bare"},
+                                         base | {"name": "nomodel", "card": "cpu", "model": str(tmp_path / "none")}]})
     import os
     os.environ["TUNELOOP_RUNS_ROOT"] = str(tmp_path / "runs")
     store = Store(f"sqlite:///{tmp_path / 's.db'}")
@@ -183,8 +184,9 @@ def test_the_twin_of_a_real_target_starts_from_its_derived_prior(tmp_path: Path)
         assert yaml.safe_load(prior.read_text())["derived"]["card"] == "cpu"
         kv = fit.profile.decode_cost.kv_tokens_at_full_memory  # 1 GiB of KV over 4 layers x 2 x 256 x 4 B a token
         assert kv == int(2 ** 30 / (4 * 2 * 256 * 4) / 0.9)
-        why = ex.twin_fitter("bare", None)(())  # type: ignore[misc]
-        assert isinstance(why, str) and "card" in why
+        assert ex.twin_fitter("bare", None) is None  # no card named: no twin, the rules lead as before
+        why = ex.twin_fitter("nomodel", None)(())  # type: ignore[misc]
+        assert isinstance(why, str) and "model_config_json" in why
     finally:
         store.close()
         os.environ.pop("TUNELOOP_RUNS_ROOT", None)
