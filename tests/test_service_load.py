@@ -86,6 +86,7 @@ def run_goal(tmp: Path, readers: int) -> list[tuple]:
     srv = ServerProcess(tmp, service_env(tmp, f"sqlite:///{tmp / 't.db'}"))
     stop = threading.Event()
     served = [0]
+    failed: list[str] = []
     try:
         gid = httpx.post(f"{srv.url}/goals", json=small_goal("same-under-load", ask=False, experiments=4),
                          headers=auth("admin")).json()["id"]
@@ -93,10 +94,18 @@ def run_goal(tmp: Path, readers: int) -> list[tuple]:
                  f"/goals/{gid}/experiments", "/health", "/metrics"]
 
         def reader(i: int) -> None:
-            with httpx.Client(headers=auth("viewer"), timeout=60) as c:
-                while not stop.is_set():
-                    assert c.get(srv.url + paths[(i + served[0]) % len(paths)]).status_code == 200
-                    served[0] += 1
+            # a thread's exception reaches pytest only as a warning: every answer that is not a 200, and anything the
+            # reader raised, is kept here and asserted in the test's own thread
+            try:
+                with httpx.Client(headers=auth("viewer"), timeout=60) as c:
+                    while not stop.is_set():
+                        path = paths[(i + served[0]) % len(paths)]
+                        r = c.get(srv.url + path)
+                        if r.status_code != 200:
+                            failed.append(f"GET {path} -> {r.status_code}: {r.text[:200]}")
+                        served[0] += 1
+            except Exception as e:
+                failed.append(f"reader {i}: {type(e).__name__}: {e}")
 
         threads = [threading.Thread(target=reader, args=(i,), daemon=True) for i in range(readers)]
         for t in threads:
@@ -105,6 +114,8 @@ def run_goal(tmp: Path, readers: int) -> list[tuple]:
         stop.set()
         for t in threads:
             t.join(60)
+        assert not [t for t in threads if t.is_alive()], "a reader never returned"
+        assert not failed, failed[:10]
         assert readers == 0 or served[0] > 0
         # the worker process commits the stop; this API process's read cache may answer the decision log with what it
         # computed up to read_cache_s (1 s) before (api/readcache.py): read it once that answer has caught up with the
