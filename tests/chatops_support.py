@@ -18,7 +18,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx
 import uvicorn
 from Crypto.Cipher import AES  # pycryptodome, which lark-oapi installs: the platform side of the encryption
-from test_api_support import TOKENS_ENV, free_port, reply, serve, wait_until
+from ports_support import free_port
+from test_api_support import TOKENS_ENV, reply, serve, wait_until
 
 SLACK_SECRET = "slack-signing-secret-0123456789"
 SLACK_TOKEN = "xoxb-slack-bot-token-0123456789"

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -14,6 +13,7 @@ from typing import Any, Callable
 
 import httpx
 import yaml
+from ports_support import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = {"viewer": "viewer-token-0123456789", "approver": "approver-token-0123456789",
@@ -57,12 +57,6 @@ def wait_until(pred: Callable[[], Any], timeout: float = PROGRESS_S, what: str =
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def service_env(tmp: Path, db_url: str, **extra: str) -> dict[str, str]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 
 import httpx
 import pytest
+from ports_support import free_port
 
 from core.journal import as_record
 from core.trial import PHASES, TrialSpec
@@ -25,12 +25,6 @@ N, WARMUP = 16, 2
 POINTS = ["deploy:mid", "health:before", "load:before", "load:mid", "load:after", "collect:before", "validate:before"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _counter(port: int) -> float:
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     return float(next(line.split()[1] for line in text.splitlines() if line.startswith("tuneloop_sim_requests_total")))
@@ -39,7 +33,7 @@ def _counter(port: int) -> float:
 @pytest.fixture
 def world(tmp_path):
     (tmp_path / "tiny.yaml").write_text(SCENARIO)
-    port = _free_port()
+    port = free_port()
     target = Target(name="loc", kind="local", engine="sim", run_root=str(tmp_path / "tgt"), time_scale=100.0,
                     tuneloop=(sys.executable, "-m", "tuneloop_cli"),
                     hosts=(Host(host="127.0.0.1", roles=("mixed", "load"), cards=16, port=port),))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import stat
 import sys
 import threading
@@ -21,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from ports_support import free_port, free_ports
 
 from core.journal import as_record
 from core.station import Station, full_knobs
@@ -40,12 +40,6 @@ SLEEP = (PY, "-c", "import time; time.sleep(60)")  # extra argv ("serve", the mo
 SCENARIO = "name: tiny-copy\nversion: 1\ntask: copy\ninput_len: 256\noutput_len: 16\nseed: 7\n"
 HCCL_ENV = {"HCCL_IF_IP": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo", "TP_SOCKET_IFNAME": "lo",
             "HCCL_SOCKET_IFNAME": "lo"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _station(engine: str, knobs: dict, key: str | None = None) -> Station:
@@ -132,7 +126,7 @@ async def test_local_transport_probes_mindie_health_on_the_management_port(tmp_p
 
 
 async def test_mindie_config_is_written_0640_through_the_local_transport(tmp_path):
-    target = _mindie(str(tmp_path / "tgt"), "127.0.0.1", _free_port())
+    target = _mindie(str(tmp_path / "tgt"), "127.0.0.1", free_port())
     (svc,) = render(target, _station("mindie", {})).services
     svc = svc.model_copy(update={"argv": ("sleep", "30")})  # the rendered files, a stand-in for the daemon
     t = LocalTransport(target)
@@ -181,7 +175,7 @@ def test_vllm_ascend_pd_rendering_names_each_missing_interface_variable_and_what
 def local_pd(tmp_path):
     """A vLLM-Ascend PD target on this machine whose engines and proxy are sleeping processes."""
     (tmp_path / "s.yaml").write_text(SCENARIO)
-    ports = [_free_port() for _ in range(3)]
+    ports = free_ports(3)
 
     def target(env: dict[str, str]) -> Target:
         return Target(name="asc", kind="local", engine="vllm-ascend", model="/models/m", run_root=str(tmp_path / "tgt"),

@@ -3,11 +3,11 @@ from what the transport launched (instances x cards per instance), never from th
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 from pathlib import Path
 
 import pytest
+from ports_support import free_ports
 
 from core.summary import Contract
 from core.trial import TrialSpec
@@ -50,16 +50,10 @@ def test_sim_target_with_a_prefill_instance_fewer_breaks_the_cards_contract(tmp_
     assert loose.verdict.kind == "valid"  # the same run under a goal that requires no card count
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_local_target_that_launches_one_instance_fewer_than_defined_breaks_the_cards_contract(tmp_path, scenario):
     """The target defines two 8-card engine hosts (16 cards), but the sim-serve template launches one instance
     only: the run must be judged on the 8 cards launched, not on the 16 the definition claims."""
-    port, spare = _free_port(), _free_port()
+    port, spare = free_ports(2)
     target = Target(name="loc", kind="local", engine="sim", run_root=str(tmp_path / "tgt"), time_scale=100.0,
                     tuneloop=(sys.executable, "-m", "tuneloop_cli"),
                     hosts=(Host(host="127.0.0.1", roles=("mixed", "load"), cards=8, port=port),

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 
 import httpx
 import pytest
+from ports_support import free_port
 
 from core.journal import as_record
 from core.trial import TrialSpec
@@ -41,18 +41,12 @@ class StatsFailsOnce(LocalTransport):
         return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("faults")
     (tmp / "copy.yaml").write_text(COPY)
     (tmp / "shared.yaml").write_text(SHARED)
-    port = _free_port()
+    port = free_port()
     target = Target(name="loc", kind="local", engine="sim", run_root=str(tmp / "tgt"), time_scale=100.0,
                     tuneloop=(sys.executable, "-m", "tuneloop_cli"),
                     hosts=(Host(host="127.0.0.1", roles=("mixed", "load"), cards=16, port=port),))

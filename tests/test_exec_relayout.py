@@ -8,11 +8,11 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 
 import httpx
 import pytest
+from ports_support import free_port
 
 from core.journal import as_record
 from core.trial import TrialSpec
@@ -29,16 +29,10 @@ FIT = (PY, "-c", "import json,sys; s=json.load(open(sys.argv[1])); "
        "{stats}", "{layout}")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def world(tmp_path):
     (tmp_path / "s.yaml").write_text(SCENARIO)
-    port = _free_port()
+    port = free_port()
 
     def target(fit=FIT) -> Target:  # the sim server "loads" the layout as its model id: /v1/models shows it
         return Target(name="loc", kind="local", engine="sim", run_root=str(tmp_path / "tgt"), time_scale=100.0,

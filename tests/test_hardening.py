@@ -15,13 +15,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ports_support import free_port
 from test_api_support import (
     PROGRESS_S,
     TOKENS,
     ProcessOutput,
     ServerProcess,
     auth,
-    free_port,
     service_env,
     small_goal,
     wait_until,

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_llamacpp_loop import _free_port, engine  # noqa: F401  (engine: shared fixture)
+from ports_support import free_port
+from test_llamacpp_loop import engine  # noqa: F401  (engine: shared fixture)
 
 from core.knobs import catalog
 from core.station import Station, full_knobs
@@ -71,7 +72,7 @@ def test_every_value_class_renders_flags_the_binary_knows(engine, known, knob): 
 
 
 def test_a_misspelt_flag_fails_the_check_and_the_binary_refuses_it(engine, known):  # noqa: F811
-    argv = _argv(engine["bin"], engine["model"], _free_port(), {"parallel": 2})
+    argv = _argv(engine["bin"], engine["model"], free_port(), {"parallel": 2})
     bad = [("--paralel" if a == "--parallel" else a) for a in argv]
     assert unknown_flags(bad, known) == ["--paralel"]
     out = subprocess.run(bad, capture_output=True, text=True, timeout=60)
@@ -79,7 +80,7 @@ def test_a_misspelt_flag_fails_the_check_and_the_binary_refuses_it(engine, known
 
 
 def test_rendered_station_starts_and_exports_the_metric_names_evidence_reads(engine, known, tmp_path):  # noqa: F811
-    port = _free_port()
+    port = free_port()
     away = {"parallel": 3, "threads": 1, "batch_size": 256, "ubatch_size": 128, "ctx_size": 1024,
             "kv_unified": False, "cache_prompt": False}
     assert set(away) == {k.name for k in KNOBS}, "a new llama.cpp knob: add it here away from its default"

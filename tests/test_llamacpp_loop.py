@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from ports_support import free_port
 from unavailable import missing
 
 from core.journal import as_record
@@ -30,12 +30,6 @@ SCENARIO = "llamacpp-chat"
 # --threads 1: on two shared cores a second ggml thread waits at every barrier for a core another process holds
 # (throughput swung +-50 % between runs); one thread leaves the other core to the load generator
 BASE = {"parallel": 1, "threads": 1, "ctx_size": 4096, "cache_prompt": False, "concurrency": 16, "request_rate": 1000.0}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +47,7 @@ def engine(tmp_path_factory):
 def _target(engine, root: Path, name: str = "llama", **over) -> Target:
     fields = dict(name=name, kind="local", engine="llamacpp", engine_command=(engine["bin"],), model=engine["model"],
                   run_root=str(root), tuneloop=(sys.executable, "-m", "tuneloop_cli"),
-                  hosts=(Host(host="127.0.0.1", roles=("mixed", "load"), cards=1, port=_free_port()),))
+                  hosts=(Host(host="127.0.0.1", roles=("mixed", "load"), cards=1, port=free_port()),))
     return Target(**(fields | over))
 
 

@@ -7,7 +7,8 @@ import signal
 import sys
 from pathlib import Path
 
-from test_llamacpp_loop import BASE, _free_port, _trial, engine  # noqa: F401  (engine: shared fixture)
+from ports_support import free_port
+from test_llamacpp_loop import BASE, _trial, engine  # noqa: F401  (engine: shared fixture)
 from test_ssh_exec import sshd  # noqa: F401  (the test sshd fixture)
 
 from executor.phases import ExecSettings
@@ -21,7 +22,7 @@ def test_one_llamacpp_experiment_over_ssh(engine, sshd, tmp_path):  # noqa: F811
                     model=engine["model"], run_root=str(tmp_path / "remote"),
                     tuneloop=(sys.executable, "-m", "tuneloop_cli"),
                     ssh=SshOptions(port=sshd["port"], known_hosts=sshd["known_hosts"], client_keys=(sshd["key"],)),
-                    hosts=(Host(host="127.0.0.1", roles=("mixed", "load"), cards=1, port=_free_port()),))
+                    hosts=(Host(host="127.0.0.1", roles=("mixed", "load"), cards=1, port=free_port()),))
     store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
     ex = Executor(store, {"llama-ssh": target}, ExecSettings(runs_root=tmp_path / "runs", holder="t", poll_interval_s=0.1))
     try:

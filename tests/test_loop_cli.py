@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ports_support import free_port
+
 from state.store import Store
 from tests.test_loop import goal_file
 
@@ -121,13 +123,9 @@ def test_piped_run_prints_progress_lines_with_requests_done_during_a_real_load(t
     """A local target (a real `tuneloop sim serve` process, real load generator): while the load runs, the
     piped output has [progress] lines naming the run, the phase, requests done / N and the budget."""
     import re
-    import socket
-
     import yaml
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     targets = tmp_path / "targets.yaml"
     targets.write_text(yaml.safe_dump({"targets": [{
         "name": "loc", "kind": "local", "engine": "sim", "profile": "dsv4-flash-910c-p8d8", "time_scale": 20,

@@ -3,9 +3,10 @@ target fails (the recipe's exit 3), and the servers it started are stopped eithe
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from pathlib import Path
+
+from ports_support import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -14,9 +15,7 @@ def test_demo_real_with_a_broken_engine_exits_non_zero(tmp_path):
     broken = tmp_path / "llama-server"
     broken.write_text("#!/bin/sh\necho 'llama-server: broken on purpose' >&2\nexit 1\n")
     broken.chmod(0o755)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TUNELOOP_", "MAKE"))}
     out = tmp_path / "demo-real"
     p = subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), "demo-real", f"DEMO_REAL_DIR={out}",

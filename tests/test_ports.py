@@ -6,7 +6,9 @@ import subprocess
 import sys
 import time
 
-from executor.ports import free_port, owned
+from ports_support import free_port
+
+from executor.ports import owned
 
 LISTEN = ("import socket, sys, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
           "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); print('up', flush=True); time.sleep(60)")

@@ -3,7 +3,6 @@ agree with the virtual-time run and with the server's own ground truth; faults m
 a load killed halfway leaves a summarisable raw file."""
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ports_support import free_port
 
 from core import records as rec
 from core.metrics import end_time, inflight_steps, summarize, window
@@ -22,12 +22,6 @@ from tests.test_loadgen import kill_when_written
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 PROFILE = "llama70b-h100-p2d2"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(*args, time_scale=4.0):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ports_support import free_port
 from unavailable import missing
 
 from core.trial import TrialSpec
@@ -26,12 +27,6 @@ from state.store import Store
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 SCENARIO = "name: tiny-copy\nversion: 1\ntask: copy\ninput_len: 256\noutput_len: 32\nseed: 7\n"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _keygen(path: Path) -> str:
@@ -45,7 +40,7 @@ def _start_sshd(d: Path, client_pub: str) -> dict:
     host_pub = _keygen(d / "host_key")
     (d / "authorized_keys").write_text(client_pub + "\n")
     os.chmod(d / "authorized_keys", 0o600)
-    port = _free_port()
+    port = free_port()
     Path("/run/sshd").mkdir(exist_ok=True)
     (d / "sshd_config").write_text(f"""Port {port}
 ListenAddress 127.0.0.1
@@ -128,7 +123,7 @@ def _children(pid: int) -> list[int]:
 
 def test_connection_dropped_mid_load_reconnects_and_collects(tmp_path, sshd):
     (tmp_path / "s.yaml").write_text(SCENARIO)
-    port = _free_port()
+    port = free_port()
     target = _target(tmp_path, sshd, port, time_scale=8.0)
     ex = Executor(Store(f"sqlite:///{tmp_path / 'state.db'}"), {"cl": target},
                   ExecSettings(runs_root=tmp_path / "runs", holder="ssh:ex", poll_interval_s=0.1,
@@ -195,7 +190,7 @@ def test_two_hosts_services_and_loads_each_on_their_own_host(tmp_path, sshd):
     run roots: the engine lives on the serving host, the load, its markers and the SFTP fetch on the load
     host, health is probed on the serving host over SSH, and both hosts are fenced."""
     second = sshd["start"]("sshd2")
-    port = _free_port()
+    port = free_port()
     target = None
     try:
         with open(sshd["known_hosts"], "a") as f:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ports_support import free_port
 from test_llamacpp_flags import _value_classes  # min, default, max; both booleans; every choice
 from vllm_support import CPU_EXTRA, NICENESS, SCENARIO, engine_or_fail, parse_with_vllm, station, target
 
@@ -303,8 +304,6 @@ def test_a_port_taken_before_vllm_binds_it_is_not_mistaken_for_the_server(engine
     """free_port() then `vllm serve` leaves seconds in which another process can take the port; its /health
     answer must not pass for vLLM's (three tests once sent their requests to such a stranger and got 404s). A
     stranger answering 200 on /health holds the port: the server comes up on another port and serves."""
-    from executor.ports import free_port
-
     www = tmp_path / "www"
     www.mkdir()
     (www / "health").write_text("ok")

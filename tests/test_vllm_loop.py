@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from ports_support import free_port
 from test_llamacpp_loop import _stop_all  # stops what the launcher started
 from test_ssh_exec import sshd  # noqa: F401  (the test sshd fixture)
 from vllm_support import SCENARIO, engine_or_fail, target
@@ -21,7 +22,6 @@ from core.trial import TrialSpec
 from executor.phases import ExecSettings
 from executor.runner import Executor
 from executor.targets import SshOptions
-from executor.engines.vllm_serve import free_port
 from state.goal import GoalSpec
 from state.store import Store
 

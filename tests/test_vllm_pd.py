@@ -18,12 +18,11 @@ CI=true their absence fails this module, never skips it.
 from __future__ import annotations
 
 import json
-import random
-import socket
 import sys
 from pathlib import Path
 
 import pytest
+from ports_support import free_ports
 from test_llamacpp_loop import _executor, _stop_all  # a store + executor; stops what the launcher started
 from test_ssh_exec import sshd  # noqa: F401  (the test sshd fixture)
 from unavailable import missing
@@ -54,48 +53,15 @@ def engine(tmp_path_factory):
     return eng | {"router": router}
 
 
-BLOCK = 4  # ports free above each one picked: NIXL's side channel is the base + each instance's offset on the host
-LOWEST = 10000  # below this, ports services on a test machine are configured to use
-
-
-def _ephemeral_floor() -> int:
-    """The lowest port the kernel hands to outgoing connections (net.ipv4.ip_local_port_range; Linux's default)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def _ports(k: int) -> list[int]:
-    """k distinct free ports, each with the BLOCK - 1 above it free too, below the kernel's ephemeral range (held
-    open together, so no two blocks overlap). A vLLM instance binds its NIXL side channel only after its model has
-    loaded, a minute after the pick: a port in the ephemeral range may be some connection's local port by then
-    (the prefill's handshake listener died with "Address already in use" on one, and the test waited on it)."""
-    top, rng, socks, out = _ephemeral_floor() - BLOCK, random.SystemRandom(), [], []
-    try:
-        while len(out) < k:
-            base = rng.randrange(LOWEST, top)
-            block = []
-            try:
-                for p in range(base, base + BLOCK):
-                    s = socket.socket()
-                    block.append(s)
-                    s.bind(("127.0.0.1", p))
-            except OSError:  # taken (or inside a block held already): another base
-                for s in block:
-                    s.close()
-                continue
-            socks += block
-            out.append(base)
-        return out
-    finally:
-        for s in socks:
-            s.close()
+# ports free above each one picked (tests/ports_support.py: below the kernel's ephemeral range, so no outgoing
+# connection takes one before vLLM binds its NIXL side channel, a minute after the pick, once its model has loaded):
+# NIXL's side channel is the base + each instance's offset on the host
+BLOCK = 4
 
 
 def pd_target(engine: dict, root: Path, name: str = "pd", decode_extra: tuple[str, ...] = (), decodes: int = 1,
               **over) -> Target:
-    router, prefill, nixl, exporter, *decode = _ports(4 + decodes)
+    router, prefill, nixl, exporter, *decode = free_ports(4 + decodes, block=BLOCK)
     env = dict(vllm_setup.BASE_ENV) | {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(nixl)}  # the pair's own side channels
     fields = dict(name=name, kind="local", engine="vllm", engine_command=(*NICE, engine["bin"]),
                   router_command=(engine["router"],), model=engine["model"], run_root=str(root),
