@@ -66,7 +66,7 @@ ACCEPTANCE_DECAY = 0.9
 INDEX_CACHE_SAVING = 0.1  # DSA: share of a decode step's fixed and KV time a reused index saves
 # how far off each coefficient may be, as a factor at one standard deviation
 UNCERTAINTY = {"decode.a": 1.5, "decode.b": 2.0, "decode.c": 1.7, "decode.a_draft": 2.5, "decode.b_draft": 3.0,
-               "prefill.a": 2.0, "prefill.b": 1.7, "prefill.c": 2.0, "sched_s": 2.0, "kv_tokens": 1.3,
+               "prefill.a": 2.0, "prefill.b": 1.7, "prefill.c": 2.0, "kv_tokens": 1.3,
                "transfer": 2.0}
 
 
@@ -136,7 +136,7 @@ def derive(model: ModelSpec, c: Card, topo: Topology, engine: str = "vllm", name
     dtype = _compute_dtype(model, c)
     peak = c.peak(dtype)
     attn_peak = c.peak("fp32" if cpu else "bf16")
-    gemm = dgemm = CPU_GEMM_EFF if cpu else GEMM_EFF
+    gemm = CPU_GEMM_EFF if cpu else GEMM_EFF
     attn_eff = CPU_GEMM_EFF if cpu else ATTN_EFF
     bw = c.mem_bw_gb_s * 1e9 * MEM_EFF
     wb = model.weight_bytes
@@ -167,8 +167,8 @@ def derive(model: ModelSpec, c: Card, topo: Topology, engine: str = "vllm", name
     a2a_tok = (model.moe_layers * model.topk * model.hidden * (DISPATCH_BYTES + ACT_BYTES) / (net * 1e9) / dd
                if ep > 1 else 0.0)
     flops_tok = 2.0 * model.active_params()
-    b_d = row("decode.b", flops_tok / (dd * peak * dgemm) + ar_tok + a2a_tok,
-              f"{flops_tok / 1e9:.3g} GFLOP per token / ({dd} x {peak / 1e12:.4g} TFLOP/s x {dgemm})"
+    b_d = row("decode.b", flops_tok / (dd * peak * gemm) + ar_tok + a2a_tok,
+              f"{flops_tok / 1e9:.3g} GFLOP per token / ({dd} x {peak / 1e12:.4g} TFLOP/s x {gemm})"
               + (" + all-reduce" if ar_tok else "") + (" + all-to-all" if a2a_tok else ""))
     kv_tok = model.kv_bytes_per_token()
     kv_split = 1 if model.mla else min(tp, model.kv_heads)
@@ -182,7 +182,7 @@ def derive(model: ModelSpec, c: Card, topo: Topology, engine: str = "vllm", name
     a_dr = row("decode.a_draft", (d_every * wb / tp + d_routed * wb / split) / bw + DRAFT_STEP_S[mode],
                f"draft layer + lm_head {(d_every + d_routed) * wb / 1e9:.3g} GB / bw + {DRAFT_STEP_S[mode] * 1e3:.1f} ms "
                f"per pass")
-    b_dr = row("decode.b_draft", 2.0 * d_active / (dd * peak * dgemm),
+    b_dr = row("decode.b_draft", 2.0 * d_active / (dd * peak * gemm),
                f"{2 * d_active / 1e9:.3g} GFLOP per draft token / {dd} devices")
     rep = tp if model.mla else max(1, tp // kv_split)  # KV replicas within a DP rank
     mem = c.memory_gib * GiB
