@@ -117,12 +117,15 @@ def test_a_reason_that_renders_blank_is_refused_and_a_long_one_judged_folded_ali
     card = _card(srv, gid)
     url = f"/candidates/{card['id']}/reject"
     too_long = "x" * (MAX_REASON + 1)
-    for reason, words in [(b, NO_REASON) for b in BLANK] + [(too_long, f"at most {MAX_REASON} characters"),
-                                                            ("a " + too_long, f"at most {MAX_REASON} characters")]:
+    cases = [(b, NO_REASON) for b in BLANK] + [(too_long, f"at most {MAX_REASON} characters"),
+                                               ("a " + too_long, f"at most {MAX_REASON} characters")]
+    for i, (reason, words) in enumerate(cases):
         r = post(srv, url, {"card_hash": card["card_hash"], "reason": reason})
         assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "reason" and words in r.text, r.text
         reply = say(srv, gid, f"reject {card['id']} because {reason}")
         assert reply["action"] is None and words in reply["reply"], (reason, reply)
+        if i not in (0, 2, len(BLANK)):  # the CLI (a process start each, ~30 s on a loaded 2-core host) on a filler,
+            continue  # a keycap and the long reason: it calls the same validator (test_reason_properties holds them)
         cli = tuneloop(srv.tmp, "approve", str(card["id"]), "--reject", "--reason", reason, "--db", srv.db)
         assert cli.returncode == 2 and words in " ".join(cli.stderr.replace("│", " ").split()), (reason, cli.stderr)
     assert get(srv, f"/candidates/{card['id']}/approval") is None  # nothing recorded
