@@ -19,7 +19,7 @@ import yaml
 
 from core.canonical import canon
 from core.errors import FieldError
-from core.cards import card
+from core.cards import card, known
 from executor.cpu_probe import probe
 from executor.transports.sim import Derived, ModelSpec, RoleShape, Topology, derive
 
@@ -107,8 +107,8 @@ def threads_of(target: Any) -> int:
 def derive_target(target: Any) -> Derived:
     """The prior derived for a real target (FieldError naming what is missing when it cannot be)."""
     if not getattr(target, "card", None):
-        raise FieldError("card", "the target names no card kind (card: H100, H200, H800, A100, L40S, L4, "
-                                 "Ascend-910B, Ascend-910C or cpu), so no prior can be derived")
+        raise FieldError("card", f"the target names no card kind (card: one of {', '.join(known())}), so no prior "
+                                 f"can be derived")
     model = model_of(target)
     topo = topology_of(target)
     kv_space = None
