@@ -159,7 +159,10 @@ def compare(goal: Any, targets: dict[str, Any], out: Path, model_sha256: str, *,
     ref = hist.reference(best, proto.confirm_n)  # the loop's own figure of its best at confirm N
     loop_fig = obj.value(ref.summary) if ref and ref.summary else None
     loop_runs = store.runs(res.goal_id)
-    loop_device_s = sum(c.seconds for r in loop_runs if (got := store.get_result(r.id)) for c in got.result.costs)
+    def device_s(runs: list[Any]) -> float:
+        return sum(c.seconds for r in runs if (got := store.get_result(r.id)) for c in got.result.costs)
+
+    loop_device_s = device_s(loop_runs)
     decisions = [f"{o.card.stage} N={o.card.n} {' '.join(f'{k}={o.card.knobs.get(k)}' for k in space)}: "
                  f"{o.decision}: {o.reason}" for o in hist.outcomes]
     fid = twin_errors(ex, store, goal, res.goal_id) if twin is not False else None
@@ -171,8 +174,7 @@ def compare(goal: Any, targets: dict[str, Any], out: Path, model_sha256: str, *,
         ref2 = h2.reference(h2.best_knobs, proto.confirm_n)
         runs2 = store.runs(r2.goal_id)
         rules = {"experiments": len(runs2), "wall_s": round((time.perf_counter_ns() - t0) / 1e9, 1),
-                 "device_s": round(sum(c.seconds for r in runs2 if (got := store.get_result(r.id))
-                                       for c in got.result.costs), 1), "stop": r2.reason,
+                 "device_s": round(device_s(runs2), 1), "stop": r2.reason,
                  "best": {"knobs": {k: h2.best_knobs.get(k) for k in space},
                           "objective": obj.value(ref2.summary) if ref2 and ref2.summary else None}}
 

@@ -22,8 +22,6 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -35,7 +33,6 @@ from bench.tuners.loop import run_loop  # noqa: E402
 from bench.tuners.meter import Meter  # noqa: E402
 from bench.tuners.report import plot, write_table  # noqa: E402
 from core import profiles  # noqa: E402
-from core.canonical import canon  # noqa: E402
 from simulator import derive, perturb  # noqa: E402
 
 _WORKER: Evaluator | None = None
@@ -221,11 +218,9 @@ def derived_prior(case: Case, quick: bool, truth: dict[str, Any] | None, out: Pa
     with each coefficient's ratio to the truth the case measures (its profile, or the perturbed truth)."""
     base = profiles.load(case.goal_spec(quick, 0).sim_profile)
     d = derive.derive_for_profile(base)
-    path = (out / "priors" / f"{d.profile.name}.yaml").resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(canon(d.profile.model_dump()), sort_keys=False))
+    path = perturb.write(d.profile, (out / "priors" / f"{d.profile.name}.yaml").resolve())
     measured = profiles.load(truth["path"]) if truth else base
-    return {"path": str(path), "origin": d.origin(),
+    return {"path": path, "origin": d.origin(),
             "errors": {k: round(r, 3) for k, _, _, r in derive.error_table(d.profile, measured)}}
 
 
