@@ -19,6 +19,7 @@ import yaml
 
 from core.canonical import canon
 from core.errors import FieldError
+from core.records import write_atomic
 from core.cards import card, known
 from executor.cpu_probe import probe
 from executor.transports.sim import Derived, ModelSpec, RoleShape, Topology, derive
@@ -131,7 +132,5 @@ def write_derived(target: Any, root: Path) -> Path:
     path = Path(root) / "_priors" / f"{target.name}-derived-{key}.yaml"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(yaml.safe_dump(canon(d.profile.model_dump()), sort_keys=False))
-        os.replace(tmp, path)
+        write_atomic(path, yaml.safe_dump(canon(d.profile.model_dump()), sort_keys=False))
     return path
