@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,11 @@ from executor.phases import PhaseFailure
 from executor.verdict import handoff_fault
 
 FAILED_PHASE = {"collection_fault": "collect", "orchestration_fault": "load"}
+ENGINE_LOGS = "engine-logs"  # beside a faulted run's records: each service's own log since its last start
+LOG_TAIL_BYTES = 1 << 20
+# a line in an engine's log that names a failure: its level, a traceback, or a warning about the KV hand-off
+CAUSE = re.compile(r"\b(ERROR|CRITICAL)\b|Traceback|WARNING.*(kv|nixl|transfer|lease|expir|notif|handshake)", re.I)
+CAUSE_LINES = 3
 
 
 class CollectPhases:
@@ -56,6 +62,13 @@ class CollectPhases:
         evidence = self.evidence(run_dir)
         if verdict.kind != "orchestration_fault" and (handoff := handoff_fault(evidence)) is not None:
             verdict, error = handoff, handoff.reasons[0].message
+        if verdict.kind == "orchestration_fault":  # the engines' own words kept beside the run, the cause named
+            said = await self.keep_engine_logs(run_dir)
+            if said:
+                r = verdict.reasons[0]
+                verdict = verdict.model_copy(update={"reasons": [
+                    r.model_copy(update={"message": f"{r.message}; the engines said: {said}"}), *verdict.reasons[1:]]})
+                error = verdict.reasons[0].message
             rec.write_atomic(run_dir / VERDICT, verdict.model_dump_json(indent=1))  # the run directory agrees
         if profile:
             evidence = evidence.model_copy(update={"profile": profile_of(profile.get("summary"))})
@@ -100,6 +113,23 @@ class CollectPhases:
             if (await self.transport.service_state(svc)).alive and not await self.transport.health(svc):
                 return True
         return False
+
+    async def keep_engine_logs(self, run_dir: Path) -> str:
+        """Each service's log since its last start (its last MiB) written to run_dir/engine-logs/NAME.log, and the
+        first lines in them that name a failure, `NAME: line`, joined (empty when none does). A log that cannot be
+        read is named in its file instead; the fault stands either way."""
+        services = self.rendered.services if self.rendered else ()
+        out = run_dir / ENGINE_LOGS
+        causes: list[str] = []
+        for svc in services:
+            try:
+                text = await self.transport.service_log(svc, tail=LOG_TAIL_BYTES)
+            except Exception as e:  # noqa: BLE001 - a log we cannot read is named, never fatal to the record
+                text = f"(the log of {svc.name} could not be read: {e!r})\n"
+            out.mkdir(parents=True, exist_ok=True)
+            rec.write_atomic(out / f"{svc.name}.log", text)
+            causes += [f"{svc.name}: {line.strip()[:300]}" for line in text.splitlines() if CAUSE.search(line)]
+        return " | ".join(causes[:CAUSE_LINES])
 
     async def healthy_after(self) -> bool:
         if not self.rendered:

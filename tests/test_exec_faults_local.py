@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 import sys
 
 import httpx
@@ -120,6 +121,9 @@ def test_crash_mid_run_is_not_valid_and_the_next_run_restarts(world):
     assert r.verdict.kind == "orchestration_fault" and not r.healthy_after, (r.verdict, r.error)
     assert r.verdict.reasons[0].code == "server_died" and "simulated crash after 8 requests" in r.error
     assert r.failed_phase == "load" and r.summary.n_failed >= N // 2  # requests after the crash all failed
+    # the engine's own log of the faulted run is kept beside its records (the server's words, not only ours)
+    kept = sorted((Path(r.run_dir) / "engine-logs").glob("*.log"))
+    assert kept and any("simulated crash after 8 requests" in f.read_text() for f in kept), kept
     ok = _run(ex, tmp, "after-crash", [])
     dep = next(x for x in _journal(ex, "after-crash") if x.phase == "deploy" and x.event == "outcome")
     assert dep.detail["restarted"] is True and ok.verdict.kind == "valid" and ok.healthy_after

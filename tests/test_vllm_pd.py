@@ -163,6 +163,10 @@ def test_a_real_pd_deployment_with_two_decode_instances_hands_kv_to_each(engine,
         assert broken.verdict.kind == "orchestration_fault", (broken.verdict, _logs(bad))
         (reason,) = broken.verdict.reasons
         assert reason.code == "kv_handoff_failed" and reason.count >= 1 and "failed transfers" in reason.message
+        # the engines' own logs of the failed hand-off are kept beside the run, and their words name the cause
+        kept = {f.stem: f.read_text() for f in (Path(broken.run_dir) / "engine-logs").glob("*.log")}
+        assert set(kept) == {"prefill-0", "decode-0", "router-0"} and "NIXL" in kept["decode-0"], sorted(kept)
+        assert "the engines said: " in reason.message, reason.message
         assert broken.evidence.kv_transfer.kv_failed_transfers >= 1
         failing = [i for i, f in broken.evidence.instances.items() if (f.kv_failed or 0) >= 1]
         assert failing, broken.evidence.instances  # the failing instance is named in the evidence
