@@ -49,13 +49,14 @@ class _Retryable(Exception):
 
 def payload(fmt: str, event: str, goal_id: str, text: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
     """The body for one notification in the given format (pure). Slack reads `text` and the section as mrkdwn: both
-    escaped as the chat-app cards are (core/escape.py), so a person's words never ping, link or format."""
+    escaped as the chat-app cards are (core/escape.py), so a person's words never ping, link or format; Feishu gets
+    the line as literal text tags (core/escape.py feishu_post), as the chat app's replies."""
     line = f"[tuneloop] {goal_id}: {text}"
     if fmt == "slack":
         said = escape.slack(line)
         return {"text": said, "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": said}}]}
-    if fmt == "feishu":
-        return {"msg_type": "text", "content": {"text": line}}
+    if fmt == "feishu":  # a post of text tags: a person's <at user_id="all"> is shown, never an @all
+        return {"msg_type": "post", "content": {"post": escape.feishu_post(line)}}
     return {"event": event, "goal_id": goal_id, "text": text, "data": data or {},
             "at": datetime.now(timezone.utc).isoformat()}
 

@@ -15,6 +15,7 @@ from chatops_support import Platform, env, feishu_request, message_event, slack_
 from test_api_support import ServerProcess, auth, service_env, small_goal, wait_until
 
 from api.chat import parse
+from core.escape import feishu_post_text
 
 
 @pytest.fixture
@@ -46,9 +47,9 @@ def test_no_message_but_an_exact_command_acts_through_rest_slack_and_feishu(serv
         assert r.json()["text"].startswith("not done"), (text, r.json())
         body, headers = feishu_request(message_event("ou_fay", text))
         assert http.post("/chatops/feishu/events", content=body, headers=headers).status_code == 200, text
-    replies = platform.wait(lambda c: c["path"] == "/open-apis/im/v1/messages" and c["body"]["msg_type"] == "text",
+    replies = platform.wait(lambda c: c["path"] == "/open-apis/im/v1/messages" and c["body"]["msg_type"] == "post",
                             len(messages))
-    said = [json.loads(c["body"]["content"])["text"] for c in replies]
+    said = [feishu_post_text(json.loads(c["body"]["content"])) for c in replies]
     assert all(s.startswith("not done") for s in said), [s for s in said if not s.startswith("not done")][:3]
     # nothing decided, nothing instructed: the candidate still waits and the goal is neither paused nor stopped
     assert http.get(f"/candidates/{n}/approval", headers=auth("viewer")).json() is None

@@ -28,6 +28,7 @@ from chatops_support import (
 from test_api_support import auth, small_goal
 
 from api.app import create_app
+from core.escape import feishu_post_text
 from api.chatops.slack import SlackApp
 from api.settings import Settings
 
@@ -272,8 +273,11 @@ def test_feishu_messages_use_the_chat_grammar_and_a_changed_card_is_refused(live
     cid = int(value["candidate_id"])
 
     def replies(n: int) -> list[str]:
-        got = platform.wait(lambda c: c["path"] == "/open-apis/im/v1/messages" and c["body"]["msg_type"] == "text", n)
-        return [json.loads(c["body"]["content"])["text"] for c in got]
+        got = platform.wait(lambda c: c["path"] == "/open-apis/im/v1/messages" and c["body"]["msg_type"] == "post", n)
+        posts = [json.loads(c["body"]["content"]) for c in got]
+        # plain text only: every element a text tag (no at, a or img a person's words could become)
+        assert all(e["tag"] == "text" for p in posts for para in p["zh_cn"]["content"] for e in para), posts
+        return [feishu_post_text(p) for p in posts]
 
     for n, (who, text) in enumerate((("ou_vic", "status"), ("ou_nobody", f"approve {cid}"),
                                      ("ou_vic", f"approve {cid}")), 1):

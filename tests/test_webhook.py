@@ -13,6 +13,7 @@ from test_api_support import TOKENS_ENV, auth, small_goal, wait_until
 from api.app import create_app
 from api.settings import Settings, Webhook
 from api.webhooks import Notifier, feishu_sign, payload, verify
+from core.escape import feishu_post_text
 
 
 class Receiver:
@@ -66,7 +67,8 @@ def receiver():
 
 def test_payload_shapes():
     assert payload("slack", "decision", "g1", "x")["blocks"][0]["text"]["type"] == "mrkdwn"
-    assert payload("feishu", "stopped", "g1", "x") == {"msg_type": "text", "content": {"text": "[tuneloop] g1: x"}}
+    assert payload("feishu", "stopped", "g1", "x") == {"msg_type": "post", "content": {"post": {"zh_cn": {
+        "title": "", "content": [[{"tag": "text", "text": "[tuneloop] g1: x"}]]}}}}
     body = payload("json", "approval_needed", "g1", "x", {"candidate_id": 3})
     assert body["event"] == "approval_needed" and body["data"] == {"candidate_id": 3}
 
@@ -115,7 +117,7 @@ def test_service_notifies_approval_needed_decision_and_stop_in_three_formats(tmp
     feishu = [x for x in got if x["path"] == "/feishu"]
     assert len(slack) == len(feishu) == len(events)
     assert all(x["blocks"][0]["text"]["text"] == x["text"] for x in slack)
-    assert all(x["msg_type"] == "text" and gid in x["content"]["text"] for x in feishu)
+    assert all(x["msg_type"] == "post" and gid in feishu_post_text(x["content"]["post"]) for x in feishu)
     assert receiver.raw and all(verify(SECRET, h, raw) for _, h, raw in receiver.raw)  # every delivery is signed
     assert all(x["sign"] == feishu_sign(SECRET, int(x["timestamp"])) for x in feishu)  # Feishu's own convention
 

@@ -25,6 +25,7 @@ from api.chatops.common import (Refused, Replays, Unverified, click, command, de
 from api.logfilter import SecretFilter
 from api.service import Service
 from api.settings import Settings
+from core.escape import feishu_post
 
 if TYPE_CHECKING:  # the store is only annotated here
     from state.store import Store
@@ -154,9 +155,9 @@ class FeishuApp:
         if event != "approval_needed" or not self.ready or not chat:
             return False
         if data.get("kind") == "budget_extension":
-            self.send(chat, "text", {"text": f"[tuneloop] goal {goal_id}: {text}. Answer '{goal_id} extend budget by "
-                                             f"{data.get('card_hours', 0):g} card-hours' or '{goal_id} refuse the "
-                                             f"extension because …'"})
+            self.send(chat, "post", feishu_post(f"[tuneloop] goal {goal_id}: {text}. Answer '{goal_id} extend budget "
+                                                f"by {data.get('card_hours', 0):g} card-hours' or '{goal_id} refuse "
+                                                f"the extension because …'"))
             return True
         if not data.get("candidate_id") or not data.get("card_hash"):
             return False
@@ -233,7 +234,7 @@ def message(svc: Service, app: FeishuApp, event: dict[str, Any]) -> list[Later]:
 
     def send() -> None:
         try:
-            app.send(chat, "text", {"text": reply})
+            app.send(chat, "post", feishu_post(reply))  # plain text: a person's words never mention or link
             if offer is not None:
                 app.send(chat, "interactive", cards.feishu_card(offer))
         except Exception as e:  # Feishu's error may quote the request: the error class only
