@@ -40,8 +40,8 @@ class Cluster:
         self.cards = profile.cards(k)
         rng = np.random.default_rng(seed)
         self._run_factor = float(np.exp(rng.normal(0.0, profile.noise_run_sigma)))
-        self._jitter = np.exp(rng.normal(0.0, profile.noise_step_sigma, 4096)).tolist()
-        self._scaled = [self._run_factor * j for j in self._jitter]  # what _noise returns, per draw
+        # what _noise returns, per draw: the run factor times a step's jitter (numpy's products are Python's)
+        self._scaled = (self._run_factor * np.exp(rng.normal(0.0, profile.noise_step_sigma, 4096))).tolist()
         self._jit_i = 0
         spec_k = int(k["num_speculative_tokens"]) if k["speculative_method"] != "none" else 0
         gmu = float(k["gpu_memory_utilization"])
@@ -125,8 +125,8 @@ class Cluster:
     def advance_to(self, t: float) -> None:
         """Advance without reporting: events stay pending for the next run_until."""
         self._le = t
-        while self._heap and self._heap[0][0] <= t:
-            self._process_next()
+        if self._heap and self._heap[0][0] <= t:
+            self._process(math.inf, t, False)
         self._le = -math.inf
         self.now = max(self.now, t)
 
@@ -134,7 +134,7 @@ class Cluster:
         """Process every event at the earliest pending time (batch mode); returns that time."""
         if not self._heap:
             return None
-        return self._process_next()
+        return self._process(math.inf, math.inf, True)
 
     # -- event loop -------------------------------------------------------------------------
     def _push(self, t: float, kind: str, payload: Any) -> None:
@@ -145,42 +145,44 @@ class Cluster:
         self._jit_i += 1
         return self._scaled[self._jit_i & 4095]
 
-    def _process_next(self) -> float:
-        heap = self._heap
-        pop = heapq.heappop
-        t0 = heap[0][0]
-        while heap and heap[0][0] == t0:
-            t, _, kind, x = pop(heap)
-            self.now = t
-            if kind == "d":
-                self._decode_step(x, t)
-            elif kind == "p":
-                self._prefill_end(x, t)
-            elif kind == "ps":
-                self._p_pending[x] = False
-                self._prefill_start(x, t)
-            elif kind == "x":
-                self._transfer_done(x, t)
-            elif kind == "ds":
-                self._d_pending[x] = False
-                self._decode_start(x, t)
-            elif kind == "ms":
-                self._m_pending[x] = False
-                self._mixed_start(x, t)
-            elif kind == "m":
-                self.finished.extend(self.mixed[x].end_step(t))
-                self._mixed_start(x, t)
-        return self.now  # t0, or the last decode step a run-ahead completed
+    def _process(self, t_send: float, t_sample: float, once: bool) -> float:
+        """Process the pending event times in order, each time's events in the order they were queued: the first
+        time whatever it is, then each next one while it comes before `t_send` and not after `t_sample`, in batch mode
+        while no request has finished, and none when `once`. Returns the last time processed (or the last decode
+        step a run-ahead completed). One loop for run_batch, advance_to and advance: no call per event time."""
+        heap, pop, batch, finished = self._heap, heapq.heappop, self._batch, self.finished
+        while True:
+            t0 = heap[0][0]
+            while heap and heap[0][0] == t0:
+                t, _, kind, x = pop(heap)
+                self.now = t
+                if kind == "d":
+                    self._decode_step(x, t)
+                elif kind == "p":
+                    self._prefill_end(x, t)
+                elif kind == "ps":
+                    self._p_pending[x] = False
+                    self._prefill_start(x, t)
+                elif kind == "x":
+                    self._transfer_done(x, t)
+                elif kind == "ds":
+                    self._d_pending[x] = False
+                    self._decode_start(x, t)
+                elif kind == "ms":
+                    self._m_pending[x] = False
+                    self._mixed_start(x, t)
+                elif kind == "m":
+                    self.finished.extend(self.mixed[x].end_step(t))
+                    self._mixed_start(x, t)
+            if once or not heap or (batch and finished) or heap[0][0] >= t_send or heap[0][0] > t_sample:
+                return self.now
 
     def run_batch(self, t_send: float, t_sample: float) -> float:
         """Batch mode: process the pending event times that come before `t_send` and not after `t_sample`, up to
         and including the first that finishes a request (the client then has a free slot); returns the last time
         processed. The caller's loop would have taken the same events one time at a time (engine.simulate)."""
-        heap = self._heap
         self._lt, self._le, self._batch = t_send, t_sample, True
-        t = self._process_next()
-        while not self.finished and heap and heap[0][0] < t_send and heap[0][0] <= t_sample:
-            t = self._process_next()
+        t = self._process(t_send, t_sample, False)
         self._lt, self._le, self._batch = math.inf, -math.inf, False
         return t
 
@@ -194,6 +196,9 @@ class Cluster:
             self._push(end, "p", i)
 
     def _prefill_end(self, i: int, t: float) -> None:
+        """A prefill step ended: log its batches, hand each finished prompt's KV to the least loaded decode instance,
+        and start the instance's next step (what _prefill_start does: the instance is idle now). The pushes are
+        inline, in the order the events were queued before (transfers, then the next step)."""
         inst = self.prefill[i]
         t_start = inst.step_start
         done, log = inst.end_step()
@@ -201,8 +206,11 @@ class Cluster:
             for name, chunks, ctxs in log:
                 self.batches.append(construct(PrefillBatch, t_start=t_start, t_end=t, instance=name,
                                               n_reqs=len(chunks), n_tokens=sum(chunks), chunks=chunks, ctx=ctxs))
+        heap, push, seq = self._heap, heapq.heappush, self._seq
         if done:
             tr = self.profile.transfer
+            latency, kv, bw, keep, serial = (tr.latency_s, tr.kv_bytes_per_token, tr.bandwidth_gb_s * 1e9,
+                                             1 - tr.overlap, tr.serial)
             decode, link_free = self.decode, self._link_free
             for req in done:
                 req.t_prefill_end = t
@@ -214,14 +222,20 @@ class Cluster:
                 req.d_inst = j
                 decode[j].inbound += 1
                 self._p_inflight[i] += 1
-                dt = tr.latency_s + req.n_in * tr.kv_bytes_per_token / (tr.bandwidth_gb_s * 1e9) * (1 - tr.overlap)
-                if tr.serial:  # the decode instance's link carries one KV transfer at a time: later ones queue
+                dt = latency + req.n_in * kv / bw * keep
+                seq += 1
+                if serial:  # the decode instance's link carries one KV transfer at a time: later ones queue
                     start = max(t, link_free[j])
-                    link_free[j] = start + dt - tr.latency_s
-                    self._push(start + dt, "x", req)
+                    link_free[j] = start + dt - latency
+                    push(heap, (start + dt, seq, "x", req))
                 else:
-                    self._push(t + dt, "x", req)
-        self._prefill_start(i, t)
+                    push(heap, (t + dt, seq, "x", req))
+        jit = self._jit_i = self._jit_i + 1
+        end = inst.start_step(t, self._scaled[jit & 4095])
+        if end is not None:
+            seq += 1
+            push(heap, (end, seq, "p", i))
+        self._seq = seq
 
     def _transfer_done(self, req: SimRequest, t: float) -> None:
         req.t_ready = t
@@ -250,26 +264,15 @@ class Cluster:
     def _decode_step(self, j: int, t: float) -> None:
         """A decode step ended: finish its requests, admit, start the next step, and run ahead while nothing else
         comes between (the hot path: one call per decode step that another event interrupted)."""
-        d = self.decode[j]
-        done = d.end_step()
-        if done:
-            self.finished.extend(done)
-        if d.waiting:
-            for req in d.admit(t):
-                if req.s_end == req.s0:
-                    self.finished.append(req)
-        jit = self._jit_i = self._jit_i + 1
-        end = d.start_step(t, self._scaled[jit & 4095])
-        if end is None:
-            return
         heap = self._heap
         lt = heap[0][0] if heap and heap[0][0] < self._lt else self._lt  # a tie goes to the event already queued
-        if end < lt and end <= self._le and not (self._batch and self.finished):
-            # nothing else happens before this step ends (and batch mode hands no finished request back now)
-            end, steps, self._jit_i, last = d.run_ahead(end, lt, self._le, self._scaled, self._jit_i)
-            if steps:
-                self.now = last
-                self._seq += steps  # the events those steps would have queued
+        end, steps, self._jit_i, last = self.decode[j].next_step(t, lt, self._le, self._scaled, self._jit_i,
+                                                                 self.finished, self._batch)
+        if end is None:
+            return
+        if steps:  # nothing else happened before the last of these steps ended (and batch mode held no finish back)
+            self.now = last
+            self._seq += steps  # the events those steps would have queued
         self._seq += 1
         heapq.heappush(heap, (end, self._seq, "d", j))
 

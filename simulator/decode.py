@@ -153,68 +153,83 @@ class DecodeInstance:
         return self.step_parts()[0]
 
     def start_step(self, t: float, noise: float, extra: float = 0.0) -> float | None:
-        """Start a step of the running batch; `extra`: the step's prefill share on a mixed engine (simulator.mixed).
-        The same arithmetic as step_parts, in the same order, with the batch's terms looked up (the hot path)."""
-        b = self.batch
-        if b == 0:
+        """Start a step of the running batch (None when it is empty); `extra`: the step's prefill share on a mixed
+        engine (simulator.mixed)."""
+        if self.batch == 0:
             return None
-        a, c, imb, waiting, draft, _, _, routed = self._terms.get(b) or self._batch_terms(b)
-        core = (a + c * (self.sum_n_in + self.al * (b * self.step - self.sum_s0))) * imb
-        sched = self._sched
-        dt = (sched + core + draft + extra) * noise
-        end = t + dt
-        self.step_end.append(end)
-        self.busy_until = end
-        self.busy_s += dt
-        s = sched if sched <= dt else dt
-        wait = core * noise * waiting  # every rank waits for the most loaded one
-        drafting = draft * noise
-        self.sched_s += s
-        self.imbalance_s += wait
-        self.draft_s += drafting
-        rest = dt - s - wait - drafting
-        self.comm_s += (rest if rest > 0.0 else 0.0) * self._comm  # of the balanced main pass
-        self.routed += routed
-        return end
+        return self._steps(t, (noise,), 0, -math.inf, -math.inf, False, extra)[0]
 
-    def run_ahead(self, t: float, lt: float, le: float, noise: list[float], jit: int) -> tuple[float, int, int, float]:
-        """Complete the step in flight (ending at t) and start the next, again and again, while it ends before `lt`,
-        not after `le`, and finishes no request: what the cluster's event loop does one event at a time when no
-        other event comes between (the caller checks that: its next event is at `lt` or later), so each started step
-        takes the next draw of the shared noise table (`noise[jit & 4095]`, jit counting draws). Why: the loop's
-        heap and dispatch were most of a decode step's cost. The same arithmetic as end_step + start_step, in the
-        same order. Returns (the end of the step now in flight, steps completed, jit, the last completed step's end)."""
-        b, stop, step = self.batch, self._finish[0][0] if self._finish else math.inf, self.step
-        a, c, imb, waiting, draft, tokens, bucket, routed = self._terms[b]
+    def next_step(self, t: float, lt: float, le: float, noise: list[float], jit: int, finished: list[SimRequest],
+                  hold: bool) -> tuple[float | None, int, int, float]:
+        """The step in flight ended at t: complete it (its finished requests go to `finished`), admit the waiting, start
+        the next step (the next draw of the shared noise table, `noise[jit & 4095]`, jit counting draws), and run ahead
+        (_steps) while nothing else comes between and `hold` (batch mode) has no finished request to hand back first.
+        Why one call: the cluster's heap, dispatch and a call per part were most of a decode step's cost. The same
+        arithmetic as end_step + admit + start_step, in the same order. Returns (the end of the step now in flight,
+        None when the batch emptied; steps run ahead; jit; the last run-ahead step's end)."""
+        step = self.step = self.step + 1  # end_step: IterationTokens.observe with the batch's tokens and bucket
+        tokens, bucket = (self._terms.get(self.batch) or self._batch_terms(self.batch))[5:7]
+        it = self.iterations
+        it.count += 1
+        it.sum += tokens
+        if bucket < N_BUCKETS:
+            it.buckets[bucket] += 1
+        if self._finish and self._finish[0][0] <= step:
+            self._finish_due(step, finished)
+        if self.waiting:
+            for req in self.admit(t):
+                if req.s_end == req.s0:
+                    finished.append(req)
+        jit += 1
+        if self.batch == 0:
+            self.busy_until = None
+            return None, 0, jit, t
+        return self._steps(t, noise, jit, lt, le, not (hold and finished), 0.0)
+
+    def _steps(self, t: float, noise, jit: int, lt: float, le: float, run: bool,
+               extra: float) -> tuple[float, int, int, float]:
+        """Start a step at t with the draw `noise[jit & 4095]`; then, with `run`, complete it and start the next, again
+        and again, while the step in flight ends before `lt`, not after `le`, and finishes no request: what the
+        cluster's event loop does one event at a time when no other event comes between (its caller checks that: its
+        next event is at `lt` or later), each started step taking the next draw. A step's time: the batch's terms
+        looked up, (sched + (a' + c'·KV)·IF + draft + extra) x noise, the same arithmetic as step_parts, in the same
+        order. Returns (the end of the step in flight, steps completed, jit, the last completed step's end)."""
+        b, step, fin, it = self.batch, self.step, self._finish, self.iterations
+        a, c, imb, waiting, draft, tokens, bucket, routed = self._terms.get(b) or self._batch_terms(b)
         sched, comm, al, sum_n_in, sum_s0 = self._sched, self._comm, self.al, self.sum_n_in, self.sum_s0
         busy, sch, imbs, drs, coms, itsum = self.busy_s, self.sched_s, self.imbalance_s, self.draft_s, self.comm_s, \
-            self.iterations.sum
-        append, done, last = self.step_end.append, 0, t
-        while t < lt and t <= le and step + 1 < stop:
-            step += 1  # end_step: the step completes and finishes nobody
-            itsum += tokens
-            done += 1
-            last = t
-            jit += 1  # start_step
+            it.sum
+        append, stop, done, last = self.step_end.append, fin[0][0] if fin else math.inf, -1, t
+        while True:
             x = noise[jit & 4095]
             core = (a + c * (sum_n_in + al * (b * step - sum_s0))) * imb
-            dt = (sched + core + draft) * x
+            dt = (sched + core + draft + extra) * x
             t = t + dt
             append(t)
             busy += dt
             s = sched if sched <= dt else dt
-            wait = core * x * waiting
+            wait = core * x * waiting  # every rank waits for the most loaded one
             drafting = draft * x
             sch += s
             imbs += wait
             drs += drafting
             rest = dt - s - wait - drafting
-            coms += (rest if rest > 0.0 else 0.0) * comm
-        it = self.iterations
-        it.sum, it.count = itsum, it.count + done
-        if bucket < len(BUCKETS):
-            it.buckets[bucket] += done
-        self.step, self.busy_until, self.routed = step, t, self.routed + routed * done
+            coms += (rest if rest > 0.0 else 0.0) * comm  # of the balanced main pass
+            done += 1
+            if not (run and t < lt and t <= le and step + 1 < stop):
+                break
+            step += 1  # the step completes, finishing nobody (end_step), and the next starts
+            itsum += tokens
+            last = t
+            jit += 1
+        if done:
+            it.sum, it.count = itsum, it.count + done
+            if bucket < N_BUCKETS:
+                it.buckets[bucket] += done
+        self.step, self.busy_until = step, t
+        self.routed = self.routed + routed  # the first step's, then the run-ahead steps' at once (whole numbers)
+        if done:
+            self.routed = self.routed + routed * done
         self.busy_s, self.sched_s, self.imbalance_s, self.draft_s, self.comm_s = busy, sch, imbs, drs, coms
         return t, done, jit, last
 
@@ -235,9 +250,13 @@ class DecodeInstance:
                 it.buckets[bucket] += 1
         fin = self._finish
         done: list[SimRequest] = []
-        if not fin or fin[0][0] > step:
-            return done
-        step_end = self.step_end
+        if fin and fin[0][0] <= step:
+            self._finish_due(step, done)
+        return done
+
+    def _finish_due(self, step: int, done: list[SimRequest]) -> None:
+        """Retire the requests whose last token step `step` carried, appending them to `done`."""
+        fin, step_end = self._finish, self.step_end
         while fin and fin[0][0] <= step:
             _, _, req = heapq.heappop(fin)
             req.t_finish = step_end[req.s_end]
@@ -251,7 +270,6 @@ class DecodeInstance:
             if self.k:
                 self.accepted_pos = [x + y for x, y in zip(self.accepted_pos, req.accepted)]
             done.append(req)
-        return done
 
     def accepted_per_position(self) -> list[float]:
         """Accepted drafts per position (0-based, as vLLM labels them): exact for finished requests, the
@@ -267,5 +285,8 @@ class DecodeInstance:
 
     def chunks(self, req: SimRequest) -> tuple[list[float], list[int]]:
         """Chunk times and tokens of a finished request: first token at admission, then one per step."""
-        times = [req.t_admit] + self.step_end[req.s0 + 1: req.s_end + 1]
-        return times, [1] + req.tokens.tolist()
+        times = self.step_end[req.s0: req.s_end + 1]  # one copy: step s0's end gives way to the admission time
+        times[0] = req.t_admit
+        tokens = req.tokens.tolist()
+        tokens.insert(0, 1)
+        return times, tokens

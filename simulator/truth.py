@@ -10,7 +10,7 @@ from core.records import RequestRecord
 def _inflight_bounds(formal: Sequence[RequestRecord], c: int) -> tuple[float, float] | None:
     """a = send of the 2nd request that brings in-flight to C; b = last time in-flight == C."""
     ev = [(r.t_send, 1) for r in formal] + [(r.chunk_times[-1], -1) for r in formal]
-    ev.sort(key=lambda e: (e[0], e[1]))  # completions before sends at the same instant
+    ev.sort()  # by time, completions (-1) before sends (+1) at the same instant: the tuples' own order
     n, hits, a, b, at_c = 0, 0, None, None, False
     for t, d in ev:
         if at_c and d < 0:
