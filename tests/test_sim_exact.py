@@ -7,7 +7,9 @@ the prefill batches, the time breakdown, the ground truth and the expert-load re
 shortest repr, which round-trips exactly), so any change in any bit fails the case. The digests were computed with
 the simulator as it stood before the optimisation (main 9c0a4ca); a deliberate change of the model re-pins them.
 Re-pinned when the prefill batch log gained each chunk's context (`PrefillBatch.ctx`): the digests with that field
-left out were the old ones in every case, so no figure moved.
+left out were the old ones in every case, so no figure moved. The cases `dsv4-sim-speed-640` (bench/sim_speed.py's
+default run) and `three-decode-gamma` (three decode instances, gamma arrivals) were added with issue 55's speed work,
+their digests computed with the simulator as it stood before it (main 5a0ae1c).
 """
 from __future__ import annotations
 
@@ -45,6 +47,9 @@ CASES = {
     "crash": ("llama31-8b-l40s-p1d1", "chat1k-out512", {"request_rate": 1.0}, 60, 0, 6, "constant", ["crash_at=0.5"]),
     "agent-mixed-prefix": ("qwen3-32b-910b-p2d4-agent", "agent12k-tools-out256", {}, 60, 4, 10, "constant", []),
     "mtp-decay-dp": ("deepseek-v3-910c-p4d8", "code4k", {"speculative_method": "mtp", "num_speculative_tokens": 3}, 80, 0, 8, "constant", []),
+    "dsv4-sim-speed-640": ("dsv4-flash-910c-p8d8", "copy16k-zero-cache", {"max_prefill_reqs": 2}, 640, 0, 1, "constant",
+                           []),
+    "three-decode-gamma": ("deepseek-v3-h200-p8d8", "chat2k-out1k", {"num_decode_instances": 3}, 300, 2, 2, "gamma", []),
 }
 
 PINNED = {
@@ -52,6 +57,7 @@ PINNED = {
     "crash": "a5aa11bc88e297ad642c557bd4df348b670d8574ea8528dac8f900c79ea459e3",
     "dsv4-mtp3-eplb": "121e0501ba76ab67147d3b63ead0abb21f0e32b524137dcc1a1dccd9db01e669",
     "dsv4-plain-poisson": "3a33972f179362b7e7e012a4b78b582fdf443433267e3f9b16f74582753ea999",
+    "dsv4-sim-speed-640": "5fceaa46c19c7bacd3d26b037cb84f8f4d81f38b543090111e3ad0ea3a4fde4a",
     "faults": "d61bc78190a6209e71a2f7a8ac37958a77feec2e8bac3f2d964600e6636b9e0e",
     "mixed-cpu-warm": "edfeb26c84b4dd71c4756a1c642355ee8a68d93b91939162d1c22ef79a2ecfe4",
     "mixed-prefix": "9231fa948646e53ba0cac9d5c0f7abb98c6af7f060c3172a3402cecec7ed7f19",
@@ -59,6 +65,7 @@ PINNED = {
     "mtp-decay-dp": "d4919c243f3f889f3ecfb73517d962aa5760a8f0d027cc0d82fc8c3c53d682dd",
     "prefix-decay": "109978b9585cc6fb86a7d9a065c00dfe1a2c75b3e5c6fa0169945584a4dd7816",
     "serial-link": "bf76f952d7986a94ca7869cdf8447a2677d71a08c67deeaa5f8be70adc04b570",
+    "three-decode-gamma": "5c4f1639c91e8b210825d9829df22070f6ef10eba35f1558735959250fcadba7",
 }
 
 SUMMARY_PINNED = {
@@ -66,6 +73,7 @@ SUMMARY_PINNED = {
     "crash": "a7336fcb02f948ee1c2f8cc0d611b681a744d120a1c6cf7479cb44b50de2f33b",
     "dsv4-mtp3-eplb": "d1dd9483bbc718558682fd793658a261a9b0919279d0cd3ac75c08b72d874830",
     "dsv4-plain-poisson": "8bf0887f8d6e5870b85187feb0e85a63af558bfe6bd63f16e74736cf9a8339c3",
+    "dsv4-sim-speed-640": "c30eebed5efbd1fa60a99661e1773d20261889fa397ae1a4f6177162bdbf01a7",
     "faults": "6083ef005b762f26181067f547e73506dfb5956f48a7dbebeff5eb61c8a2964b",
     "mixed-cpu-warm": "611f228792aa3d9c7febd014844ec49764d0ac93e4c899d9d4aefdc0db0a1e8a",
     "mixed-prefix": "94321f1d3418180dd527f48b053e85b2fe61cfe26b696c0908a2fc09cfc26a30",
@@ -73,6 +81,7 @@ SUMMARY_PINNED = {
     "mtp-decay-dp": "fe3f9bde469d594574580ba6dbc71bb8958b831c3b1a049576d4c2121d9f26ca",
     "prefix-decay": "aa29a99c85a75f0ecbd3969af0632a9800b0ddd3a8d7f5845f310944ae2638f4",
     "serial-link": "182ec405b5e4e2061a5d345431a7e475676b87bdfbcc1fc00cbae1644470dad7",
+    "three-decode-gamma": "db69374fe5bc2f5347f8e49e959197f1846fe8db81122d245fad1030ec92b605",
 }
 
 STREAM_PINNED = "015a9dda9037d1867fdc7ea59eb4b206325f0bfd55ede547dbcac8f5392bb245"
