@@ -14,8 +14,26 @@ import typer
 TARGET_SIDE = ("sim", "load")
 
 
+def flags_without_metavar() -> None:
+    """`--help` shows no value type for a flag: typer's rich help prints a bool flag's type (`--json <bool>`,
+    `--help <bool>`) though a flag takes no value (click's plain help never does: it skips a flag's metavar). A
+    flag's type is shown as nothing; every other option keeps its `<int>`, `<path>`, ..."""
+    from typer.core import TyperOption
+
+    plain = TyperOption.display_type_rich
+    if getattr(plain, "flag_aware", False):
+        return
+
+    def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
+        return None if self.is_flag else plain(self, ctx)
+
+    display_type_rich.flag_aware = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
 def target_app() -> typer.Typer:
     """The commands a target host runs (`sim`, `load`), with their full help, and nothing else."""
+    flags_without_metavar()
     from executor.loadcli import app as load_app
     from simulator.cli import app as sim_app
     from simulator.server import serve as sim_serve

@@ -7,7 +7,7 @@ from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 
 from api.asgi import HttpMiddleware
@@ -24,6 +24,11 @@ from state.errors import Conflict, GoalError, InvalidTransition, NotFound, Stale
 from state.goal import GoalSpec
 
 DASHBOARD = Path(__file__).with_name("dashboard") / "index.html"
+REASON_CHARS = 2000  # the most of one field's reason a 422 carries (state/goal.py cuts a value it repeats to 400)
+# the dashboard's tab icon: a tuning dial (a ring and a needle), served at /favicon.ico
+FAVICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><circle cx="16" cy="16" r="13" fill="#fff" '
+           'stroke="#1f77b4" stroke-width="4"/><path d="M16 16 L24 8" stroke="#e0a000" stroke-width="4" '
+           'stroke-linecap="round"/></svg>')
 _ERR = {"content": {"application/json": {"schema": {"type": "object", "properties": {"detail": {}}}}}}
 # what every authenticated operation may answer besides its own responses (documented, so a client and a
 # schema checker know every status code the server sends)
@@ -84,6 +89,11 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True,
     def dashboard() -> str:
         return DASHBOARD.read_text(encoding="utf-8")
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        """The tab's icon (a browser asks for it on every page): an inline SVG, public like the page itself."""
+        return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
+
     return app
 
 
@@ -135,7 +145,9 @@ def _errors(app: FastAPI) -> None:
         return handler
 
     async def goal_error(request: Request, exc: GoalError) -> JSONResponse:
-        return JSONResponse({"detail": [{"loc": ["body", *field.split(".")], "msg": excerpt(reason, 400),
+        """Each field's reason as the goal's validation worded it (already cut where it could repeat a value; a data
+        file's error kept whole, its known names listed): at most REASON_CHARS of it, a safety net."""
+        return JSONResponse({"detail": [{"loc": ["body", *field.split(".")], "msg": excerpt(reason, REASON_CHARS),
                                          "type": "value_error"} for field, reason in exc.errors[:MAX_ERRORS]]},
                             status_code=422)
 

@@ -5,10 +5,12 @@ candidate number but is not one sentence of the grammar is `refused`: a question
 hedge or condition ("approve 7 if TTFT stays low"), a time ("approve 7 later"), a second target ("approve 7 and
 8"), a negation in any language ("don't approve 7", "I wouldn't approve 7", "别批准 7"). The reply says why and
 offers the one exact command it may have meant (`suggest`: sent or clicked as it is, it acts); a negated approval
-is offered no approval. A fixed number of regular-expression searches of bounded literals: linear in the message.
+is offered no approval. A first word that is a near miss of a command word ("aprove 5") is offered that command
+("approve 5"), never acted on. A fixed number of regular-expression searches of bounded literals: linear in the message.
 """
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any
 
@@ -32,6 +34,8 @@ _KIND_RES = {k: re.compile(v) for k, v in _KINDS.items()}
 _NEGATED = re.compile(r"\b(?:not|no|never|nope|nah|neither|nor|without|nicht|kein|keine|nein|non|pas|jamais|nunca"
                       r"|nada|ne|nie|нет|не)\b|n't\b|cannot\b|disapprov|ない|없|不|别|勿|没|未|莫|甭|禁止|无需|无须")
 _QUESTION = re.compile(r"\?|吗|嘛|呢")
+# the command words a first word is compared with for a typo (api/chat.py's English verbs)
+_TYPO_WORDS = ("approve", "reject", "pause", "resume", "stop")
 _NUMBER = re.compile(r"(?<![0-9.])[0-9]{1,9}(?![0-9])")
 
 
@@ -48,13 +52,31 @@ def _mentions(said: str) -> tuple[list[str], list[int], bool, bool]:
     return kinds, nums, _NEGATED.search(said) is not None, _QUESTION.search(said) is not None
 
 
+def misspelt(said: str) -> tuple[str, str] | None:
+    """(the word typed, the command word it is a typo of) when the message opens with a near miss of one
+    ("aprove 5", "rejct 5 because …", "pasue"): difflib's ratio at least 0.8 ("step" or "shop" are no "stop"), never
+    the word itself."""
+    words = said.casefold().split(maxsplit=1)
+    first = words[0] if words else ""
+    if not 4 <= len(first) <= 20 or first in _TYPO_WORDS:
+        return None
+    near = difflib.get_close_matches(first, _TYPO_WORDS, n=1, cutoff=0.8)
+    return (first, near[0]) if near else None
+
+
 def not_a_command(said: str) -> Any:
-    """`refused` with why and the command it may have meant, when the message names a command or a candidate;
-    `unknown` otherwise (the reply is the help, or a configured language model is asked)."""
+    """`refused` with why and the command it may have meant, when the message names a command or a candidate
+    (or opens with a misspelt command word); `unknown` otherwise (the reply is the help, or a configured language
+    model is asked)."""
     kinds, nums, negated, question = _mentions(said)
+    typo = misspelt(said) if not kinds else None
+    if typo is not None:
+        kinds = [typo[1]]
     if not kinds and not nums:
         return Intent(kind="unknown")
-    if negated:
+    if typo is not None and not negated and not question and len(nums) <= 1:
+        why = f"{typo[0]!r} is not a command word (did you mean {typo[1]!r}?)"
+    elif negated:
         why = "it negates the command"
     elif question:
         why = "it is a question"

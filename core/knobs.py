@@ -5,6 +5,7 @@ with the same message (field name + reason).
 """
 from __future__ import annotations
 
+import difflib
 import math
 from functools import cached_property, lru_cache
 from importlib import resources
@@ -181,7 +182,9 @@ class Catalog(BaseModel):
     def get(self, name: str) -> Knob:
         k = self.by_name.get(name)
         if k is None:
-            raise KnobError(name, "no such knob in the catalog")
+            near = difflib.get_close_matches(str(name), self.by_name, n=3, cutoff=0.75) if len(str(name)) <= 200 else []
+            raise KnobError(name, "no such knob in the catalog" +
+                            (f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""))
         return k
 
     def for_engine(self, engine: str) -> list[Knob]:

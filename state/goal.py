@@ -23,9 +23,11 @@ from pydantic import (
     ValidationInfo,
     create_model,
     field_validator,
+    model_validator,
 )
 
 from core import datafiles, profiles, scenarios
+from core.canonical import canon
 from core.bounded import BoundsError, excerpt, load_json, load_yaml
 from core.goalview import GoalView, goal_view
 from core.datafiles import DataFileError, read_text
@@ -218,6 +220,9 @@ class GoalSpec(_Frozen):
     def _output_len_matches(cls, v: Constraints, info: ValidationInfo) -> Constraints:
         if v.output_len is not None and "scenario" in info.data:
             want = scenarios.load(info.data["scenario"]).output_len
+            if want is None:
+                raise ValueError(f"output_len: scenario {info.data['scenario']!r} takes each request's output length "
+                                 "from its source file; leave output_len out")
             if v.output_len != want:
                 raise ValueError(f"output_len {v.output_len} differs from scenario {info.data['scenario']!r} ({want})")
         return v
@@ -256,6 +261,17 @@ class GoalSpec(_Frozen):
                 raise KnobError(name, "at most 1000 values")
             out[name] = tuple(knob.coerce(x) for x in values)
         return out
+
+    @model_validator(mode="after")
+    def _start_in_space(self) -> "GoalSpec":
+        """A start knob the goal's search space names takes one of the space's values: the loop never moves
+        back to a value outside it, so a start outside it is a typo or a space that forgot it."""
+        for name, value in self.start_knobs.items():
+            values = (self.search_space or {}).get(name)
+            if values is not None and not any(canon(value) == canon(v) for v in values):
+                raise FieldError(f"start_knobs.{name}", f"{value!r} is not one of the search space's values for "
+                                 f"{name}: {list(values)} (add it to search_space.{name}, or start from one of them)")
+        return self
 
     @field_validator("authorisation")
     @classmethod
@@ -309,7 +325,9 @@ def _errors(e: ValidationError) -> list[tuple[str, str]]:
         field = ".".join(str(p) for p in err["loc"]) or "(goal)"
         msg = excerpt(err["msg"].removeprefix("Value error, "), 400)  # a message that repeats a huge value
         cause = (err.get("ctx") or {}).get("error")
-        if isinstance(cause, FieldError):  # the refused field under the one validated (a knob of start_knobs)
+        if isinstance(cause, DataFileError):  # names a file and why, never its content: kept whole (its known names)
+            msg = str(cause)
+        elif isinstance(cause, FieldError):  # the refused field under the one validated (a knob of start_knobs)
             field, msg = f"{field}.{cause.field}" if field != "(goal)" else cause.field, excerpt(cause.reason, 400)
         out.append((field, msg))
     return out

@@ -22,17 +22,36 @@ DbOpt = typer.Option(None, "--db", help="store URL (default $TUNELOOP_DB or sqli
 
 @contextmanager
 def steering_store(db: Optional[str], what: str, errors: tuple[type[BaseException], ...]) -> Iterator[QueueStore]:
-    """The store for one steering command; an error it names ends the command with exit 1 and the reason."""
+    """The store for one steering command; an error it names ends the command with exit 1 and the reason. A thing
+    it does not find (no such goal, no such candidate) names the store it searched and how to name another."""
+    from state.errors import NotFound
     from state.workqueue import QueueStore
 
-    st = QueueStore(db or default_store_url())
+    url = db or default_store_url()
+    st = QueueStore(url)
     try:
         yield st
     except errors as e:
-        typer.echo(f"{what}: {e}", err=True)
+        where = ""
+        if isinstance(e, NotFound):
+            how = "" if db else " (the default: --db or $TUNELOOP_DB names another)"
+            where = f" in the store {store_name(url)}{how}"
+        typer.echo(f"{what}: {e}{where}", err=True)
         raise typer.Exit(1) from None
     finally:
         st.close()
+
+
+def store_name(url: str) -> str:
+    """A store URL as a person may read it: its password hidden, a SQLite file's path made absolute."""
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
+        u = u.set(database=str(Path(u.database).resolve()))
+    return u.render_as_string(hide_password=True)
 
 
 def approve(candidate: int = typer.Argument(..., help="candidate id (shown when the loop waits)"),
