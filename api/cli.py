@@ -35,7 +35,8 @@ def serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = typer.Opt
                                                          "TUNELOOP_IN_PROCESS; default: separate processes)"),
           data_dir: list[Path] = typer.Option([], "--data-dir", exists=True, file_okay=False,
                                               help="a data directory (scenarios/, profiles/) whose files goals may "
-                                                   "name, repeatable (env TUNELOOP_DATA_DIRS)"),
+                                                   "name, repeatable (env TUNELOOP_DATA_DIRS); a scenario there may "
+                                                   "replay a dataset or trace beside it (examples/traffic)"),
           ) -> None:
     """Serve the REST API, the dashboard and the worker loop (SQLite + simulator target by default).
 

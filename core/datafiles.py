@@ -11,6 +11,7 @@ its content (a data file may hold anything, and its errors reach API clients).
 """
 from __future__ import annotations
 
+import os
 import re
 from functools import lru_cache
 from importlib import resources
@@ -52,6 +53,21 @@ def use_data_dirs(dirs: Iterable[str | Path]) -> None:
     if added:  # a name may now resolve where it did not before
         for clear in _ON_CHANGE:
             clear()
+
+
+ENV = "TUNELOOP_DATA_DIRS"  # the data directories, os.pathsep-separated: what a process launched here inherits
+
+
+def env_dirs() -> list[str]:
+    return [d for d in os.environ.get(ENV, "").split(os.pathsep) if d.strip()]
+
+
+def share_with_children(dirs: Iterable[str | Path]) -> None:
+    """Add `dirs` to $TUNELOOP_DATA_DIRS, so what this process launches on a local target (the load generator,
+    `tuneloop load run`, which reads it) resolves the same scenario names."""
+    extra = [str(Path(d).expanduser().resolve()) for d in dirs]
+    if extra:
+        os.environ[ENV] = os.pathsep.join(dict.fromkeys(env_dirs() + extra))
 
 
 def data_dirs(folder: str) -> list[Path]:
@@ -124,17 +140,20 @@ def validation_summary(e: Any) -> str:
                      for err in e.errors(include_input=False, include_url=False))[:600]
 
 
-def loader(folder: str, kind: str, model: Any, cache_size: int) -> Callable[[str], Any]:
+def loader(folder: str, kind: str, model: Any, cache_size: int,
+           finish: Callable[[Any, Path, str], Any] | None = None) -> Callable[[str], Any]:
     """`load(name_or_path)` for one kind of data file: resolved like `resolve`, read by `read_yaml`, validated
-    into `model`, cached, and the cache emptied when the data directories change."""
+    into `model` (anything with a `model_validate`), completed by `finish(value, path, what)` where given (a file
+    it names beside it), cached, and the cache emptied when the data directories change."""
     @lru_cache(maxsize=cache_size)
     def load(name_or_path: str) -> Any:
         p = resolve(folder, kind, name_or_path)
         data = read_yaml(p, f"{kind} {name_or_path!r}")
         try:
-            return model.model_validate(data)
+            value = model.model_validate(data)
         except ValidationError as e:
             raise DataFileError(f"{kind} {name_or_path!r}: not a valid {kind} ({validation_summary(e)})") from None
+        return value if finish is None else finish(value, p, f"{kind} {name_or_path!r}")
     load.__doc__ = f"A {kind} by name (built-in or in a data directory), or a YAML file by path."
     on_change(load.cache_clear)
     return load

@@ -50,7 +50,7 @@ class RunInfo(BaseModel):
     cards: int = 1
     seed: int = 0
     endpoint: str | None = None
-    output_len: int
+    output_len: int | None  # None: each request's own (a scenario of the user's traffic: n_out_expected)
     api: str = "completions"  # completions | chat
 
 

@@ -69,7 +69,7 @@ class Contract(BaseModel):
     """The scenario contract a valid run must keep."""
 
     model_config = ConfigDict(frozen=True)
-    output_len: int
+    output_len: int | None  # None: each request's own (n_out_expected), as a scenario of the user's traffic has it
     all_succeed: bool = True
     zero_cache: bool = False
     min_request_hit: float | None = None

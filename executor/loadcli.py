@@ -25,7 +25,9 @@ def _rate(text: str) -> float:
 @app.command("run")
 def run_cmd(
     endpoint: str = typer.Option(..., help="server base URL (http://host:port) or a full /v1/... URL"),
-    scenario: str = typer.Option(..., help="scenario name or YAML path (simulator/scenarios)"),
+    scenario: str = typer.Option(..., help="scenario name (core/scenarios/ or a directory of $TUNELOOP_DATA_DIRS) or "
+                                           "YAML path; a scenario with a `source:` replays a prompt dataset or a "
+                                           "trace (its arrival times) beside it"),
     n: int = typer.Option(..., help="formal requests"),
     concurrency: int = typer.Option(..., help="concurrency cap C"),
     rate: str = typer.Option("inf", help="arrival rate r in requests/s, or inf"),
@@ -37,17 +39,21 @@ def run_cmd(
     model: Optional[str] = typer.Option(None, help="model name; default: the first of /v1/models"),
     cards: int = typer.Option(1, help="cards in use (P + D), for per-card figures"),
     seed: int = typer.Option(0, help="seed of the arrival process"),
-    metrics_url: List[str] = typer.Option([], help="NAME=URL of an engine /metrics, once per instance; NAME a role "
-                                          "(prefill|decode|mixed) or one instance of it (decode-1)"),
+    metrics_url: List[str] = typer.Option([], help="NAME=URL of an engine /metrics, once per instance (all scraped "
+                                          "concurrently, each within its own timeout); NAME a role "
+                                          "(prefill|decode|mixed), one instance of it (decode-1) or one rank "
+                                          "endpoint of an instance (decode-1.r3)"),
     timeout_s: float = typer.Option(3600.0, help="per-request timeout (s)"),
     continuous_usage: bool = typer.Option(True, help="ask for usage in every chunk (vLLM continuous_usage_stats)"),
     procs: int = typer.Option(1, help="client processes sharing one schedule and one budget of C (no warm-up)"),
 ) -> None:
     """Send the scenario's requests; append raw records as they finish; then write rc and done."""
+    from core.datafiles import env_dirs, use_data_dirs
     from executor.evidence import parse_endpoints
     from executor.loadgen import LoadConfig, run
 
     try:
+        use_data_dirs(env_dirs())  # a scenario by name may live in a data directory ($TUNELOOP_DATA_DIRS)
         cfg = LoadConfig(endpoint=endpoint, n=n, concurrency=concurrency, request_rate=_rate(rate), warmup=warmup,
                          arrival=arrival, burstiness=burstiness, api=api, model=model, seed=seed,
                          timeout_s=timeout_s, continuous_usage=continuous_usage,

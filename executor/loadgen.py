@@ -13,8 +13,8 @@ continuous_usage_stats, which lets the client know how many tokens each chunk ca
 Streams are read with aiohttp (as `vllm bench serve` does): its C HTTP parser and `iter_any()`
 hand over whatever bytes have arrived in one block, about 5x less client CPU per token than
 httpx/h11's per-chunk events (bench/client_ceiling.py). httpx stays for the short JSON calls.
-The arrival schedule is core.arrivals.schedule, so a seed gives the same send times as the
-virtual-time run.
+The arrival schedule is core.scenarios.send_times (core.arrivals.schedule, or a trace's own arrival
+times), so a seed gives the same send times as the virtual-time run.
 """
 from __future__ import annotations
 
@@ -228,8 +228,8 @@ async def run_load(cfg: LoadConfig, prompts, run_dir: Path, info: RunInfo) -> in
             try:
                 if cfg.warmup:
                     await phase(specs[:cfg.warmup], [0.0] * cfg.warmup, True)
-                await phase(specs[cfg.warmup:], schedule(cfg.n, cfg.request_rate, cfg.arrival, cfg.burstiness,
-                                                         cfg.seed), False)
+                await phase(specs[cfg.warmup:], scenarios.send_times(prompts.scenario, cfg.n, cfg.request_rate,
+                                                                     cfg.arrival, cfg.burstiness, cfg.seed), False)
             finally:
                 gc.set_threshold(*threshold)
                 gc.unfreeze()
@@ -286,7 +286,8 @@ def run_procs(cfg: LoadConfig, scenario, run_dir: Path, info: RunInfo, procs: in
     model = cfg.model or asyncio.run(_discover(cfg.endpoint))
     ctx = mp.get_context("fork")
     credits, nxt = ctx.Semaphore(cfg.concurrency), ctx.Value("q", 0)
-    times = schedule(cfg.n, cfg.request_rate, cfg.arrival, cfg.burstiness, cfg.seed)
+    sc = scenarios.load(scenario) if isinstance(scenario, str) else scenario
+    times = scenarios.send_times(sc, cfg.n, cfg.request_rate, cfg.arrival, cfg.burstiness, cfg.seed)
     t0 = time.perf_counter_ns() + 300_000_000  # every process has started by then
     jobs = [ctx.Process(target=lambda: asyncio.run(_share_of_load(cfg, scenario, model, run_dir, times, t0, credits,
                                                                   nxt))) for _ in range(procs)]

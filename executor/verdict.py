@@ -31,14 +31,16 @@ def contract_reasons(formal: Sequence[RequestRecord], contract: Contract) -> lis
     if contract.all_succeed and failed:
         out.append(_reason("failed_requests", f"{len(failed)} request(s) failed: {_ids(failed)}", failed))
     ok = [r for r in formal if r.ok]
-    want = contract.output_len
-    short = [r.id for r in ok if r.n_out is not None and r.n_out < want]
-    long_ = [r.id for r in ok if r.n_out is not None and r.n_out > want]
+    want = contract.output_len  # None: each request's own length (a scenario of the user's traffic)
+    lens = {r.id: want if want is not None else r.n_out_expected for r in ok}
+    short = [r.id for r in ok if r.n_out is not None and lens[r.id] is not None and r.n_out < lens[r.id]]
+    long_ = [r.id for r in ok if r.n_out is not None and lens[r.id] is not None and r.n_out > lens[r.id]]
     unknown = [r.id for r in ok if r.n_out is None]
+    than = f"{want} tokens" if want is not None else "the request's own output length"
     if short:
-        out.append(_reason("short_output", f"{len(short)} output(s) shorter than {want} tokens: {_ids(short)}", short))
+        out.append(_reason("short_output", f"{len(short)} output(s) shorter than {than}: {_ids(short)}", short))
     if long_:
-        out.append(_reason("long_output", f"{len(long_)} output(s) longer than {want} tokens: {_ids(long_)}", long_))
+        out.append(_reason("long_output", f"{len(long_)} output(s) longer than {than}: {_ids(long_)}", long_))
     if unknown:
         out.append(_reason("output_len_unknown",
                            f"{len(unknown)} output(s) without usage.completion_tokens: {_ids(unknown)}", unknown))

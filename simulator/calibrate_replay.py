@@ -57,11 +57,11 @@ class Replay:
     scenario: sc.Scenario
 
 
-def _scenario(name: str, version: int, output_len: int, task: str) -> sc.Scenario:
+def _scenario(name: str, version: int, output_len: int | None, task: str) -> sc.Scenario:
     try:
         return sc.load(name)
     except Exception:  # the run's scenario is not installed here: only its task matters to the replay
-        return sc.Scenario(name=name, version=version, task=task, input_len=1, output_len=output_len)
+        return sc.Scenario(name=name, version=version, task=task, input_len=1, output_len=output_len or 1)
 
 
 def prepare(run: Any, base: Profile) -> Replay:

@@ -25,7 +25,9 @@ def parse_knobs(items: list[str]) -> dict[str, Any]:
 @app.command()
 def run(
     profile: str = typer.Option("dsv4-flash-910c-p8d8", help="profile name or YAML path"),
-    scenario: str = typer.Option("copy16k-zero-cache", help="scenario name or YAML path"),
+    scenario: str = typer.Option("copy16k-zero-cache", help="scenario name or YAML path; a scenario with a `source:` "
+                                                           "replays a dataset or trace beside it (README: your own "
+                                                           "traffic)"),
     n: int = typer.Option(640, help="formal requests"),
     concurrency: Optional[int] = typer.Option(None, help="concurrency cap C (default: the profile's start)"),
     request_rate: Optional[str] = typer.Option(None, "--rate", "--request-rate", help="req/s or inf"),
@@ -102,12 +104,26 @@ def profiles() -> None:
 
 
 @app.command()
-def scenarios() -> None:
-    """List built-in scenarios with their data version."""
+def scenarios(data_dir: list[Path] = typer.Option([], "--data-dir", exists=True, file_okay=False,
+                                                 help="a data directory (scenarios/, profiles/) listed too, "
+                                                      "repeatable")) -> None:
+    """List the scenarios (built-in, then those of each --data-dir) with their data version; a scenario of the
+    user's own traffic shows its source file, format, request count and timing."""
+    from core import datafiles
     from core import scenarios as sc
 
-    for f in sorted(sc.builtin_dir().glob("*.yaml")):
-        s = sc.load(f.stem)
+    datafiles.use_data_dirs(data_dir)
+    for name in datafiles.builtin_names("scenarios"):
+        try:
+            s = sc.load(name)
+        except ValueError as e:  # a broken file of a data directory: named, and the rest still listed
+            typer.echo(f"{name:24} refused: {e}")
+            continue
+        if isinstance(s, sc.Traffic):
+            src = s.source
+            typer.echo(f"{s.name:24} task={s.task:5} source={src.format}:{src.file} requests={len(s.rows)} "
+                       f"timing={'trace' if src.replays_times else 'rate'} {s.data_version}")
+            continue
         typer.echo(f"{s.name:24} task={s.task:5} in={s.input_len:<7} out={s.output_len:<5} "
                    f"prefix={s.prefix_share:<6g} {s.data_version}")
 

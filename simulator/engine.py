@@ -14,16 +14,16 @@ from typing import Any, Callable
 
 from core import records as rec
 from core import scenarios as sc
-from core.arrivals import schedule
 from core.errors import FieldError
 from core.profiles import Profile
 from core.records import EngineSample, PrefillBatch, RequestRecord, RunInfo
+from core.traffic import MOONCAKE_BLOCK
 from simulator import experts
 from simulator import truth as truth_mod
 from simulator.cluster import Cluster
 from simulator.construct import construct
 from simulator.faults import STATS_FAILURE_MARKER, Faults, SimHealthError
-from simulator.prefix_cache import spec_block_hashes, spec_blocks
+from simulator.prefix_cache import block_hashes, spec_block_hashes, spec_blocks, trace_block_hashes
 
 
 @dataclass
@@ -118,8 +118,13 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
                 if formal and crash_idx is not None and spec.id - warmup >= crash_idx:
                     state["t"], state["next_sample"] = t_send, t_s
                     return False
-                hashes = (spec_block_hashes(spec.id, spec.n_in, spec.prefix_group, spec.prefix_len) if memo is None
-                          else spec_blocks(spec.n_in, spec.prefix_group, spec.prefix_len, memo))
+                if spec.blocks is not None:  # a trace's prefix blocks
+                    hashes = trace_block_hashes(spec.id, spec.n_in, spec.blocks, MOONCAKE_BLOCK)
+                elif spec.text is not None:  # a dataset's prompt: what its words share with earlier ones
+                    hashes = block_hashes(spec.text.split())
+                else:
+                    hashes = (spec_block_hashes(spec.id, spec.n_in, spec.prefix_group, spec.prefix_len)
+                              if memo is None else spec_blocks(spec.n_in, spec.prefix_group, spec.prefix_len, memo))
                 cluster.submit(spec.id, spec.n_in, spec.n_out, hashes, t_send, formal=formal)
                 inflight[spec.id] = (spec, ts, t_send)
                 t_now = t_send
@@ -144,7 +149,8 @@ def simulate(profile: Profile, scenario: sc.Scenario | str, knobs: dict[str, Any
         run_phase(specs[:warmup], [0.0] * warmup, True)
     start = state["t"]
     formal = specs[warmup:]
-    times = schedule(n, rate, arrival, burstiness, seed, start) if offsets is None else [start + o for o in offsets]
+    times = (sc.send_times(scen, n, rate, arrival, burstiness, seed, start) if offsets is None
+             else [start + o for o in offsets])
     ok = run_phase(formal, times, False)
     crashed = not ok
     end = state["t"]

@@ -131,3 +131,22 @@ def spec_blocks(n_in: int, prefix_group: int | None, prefix_len: int,
     if hashes is None:
         hashes = shared_memo[key] = [hash((1, prefix_group, j)) for j in range(shared)]
     return RequestBlocks(hashes, n_blocks - shared)
+
+
+def block_hashes(words: list[str]) -> list[int]:
+    """Chained hash per full 64-word block of a prompt's text: equal prefixes give equal leading hashes (the HTTP
+    server's requests, a dataset's prompts)."""
+    out, h = [], 0
+    for j in range(len(words) // BLOCK):
+        h = hash((h, tuple(words[j * BLOCK:(j + 1) * BLOCK])))
+        out.append(h)
+    return out
+
+
+def trace_block_hashes(req_id: int, n_in: int, blocks: tuple[int, ...], block_tokens: int) -> list[int]:
+    """Block hashes of a trace request whose prompt starts with the trace's blocks (`block_tokens` tokens per id, the
+    last one possibly cut short): a block inside trace block b at position s hashes by (b's id, s), so requests that
+    share leading ids share those blocks; the rest hash by request."""
+    per = block_tokens // BLOCK
+    return [hash((3, blocks[j // per], j % per)) if j // per < len(blocks) else hash((2, req_id, j))
+            for j in range(n_in // BLOCK)]

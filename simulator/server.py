@@ -37,18 +37,9 @@ from simulator import experts
 from simulator.cluster import Cluster
 from simulator.request import Event
 from simulator.faults import Faults
-from simulator.prefix_cache import BLOCK
+from simulator.prefix_cache import block_hashes
 
 TICK_S = 0.005  # shortest wall-clock gap between two driver wakes
-
-
-def block_hashes(words: list[str]) -> list[int]:
-    """Chained hash per full 64-word block: equal prefixes give equal leading hashes."""
-    out, h = [], 0
-    for j in range(len(words) // BLOCK):
-        h = hash((h, tuple(words[j * BLOCK:(j + 1) * BLOCK])))
-        out.append(h)
-    return out
 
 
 class SimService:

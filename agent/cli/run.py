@@ -225,7 +225,8 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
         new: bool = typer.Option(False, "--new", help="start a fresh goal even if one with this spec exists"),
         data_dir: list[Path] = typer.Option([], "--data-dir", exists=True, file_okay=False,
                                             help="a data directory (scenarios/, profiles/) whose files the goal may "
-                                                 "name, repeatable"),
+                                                 "name, repeatable; a scenario there may replay the user's own "
+                                                 "traffic (a dataset or trace beside it, examples/traffic)"),
         require_valid: bool = typer.Option(False, "--require-valid",
                                            help="exit 3 when the goal ends without one valid run (a broken engine, "
                                                 "an unreachable target): what `make demo-real` checks"),
@@ -235,13 +236,14 @@ def run(goal: Path = typer.Argument(..., help="goal spec (YAML or JSON)"),
                                                  "runs (on by default; --no-twin or $TUNELOOP_TWIN=off turns it off)"),
         ) -> None:
     """Run the tuning loop for GOAL to a stop (or until a person must approve a step)."""
-    from core.datafiles import DataFileError, use_data_dirs
+    from core.datafiles import DataFileError, share_with_children, use_data_dirs
     from state.errors import GoalError
     from state.goal import load_goal
 
     try:
         if isinstance(data_dir, list):  # called from Python (tuneloop demo) the option object stands for []
             use_data_dirs(data_dir)
+            share_with_children(data_dir)  # a local target's load generator resolves the goal's scenario too
         spec = load_goal(goal)
     except (GoalError, DataFileError) as e:
         typer.echo(str(e), err=True)

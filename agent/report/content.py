@@ -16,7 +16,7 @@ from agent.report.experiment import Experiment
 from agent.report.people import PersonDecision, gather_people
 from agent.report.tradeoffs import TradeRow, tradeoffs
 from core.metrics import DEFINITIONS
-from core.scenarios import load
+from core.scenarios import Traffic, load
 from core.summary import Summary
 from core.ledger import Scored
 from state.hypotheses import hypothesis_ledger
@@ -159,6 +159,12 @@ def _scenario(name: str) -> dict[str, Any]:
         sc = load(name)
     except Exception:  # a scenario this machine does not hold: the report still names it
         return {"name": name}
+    if isinstance(sc, Traffic):  # the user's own traffic: where it comes from, not a generator's parameters
+        src = sc.source
+        return {"name": name, "data_version": sc.data_version, "version": sc.version, "task": sc.task,
+                "source": f"{src.format} file {src.file}, {len(sc.rows)} requests, sha256 {src.sha256}",
+                "timing": ("the file's own arrival times" + (f", {src.speed:g}x as fast" if src.speed != 1 else "")
+                           if src.replays_times else "stretched to the station's request rate")}
     keep = ("version", "task", "input_len", "input_jitter", "output_len", "prefix_share", "prefix_groups",
             "min_request_hit", "seed")
     dump = sc.model_dump(mode="json")
