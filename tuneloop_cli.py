@@ -52,6 +52,7 @@ def target_app() -> typer.Typer:
 
 def build_app() -> typer.Typer:
     """Every command."""
+    from agent.cli.best import best
     from agent.cli.exec import app as exec_app
     from agent.cli.exec import restore_cmd
     from agent.cli.report import report
@@ -64,6 +65,7 @@ def build_app() -> typer.Typer:
     app = target_app()
     app.add_typer(exec_app, name="exec", help="Deterministic executor: run one trial, resume interrupted runs, phases.")
     app.command("restore")(restore_cmd)
+    app.command("best")(best)
     app.command("run")(run)
     app.command("approve")(approve)
     app.command("instruct")(instruct)

@@ -15,7 +15,7 @@ from api.guard import RequestGuard
 from api.pageheaders import PageHeaders
 from api.readcache import ReadCache
 from api.chatops import attach as chatops_attach
-from api.routes import budget, candidates, chat, chatops, experiments, goals, health, reports, stations
+from api.routes import budget, candidates, chat, chatops, commands, experiments, goals, health, reports, stations
 from api.service import Service
 from api.settings import Settings
 from core.bounded import excerpt
@@ -71,7 +71,7 @@ def create_app(settings: Settings | None = None, *, start_workers: bool = True,
     app = FastAPIOffline(title="tuneloop", version="0.1.0", lifespan=lifespan,
                   description="Closed-loop tuning of LLM inference deployments: goals, approvals, experiments, "
                               "stations, chat. Auth: `Authorization: Bearer <token>` (viewer < approver < admin).")
-    for r in (goals, candidates, experiments, stations, budget, reports, chat):
+    for r in (goals, candidates, experiments, stations, commands, budget, reports, chat):
         app.include_router(r.router, responses=GUARDED)
     app.include_router(health.router, responses=PUBLIC_RESPONSES)
     app.include_router(chatops.router)  # Slack / Feishu callbacks: signed by the platform, no bearer token

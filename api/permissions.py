@@ -45,7 +45,7 @@ _READS = ["/goals", "/goals/{goal_id}", "/goals/{goal_id}/instructions", "/goals
           "/goals/{goal_id}/frontier.png", "/stations/{station_hash}", "/goals/{goal_id}/budget",
           "/goals/{goal_id}/report", "/goals/{goal_id}/report.md", "/goals/{goal_id}/images/{name}",
           "/goals/{goal_id}/summary", "/goals/{goal_id}/state", "/goals/{goal_id}/budget/extensions",
-          "/goals/{goal_id}/hypotheses"]
+          "/goals/{goal_id}/hypotheses", "/goals/{goal_id}/engine-commands"]
 # (method, path template) -> an action, or the table of actions the route dispatches on
 ROUTES: dict[tuple[str, str], str | dict[str, str]] = {
     **{("GET", p): "read" for p in _READS},

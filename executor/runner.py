@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from core import records as rec
+from core.canonical import canon
 from core.errors import FieldError
 from core.journal import as_record
+from core.station import content_hash
 from core.summary import Reason, Verdict
 from core.trial import TrialResult, TrialSpec
 from executor.lease import TargetLease
@@ -144,6 +146,9 @@ class Executor:
 
     async def arestore(self, station: str) -> dict[str, Any]:
         old, st = self.find_station(station)
+        if old.target not in self.targets:
+            raise LookupError(f"station {st['hash']} ran on target {old.target!r}, which is not defined here (known: "
+                              f"{sorted(self.targets)}): give the targets file it ran with (--targets)")
         spec = TrialSpec(run_id=f"restore-{st['hash']}-{time.time_ns()}", goal_id=old.goal_id, target=old.target,
                          scenario=old.scenario, knobs=st["knobs"], stage="restore", n=1, seed=old.seed)
         run = self._open(spec, [])
@@ -163,8 +168,10 @@ class Executor:
             except PhaseFailure as e:
                 error = str(e)
             await run.lease.release(healthy=healthy)
+            restored = run.station.model_dump(mode="python") if run.station is not None else None
+            differs = station_differences(st, restored)
             return {"station": st["hash"], "restored_hash": prep.get("station_hash"),
-                    "identical": prep.get("station_hash") == st["hash"], "restarted": dep.get("restarted"),
+                    "identical": not differs, "differs": differs, "restarted": dep.get("restarted"),
                     "healthy": healthy, "error": error, "run_id": spec.run_id}
         finally:
             await run.transport.close()
@@ -255,3 +262,24 @@ def _sync(coro: Awaitable[Any]) -> Any:
     if "e" in box:
         raise box["e"]
     return box["v"]
+
+
+def station_differences(frozen: dict[str, Any], restored: dict[str, Any] | None) -> dict[str, list[Any]]:
+    """What a restored station has other than the frozen one, field by field (a knob as `knobs.NAME`):
+    {field: [frozen, restored]}; empty when the two are the same station. Not restored at all (its prepare
+    failed): {"station": [the frozen hash, None]}."""
+    if restored is None:
+        return {"station": [frozen.get("hash"), None]}
+    out: dict[str, list[Any]] = {}
+    for key in sorted(set(frozen) | set(restored)):
+        if key in ("hash", "knobs"):
+            continue
+        if frozen.get(key) != restored.get(key):
+            out[key] = [frozen.get(key), restored.get(key)]
+    was, now = frozen.get("knobs") or {}, restored.get("knobs") or {}
+    for name in sorted(set(was) | set(now)):
+        if canon(was.get(name)) != canon(now.get(name)):
+            out[f"knobs.{name}"] = [was.get(name), now.get(name)]
+    if not out and frozen.get("hash") != content_hash(restored):
+        out["hash"] = [frozen.get("hash"), content_hash(restored)]  # the same fields, another digest (a new hash rule)
+    return out

@@ -50,7 +50,7 @@ HEAVY = {"openai", "psycopg", "langgraph", "matplotlib", "uvicorn", "asyncssh", 
 # command-line modules defer their commands' imports so `tuneloop --help` does not load the whole stack;
 # make_transport defers each transport (asyncssh for ssh, the simulator for sim)
 DEFERRING_MODULES = {"agent/cli/run.py", "agent/cli/steer.py", "agent/cli/exec.py", "agent/cli/report.py", "api/cli.py",
-                     "executor/derivecli.py",
+                     "agent/cli/best.py", "executor/derivecli.py",
                      "executor/loadcli.py", "simulator/cli.py", "executor/transports/__init__.py"}
 
 

@@ -103,11 +103,28 @@ def unknown_cmd(store: Optional[str] = StoreOpt,
 def restore_cmd(station: str = typer.Argument(..., help="station hash (or a run id whose station to restore)"),
                 store: Optional[str] = StoreOpt, targets: Optional[Path] = TargetsOpt,
                 runs_root: Optional[Path] = RootOpt, holder: Optional[str] = HolderOpt) -> None:
-    """Go back to a frozen station: re-deploy exactly its knobs and check that it is healthy."""
+    """Go back to a frozen station: re-deploy exactly its knobs on its goal's own target (a simulated goal on its own
+    profile) and check that it is healthy and identical to the frozen station (`differs` says what is not); exit 3
+    when it is not both."""
     ex = _executor(store, targets, runs_root, holder)
     try:
+        bind_goal(ex, station)
         out = ex.restore(station)
     except LookupError as e:
         raise typer.BadParameter(str(e), param_hint="STATION") from None
     typer.echo(json.dumps(out, indent=1))
-    raise typer.Exit(0 if out.get("healthy") else 3)
+    raise typer.Exit(0 if out.get("healthy") and out.get("identical") else 3)
+
+
+def bind_goal(ex, station: str) -> None:  # type: ignore[no-untyped-def]
+    """The executor as the station's goal ran it: a simulated goal on its own `sim_profile`, as the loop binds it
+    (agent.loop.session.bind_sim_profile). A station whose goal this store does not hold is restored on the target
+    as defined (its `differs` then names what that changed)."""
+    from agent.loop.session import bind_sim_profile
+
+    spec, _ = ex.find_station(station)  # LookupError: no run froze it
+    try:
+        goal = ex.store.get_goal(spec.goal_id)
+    except LookupError:
+        return
+    bind_sim_profile(ex, goal.spec)

@@ -21,7 +21,7 @@ from agent.report.blocks import (
     Table,
     kv,
 )
-from agent.report import answer, people
+from agent.report import answer, engine_commands, people
 from agent.report.build import Report
 from agent.report.content import Content, Experiment, objective_of
 from agent.report.hypotheses import drift_paras, points, predicted_negatives
@@ -58,7 +58,8 @@ def document(rep: Report) -> list[Block]:
     first = answer.section(rep)
     out += first[:2]  # the answer's own table first: what the first screen shows
     out += drift_paras([(e.run.id, e.result.evidence.drift if e.result else None) for e in c.experiments])
-    out += first[2:] + people.section(c.people, c.auto_approvals) + _best(c) + _pending(c) \
+    out += first[2:] + people.section(c.people, c.auto_approvals) + _best(c) + engine_commands.section(c) \
+        + _pending(c) \
         + _plots(rep) + _log(c) + _tradeoffs(c) + hypotheses_section(c.hypotheses) + predicted_negatives(c.notes) \
         + _goal(c) + _definitions(c) + _kpis(c)
     out.append(Para(f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC from the store "
