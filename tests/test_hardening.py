@@ -99,6 +99,26 @@ def test_goal_data_files_resolve_by_name_inside_the_data_directories_only(env):
     assert MARKER not in report + env["srv"].text()
 
 
+def test_a_scenario_of_the_users_traffic_is_named_like_any_other_and_reads_only_a_file_beside_it(env):
+    """A goal names a replayed trace by name, as any scenario; the file its YAML names must lie beside it in the data
+    directory: a link out of it or a path up is refused naming the field, never quoting what it points at."""
+    url, data = env["url"], env["tmp"] / "data" / "scenarios"
+    shutil.copy(ROOT / "examples/traffic/scenarios/mooncake-sample.jsonl", data / "trace.jsonl")
+    (data / "trace.yaml").write_text("name: trace\nversion: 1\nsource: {file: trace.jsonl, format: mooncake}\n")
+    (data / "leak.jsonl").symlink_to(env["secret"])
+    (data / "leak.yaml").write_text("name: leak\nversion: 1\nsource: {file: leak.jsonl, format: mooncake}\n")
+    (data / "up.yaml").write_text("name: up\nversion: 1\nsource: {file: ../../svc-config.yaml, format: mooncake}\n")
+    g = small_goal("own-trace", experiments=1)
+    g["scenario"] = "trace"
+    g["constraints"].pop("output_len")  # each request's own, from the trace
+    assert post_goal(url, g).status_code == 201
+    for name in ("leak", "up"):
+        g["scenario"] = name
+        r = post_goal(url, g)
+        assert r.status_code == 422 and ["body", "scenario"] in [e["loc"] for e in r.json()["detail"]], r.text
+        assert "source.file" in r.text and MARKER not in r.text and TOKENS["admin"] not in r.text
+
+
 # -- 2. bounded bodies, authentication first -----------------------------------------------------------------
 def _rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
