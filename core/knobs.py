@@ -212,11 +212,15 @@ class Catalog(BaseModel):
         return out
 
 
-def drafts_nothing(values: Mapping[str, Any]) -> KnobError | None:
+def drafts_nothing(values: Mapping[str, Any], cat: Catalog | None = None) -> KnobError | None:
     """The refusal of a station with a draft method and a draft width of 0, naming the method's knob (None when it is
-    not one): vLLM refuses that speculative config at start, SGLang silently runs no draft. `values`: the full knobs
-    (defaults filled in), read by role, so any engine's names for the two count."""
-    cat = catalog()
+    not one): vLLM refuses that speculative config at start (vllm/config/speculative.py: num_speculative_tokens
+    gt=0), SGLang silently runs no draft. `values`: the full knobs (defaults filled in), read by role, so any engine's
+    names for the two count. Refused at every entry: a goal's start station (state/goal.py), the twin's searches
+    (agent/planner/accepted.py), every card's checks (agent/planner/checks.py) and the station the executor deploys
+    (core.station.full_knobs). The width's catalog minimum stays 0: 0 is its default, the width of a station that
+    runs no draft method, and the catalog validates every knob of a full station against its range."""
+    cat = cat or catalog()
     method, width = cat.named(DRAFT_METHOD, values), cat.named(DRAFT_WIDTH, values)
     if method is None or width is None or values[method] in (None, "none") or values[width]:
         return None

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from core.canonical import canon, digest
-from core.knobs import COST_ORDER, Catalog, catalog
+from core.knobs import COST_ORDER, Catalog, catalog, drafts_nothing
 
 LOAD_KNOBS = ("concurrency", "request_rate")
 
@@ -46,10 +46,15 @@ def content_hash(obj: Any) -> str:
 
 
 def full_knobs(knobs: dict[str, Any], engine: str, cat: Catalog | None = None) -> dict[str, Any]:
-    """Validate against the catalog for this engine and fill in its defaults (raises KnobError)."""
+    """Validate against the catalog for this engine and fill in its defaults (raises KnobError): a draft method with
+    a draft width of 0 too (core.knobs.drafts_nothing), which vLLM refuses at start."""
     cat = cat or catalog()
     given = cat.validate(dict(knobs), engine=engine)
-    return cat.defaults(engine) | given
+    full = cat.defaults(engine) | given
+    why = drafts_nothing(full, cat)
+    if why is not None:
+        raise why
+    return full
 
 
 def change_cost(old: dict[str, Any] | None, new: dict[str, Any], cat: Catalog | None = None) -> str | None:

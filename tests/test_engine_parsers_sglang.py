@@ -41,8 +41,12 @@ def _targets(cards: int) -> list[Target]:
 
 def _knobs(knob, value) -> dict:
     out = {knob.name: value}
-    for dep in knob.depends_on:  # e.g. a draft width needs a speculative method first
+    # e.g. a draft width needs a speculative method first (at its default, 0, it needs none: a method with width 0
+    # is refused before any rendering, core.station.full_knobs)
+    for dep in (knob.depends_on if value != knob.default else ()):
         out[dep.knob] = "mtp" if dep.knob == "speculative_method" else dep.value
+    if out.get("speculative_method") not in (None, "none") and not out.get("num_speculative_tokens"):
+        out["num_speculative_tokens"] = 1  # a draft method drafts a token at least (full_knobs refuses 0)
     if knob.name == "attn_dp_size" and value is not None:
         out["tensor_parallel_size"] = value  # attention DP groups divide the TP width
     if knob.name == "expert_layout" and value == "dynamic":

@@ -63,6 +63,8 @@ def _with_dependencies(knob, value) -> dict:
             knobs[dep.knob] = next(v for v in _value_classes(other) if v != dep.value)
         else:
             knobs[dep.knob] = other.max
+    if knobs.get("speculative_method") not in (None, "none") and not knobs.get("num_speculative_tokens"):
+        knobs["num_speculative_tokens"] = 1  # a draft method drafts a token at least (full_knobs refuses 0)
     return knobs
 
 

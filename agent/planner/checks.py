@@ -14,7 +14,7 @@ from agent.planner.history import History
 from agent.planner.inert import inert_refusal
 from agent.planner.refusals import Refusal, RefusalKind, budget_only, said  # noqa: F401 (budget_only, said: the planner's)
 from core.canonical import canon
-from core.knobs import COST_ORDER, DECODE_INSTANCES, PREFILL_INSTANCES, KnobError, catalog, role_of
+from core.knobs import COST_ORDER, DECODE_INSTANCES, PREFILL_INSTANCES, KnobError, catalog, drafts_nothing, role_of
 from core.station import change_cost
 
 MAX_ATTEMPTS = 3  # runs of one experiment that may end in a tooling fault before it is set aside
@@ -76,6 +76,9 @@ def check(card: CandidateCard, history: History) -> list[Refusal]:
                 out.append(Refusal(RefusalKind.DEPENDENCIES, str(e)))
             elif not any(x.kind is RefusalKind.IN_RANGE for x in out):
                 out.append(Refusal(RefusalKind.IN_RANGE, str(e)))
+        nothing = drafts_nothing(cat.defaults(goal.engine) | dict(card.knobs), cat)  # vLLM refuses it at start
+        if nothing is not None:
+            out.append(Refusal(RefusalKind.DEPENDENCIES, str(nothing)))
         for c in card.changes:
             out += _negatives(c, card, history)
         inert = inert_refusal(card, history)  # a cap the evidence shows does not bind, raised (agent/planner/inert.py)
