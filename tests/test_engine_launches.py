@@ -53,6 +53,18 @@ CASES = {
     "sglang-pd": lambda: render(_pd("sglang", relayout=RELAYOUT), _station("sglang", {
         "max_num_batched_tokens": 32768, "max_prefill_reqs": 8, "max_num_seqs": 96, "attn_dp_size": 4,
         "enable_expert_parallel": True, "expert_layout": "static_eplb"})),
+    # issue 55: vLLM GPU over MooncakeConnector (a bootstrap port per prefill, vllm-router told the connector), and
+    # vLLM-Ascend with MTP (1 draft token on prefill) and a recipe's own --additional-config joining the expert map
+    "vllm-mooncake-pd": lambda: render(_pd("vllm", pd_connector="MooncakeConnector"), _station("vllm", {
+        "max_num_seqs": 128, "enable_expert_parallel": True, "speculative_method": "mtp",
+        "num_speculative_tokens": 2})),
+    "vllm-ascend-mooncake-pd-mtp": lambda: render(
+        _pd("vllm-ascend", router_command=("python3", "/opt/vllm-ascend/examples/disaggregated_prefill_v1/"
+                                           "load_balance_proxy_server_example.py"), relayout=RELAYOUT,
+            extra_args={r: ("--additional-config", '{"enable_shared_expert_dp": true}')
+                        for r in ("prefill", "decode")}),
+        _station("vllm-ascend", {"max_num_seqs": 64, "enable_expert_parallel": True, "expert_layout": "static_eplb",
+                                 "speculative_method": "mtp", "num_speculative_tokens": 3}, "vllm")),
     "mindie": lambda: render(Target(name="m", kind="local", engine="mindie", model="/models/dsv4", run_root="/srv/tl",
                                     hosts=(Host(host="10.0.0.1", roles=("mixed", "load"), cards=8, port=1025,
                                                 devices="0,1,2,3,4,5,6,7"),)),
@@ -221,11 +233,14 @@ def _spec_flags(engine: str, argv: tuple[str, ...]) -> dict[str, str]:
 @pytest.mark.parametrize("engine", ["vllm", "vllm-ascend", "sglang"])
 def test_every_pd_rendering_puts_the_same_speculative_config_on_prefill_and_decode(engine):
     """vLLM's NIXL handshake compares P's and D's speculative config (and refuses a mismatch); SGLang's prefill runs
-    the draft to hand its hidden states to decode: a draft on decode alone would not start or would under-measure."""
+    the draft to hand its hidden states to decode: a draft on decode alone would not start or would under-measure.
+    vLLM-Ascend's P/D guide drafts 1 token on prefill and the station's width on decode (the same method)."""
     t = _pd(engine, router_command=("python3", "proxy.py")) if engine == "vllm-ascend" else _pd(engine)
     services = render(t, _station(engine, SPEC, "vllm" if engine == "vllm-ascend" else None)).services
     engines = [s for s in services if s.role in ("prefill", "decode")]
     flags = [_spec_flags(engine, s.argv) for s in engines]
+    if engine == "vllm-ascend":
+        assert [f.pop("num_speculative_tokens") for f in flags] == [1, 1, SPEC["num_speculative_tokens"]]
     assert len(engines) == 3 and flags[0] and all(f == flags[0] for f in flags), flags
     assert {s.role for s in engines} == {"prefill", "decode"}
     none = render(t, _station(engine, {}, "vllm" if engine == "vllm-ascend" else None)).services

@@ -111,17 +111,41 @@ def test_the_pd_router_argv_parses_with_every_bootstrap_port_and_a_misspelt_flag
     assert ok is None and bad and "--pd-disagregation" in bad
 
 
-def test_the_vllm_pd_router_argv_parses_with_vllm_routers_own_arguments(parser):
-    t = Target(name="v", kind="local", engine="vllm", model="/models/m", run_root="/srv/tl",
+def _vllm_router(**kw) -> tuple[str, ...]:
+    """The vllm-router argv of a vLLM P/D target: two prefill instances on one host, one decode instance."""
+    t = Target(name="v", kind="local", engine="vllm", model="/models/m", run_root="/srv/tl", **kw,
                hosts=(Host(host="10.0.0.1", roles=("prefill",), cards=1, port=8100),
                       Host(host="10.0.0.1", roles=("prefill",), cards=1, port=8101),
                       Host(host="10.0.0.2", roles=("decode",), cards=1, port=8200),
                       Host(host="10.0.0.3", roles=("router", "load"), cards=0, port=8000)))
     st = Station(engine="vllm", knobs=full_knobs({}, "vllm"), scenario="s", data_version="d", source_identity="s",
                  target="v")
-    router = render(t, st).services[-1]
-    assert router.argv[0] == "vllm-router"
-    argv = list(router.argv[1:])
+    return render(t, st).services[-1].argv
+
+
+def test_the_vllm_pd_router_argv_parses_with_vllm_routers_own_arguments(parser):
+    rendered = _vllm_router()
+    assert rendered[0] == "vllm-router"
+    argv = list(rendered[1:])
     misspelt = [("--vllm-pd-disagregation" if a == "--vllm-pd-disaggregation" else a) for a in argv]
     ok, bad = sglang_parser.check_with(parser, [argv, misspelt], kind="vllm-router")
     assert ok is None and bad and "--vllm-pd-disagregation" in bad
+
+
+def test_attention_dp_instances_moved_off_each_others_port_block_parse(parser):
+    """Two prefill instances at ports 8100 and 8101 with --attn-dp-size 4: the second is given its own PortArgs block
+    by --dist-init-addr, which SGLang's parser takes (executor/engines/sglang_ports.py)."""
+    t = _targets(4)[0]
+    st = Station(engine="sglang", knobs=full_knobs({"attn_dp_size": 4}, "sglang"), scenario="s", data_version="d",
+                 source_identity="s", target=t.name)
+    argvs = [list(s.argv[3:]) for s in render(t, st).services if s.role != "router"]
+    assert sum("--dist-init-addr" in a for a in argvs) == 1
+    assert sglang_parser.check_with(parser, argvs) == [None] * len(argvs)
+
+
+def test_the_vllm_router_mooncake_argv_parses_and_a_connector_it_does_not_know_does_not(parser):
+    argv = list(_vllm_router(pd_connector="MooncakeConnector")[1:])
+    assert argv[argv.index("--kv-connector") + 1] == "mooncake" and "8999" in argv  # each prefill's bootstrap port
+    bad = [("lmcache" if a == "mooncake" else a) for a in argv]
+    ok, refused = sglang_parser.check_with(parser, [argv, bad], kind="vllm-router")
+    assert ok is None and refused and "lmcache" in refused

@@ -11,9 +11,10 @@ import json
 import re
 from typing import Any
 
+from core.errors import FieldError
 from core.station import Station
 from executor.engines.base import Adapter, Rendered, ServiceSpec, generic_argv, knob_flags
-from executor.targets import Target
+from executor.targets import Host, Target
 
 
 class LlamaCpp(Adapter):
@@ -31,7 +32,7 @@ class LlamaCpp(Adapter):
 
     def render(self, target: Target, station: Station, faults: tuple[str, ...] = (),
                expected_requests: int | None = None) -> Rendered:
-        host = target.hosts[0]
+        host = serving_host(target)
         argv = [*(target.engine_command or ("llama-server",)), "--host", "0.0.0.0", "--port", str(host.port), "--metrics"]
         if target.model:
             argv += ["-m", target.model]
@@ -79,6 +80,22 @@ def ram_cache_off(svc: ServiceSpec) -> bool:
         elif a.startswith("--cache-ram="):
             value = a.split("=", 1)[1]
     return value is not None and value.strip() == "0"
+
+
+def serving_host(target: Target) -> Host:
+    """The host llama-server starts on: the one with the role 'mixed' (llama.cpp has no PD), else the only host. A
+    target whose first host is its load host (the order a target lists them in says nothing) would otherwise start
+    the server where the load generator runs and send the load to a port nothing listens on."""
+    serving = target.hosts_for("mixed")
+    if len(serving) > 1:
+        raise FieldError("hosts", f"llama.cpp runs one instance, but {len(serving)} hosts have the role 'mixed' "
+                         f"({', '.join(f'{h.host}:{h.port}' for h in serving)})")
+    if serving:
+        return serving[0]
+    if len(target.hosts) == 1:
+        return target.hosts[0]
+    raise FieldError("hosts", "llama.cpp needs the host it serves on to have the role 'mixed' "
+                     f"(none of {', '.join(h.host for h in target.hosts)} has it)")
 
 
 ADAPTER = LlamaCpp()

@@ -4,9 +4,11 @@ PD by `--disaggregation-mode prefill|decode`; each prefill instance gets its own
 (default 8998: two prefill instances on one host would collide) and the router is told it
 (`--prefill URL BOOTSTRAP_PORT`, else decode falls back to 8998). `--max-prefill-tokens` (default 16384) also caps a
 prefill batch, so it moves with `--chunked-prefill-size`. `--mem-fraction-static` is computed by SGLang when
-absent, so the catalog default is not rendered. A static expert layout is `--init-expert-location`; a dynamic
-one `--enable-eplb` (periodic rebalancing) with the recorder in `stat` mode, which it reads. `/flush_cache` answers
-400 when it cannot flush (sglang/srt/server_args.py, srt/arg_groups/fields/*.py, srt/managers/scheduler.py).
+absent, so the catalog default is not rendered. With attention DP an instance takes a fixed block of ports above
+`--port` (executor/engines/sglang_ports.py: one that would overlap another gets `--dist-init-addr` with a free block),
+and `--dp-size` with `--attn-dp-size` both above 1 is refused (SGLang refuses it). A static expert layout is
+`--init-expert-location`; a dynamic one `--enable-eplb` (periodic rebalancing) with the recorder in `stat` mode,
+which it reads. `/flush_cache` answers 400 when it cannot flush (sglang/srt/server_args.py, srt/arg_groups/fields/*.py, srt/managers/scheduler.py).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from core.errors import FieldError
 from core.station import Station
 from executor.engines.base import (PY_VERSION, Adapter, Host, Rendered, ServiceSpec, device_env, fmt, instances,
                                    knob_flags, parallel_sizes, static_layout_path, svc_dir, with_router)
+from executor.engines.sglang_ports import dist_init_ports
 from executor.targets import Target
 
 BOOTSTRAP_PORT = 8998  # SGLang's default --disaggregation-bootstrap-port
@@ -89,6 +92,10 @@ class SGLang(Adapter):
             elif flag == "--attn-dp-size":
                 if tp % int(value):
                     raise FieldError("attn_dp_size", f"{value} does not divide the tensor-parallel width {tp}")
+                if dp > 1 and int(value) > 1:  # server_args' handle_data_parallelism raises on both above 1
+                    raise FieldError("attn_dp_size", f"{value} with data_parallel_size {dp}: SGLang refuses "
+                                     "data-parallel replicas combined with attention data parallelism "
+                                     "(sglang/srt/arg_groups/parallel_hook.py); set one of them to 1")
                 argv += [flag, fmt(value)]
             elif flag == "--chunked-prefill-size":
                 argv += [flag, fmt(value)]
@@ -114,8 +121,20 @@ class SGLang(Adapter):
         services: list[ServiceSpec] = []
         next_port: dict[str, int] = {}
         bootstrap: dict[str, int] = {}  # prefill service -> its bootstrap port
-        for role, i, host in instances(target):
-            tp, dp = parallel_sizes(station.server_knobs, host, f"{role} host {host.host}")
+        layout = [(role, i, host, *parallel_sizes(station.server_knobs, host, f"{role} host {host.host}"))
+                  for role, i, host in instances(target)]
+        for role, i, host, _, _ in layout:
+            if target.pd and role == "prefill":
+                bootstrap[f"{role}-{i}"] = next_port.get(host.host, BOOTSTRAP_PORT)
+                next_port[host.host] = bootstrap[f"{role}-{i}"] + 1
+        taken: dict[str, set[int]] = {}  # every port planned per host: services, bootstrap ports, PortArgs blocks
+        for h in target.hosts:
+            taken.setdefault(h.host, set()).add(h.port)
+        for name, port in bootstrap.items():
+            taken[next(h for r, i, h, _, _ in layout if f"{r}-{i}" == name).host].add(port)
+        attn = int(self.changed_knobs(station.server_knobs).get("attn_dp_size") or 1) > 1
+        moved = dist_init_ports([(f"{r}-{i}", h.host, h.port, attn) for r, i, h, _, _ in layout], taken)
+        for role, i, host, tp, dp in layout:
             argv = ["python", "-m", "sglang.launch_server", "--model-path", str(target.model),
                     "--host", "0.0.0.0", "--port", str(host.port), "--enable-metrics"]
             trace = f"{svc_dir(target, f'{role}-{i}', host.host)}/trace"
@@ -123,11 +142,11 @@ class SGLang(Adapter):
             if target.pd:
                 argv += ["--disaggregation-mode", role,
                          "--disaggregation-transfer-backend", target.pd_connector or "mooncake"]
-                if role == "prefill":
-                    port = bootstrap[f"{role}-{i}"] = next_port.get(host.host, BOOTSTRAP_PORT)
-                    next_port[host.host] = port + 1
-                    if port != BOOTSTRAP_PORT:
-                        argv += ["--disaggregation-bootstrap-port", str(port)]
+                port = bootstrap.get(f"{role}-{i}", BOOTSTRAP_PORT)
+                if port != BOOTSTRAP_PORT:
+                    argv += ["--disaggregation-bootstrap-port", str(port)]
+            if f"{role}-{i}" in moved:  # its attention-DP port block, off another's (executor/engines/sglang_ports.py)
+                argv += ["--dist-init-addr", f"127.0.0.1:{moved[f'{role}-{i}']}"]
             argv += self.knob_args(target, station, role, tp, dp) + list(target.extra_args.get(role, ()))
             static = station.server_knobs.get("expert_layout") == "static_eplb"
             services.append(ServiceSpec(name=f"{role}-{i}", role=role, host=host.host, port=host.port,

@@ -20,6 +20,9 @@ from core.errors import FieldError
 from core.station import Station
 from executor.engines.base import (Adapter, Host, Rendered, ServiceSpec, device_env, generic_argv, instances,
                                    knob_flags, parallel_sizes, success_answer, svc_dir, with_router)
+from executor.engines.vllm_connectors import (MOONCAKE, MooncakeBootstrap, check_connector, env_port,
+                                              router_connector_args)
+from executor.engines.vllm_jsonargs import one_json_per_flag
 from executor.targets import Target
 
 NIXL_SIDE_CHANNEL_PORT = 5600  # vLLM's default (vllm/envs.py); instance k on a host starts above the DP ranks before it
@@ -28,12 +31,7 @@ NIXL_SIDE_CHANNEL_PORT = 5600  # vLLM's default (vllm/envs.py); instance k on a 
 def nixl_base_port(target: Target) -> int:
     """The first NIXL side-channel port on each host: the target's VLLM_NIXL_SIDE_CHANNEL_PORT (two PD deployments
     on one machine need different ones), else vLLM's default."""
-    raw = target.env.get("VLLM_NIXL_SIDE_CHANNEL_PORT")
-    if raw is None:
-        return NIXL_SIDE_CHANNEL_PORT
-    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
-        raise FieldError("env.VLLM_NIXL_SIDE_CHANNEL_PORT", f"{raw!r} is not a port")
-    return int(raw)
+    return env_port(target, "VLLM_NIXL_SIDE_CHANNEL_PORT", NIXL_SIDE_CHANNEL_PORT)
 
 
 def merged(kv: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -75,11 +73,13 @@ def router_metrics_port(router: Host, services: list[ServiceSpec]) -> int:
 def router_argv(target: Target, router: Host, ps: list[ServiceSpec], ds: list[ServiceSpec]) -> list[str]:
     """vllm-router in PD mode (PyPI `vllm-router`, py_src/vllm_router/router_args.py); it waits for its workers
     `--worker-startup-timeout-secs` (600 s by default there), here the target's `worker_start_s`."""
+    connector = target.pd_connector or Vllm.connector
     argv = [*(target.router_command or ("vllm-router",)), "--host", "0.0.0.0", "--port", str(router.port),
             "--prometheus-port", str(router_metrics_port(router, ps + ds)), "--vllm-pd-disaggregation",
-            "--worker-startup-timeout-secs", str(target.worker_start_s)]
-    for s in ps:
-        argv += ["--prefill", f"http://{s.host}:{s.port}"]
+            "--worker-startup-timeout-secs", str(target.worker_start_s), *router_connector_args(connector)]
+    for s in ps:  # Mooncake's router asks each prefill's bootstrap server (its port after the URL)
+        boot = s.env.get("VLLM_MOONCAKE_BOOTSTRAP_PORT") if connector == MOONCAKE else None
+        argv += ["--prefill", f"http://{s.host}:{s.port}", *([boot] if boot else [])]
     for s in ds:
         argv += ["--decode", f"http://{s.host}:{s.port}"]
     return argv + list(target.extra_args.get("router", ()))
@@ -93,6 +93,7 @@ class Vllm(Adapter):
     profile_routes = ("/start_profile", "/stop_profile")
     visible = "CUDA_VISIBLE_DEVICES"
     connector = "NixlConnector"
+    connectors: tuple[str, ...] = ("NixlConnector", MOONCAKE)  # the P/D connectors rendered complete
     router_health = "/health"  # vllm-router's health route
     defaults = {"gpu_memory_utilization": 0.9, "enable_prefix_caching": True, "long_prefill_token_threshold": 0,
                 "enable_expert_parallel": False, "expert_layout": "none", "speculative_method": "none"}
@@ -145,8 +146,14 @@ class Vllm(Adapter):
         if dp != 1:
             argv += ["--data-parallel-size", str(dp)]
         if spec.get("method") not in (None, "none"):
+            spec = self.role_draft(target, role, spec)
             argv += ["--speculative-config", compact({k: v for k, v in spec.items() if v is not None})]
         return argv
+
+    def role_draft(self, target: Target, role: str, spec: dict[str, Any]) -> dict[str, Any]:
+        """The speculative config of one role's instances: on vLLM the same on prefill and decode (NIXL's handshake
+        compares them, nixl/metadata.py `_get_speculative_compatibility_factors`)."""
+        return spec
 
     def static_layout(self, target: Target, station: Station, pairs: list[tuple[str, Any]], role: str,
                       ranks: int) -> None:
@@ -178,6 +185,8 @@ class Vllm(Adapter):
     def render(self, target: Target, station: Station, faults: tuple[str, ...] = (),
                expected_requests: int | None = None) -> Rendered:
         connector = target.pd_connector or self.connector
+        if target.pd:
+            check_connector(connector, self.connectors, self.name)
         layout = [(role, i, host, *parallel_sizes(station.server_knobs, host, f"{role} host {host.host}"))
                   for role, i, host in instances(target)]
         peers: dict[str, tuple[int, int]] = {}
@@ -186,6 +195,7 @@ class Vllm(Adapter):
         side: dict[str, int] = {}
         slots: dict[str, int] = {}
         nixl_base = nixl_base_port(target)
+        bootstrap = MooncakeBootstrap(target)
         services: list[ServiceSpec] = []
         for role, i, host, tp, dp in layout:
             name = f"{role}-{i}"
@@ -200,11 +210,15 @@ class Vllm(Adapter):
                 kv = merged(self.kv_transfer(target, role, name, connector, peers, slot), target.pd_connector_config)
                 argv += ["--kv-transfer-config", compact(kv)]
                 env |= self.pd_env(host, connector, port)
+                if connector == MOONCAKE and role == "prefill":  # its bootstrap server, one per prefill instance
+                    env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(bootstrap.take(host.host, tp * dp))
             trace = f"{svc_dir(target, name, host.host)}/trace"  # --profiler-config mounts /start_profile
             argv += self.knob_args(target, station, role, host, tp, dp)
             env |= self.layout_env(target, station)
             argv += ["--profiler-config", compact({"profiler": "torch", "torch_profiler_dir": trace})]
-            argv += list(target.extra_args.get(role, ()))
+            # a recipe's own --additional-config (or any JSON flag the station renders) joins the station's JSON:
+            # vLLM's parser keeps only the last one (executor/engines/vllm_jsonargs.py)
+            argv = one_json_per_flag(argv, list(target.extra_args.get(role, ())), f"extra_args.{role}")
             static = station.server_knobs.get("expert_layout") == "static_eplb"  # its map is fitted for TP x DP ranks
             services.append(ServiceSpec(name=name, role=role, host=host.host, port=host.port, argv=tuple(argv),
                                         env=env, cards=host.cards, profile_dir=trace,

@@ -82,6 +82,7 @@ class VllmAscend(Vllm):
     pinned = "vllm-ascend HEAD of 2026-08 on vllm 0.32"
     visible = "ASCEND_RT_VISIBLE_DEVICES"
     connector = "MooncakeConnectorV1"
+    connectors = ("MooncakeConnectorV1",)  # vllm-ascend's own Mooncake connector, the one its PD guides run
     router_health = "/healthcheck"  # the proxy serves GET /healthcheck, not /health (PROXY, @app.get("/healthcheck"))
 
     def render(self, target: Target, station: Station, faults: tuple[str, ...] = (),
@@ -89,6 +90,16 @@ class VllmAscend(Vllm):
         rendered = super().render(target, station, faults, expected_requests)
         warning = hccl_network_warning(target) if target.pd else None
         return rendered.model_copy(update={"warnings": (*rendered.warnings, warning)}) if warning else rendered
+
+    def role_draft(self, target: Target, role: str, spec: dict[str, Any]) -> dict[str, Any]:
+        """MTP on prefill drafts 1 token, on decode the station's width: vllm-ascend's P/D guide
+        (docs/source/tutorials/features/pd_disaggregation_mooncake_multi_node.md: "num_speculative_tokens on P nodes
+        should be 1, and num_speculative_tokens on D nodes should be greater or equal to 1"; its PD launches run
+        1 on P), unlike vLLM's NIXL, which needs both sides equal. The guide's exception, hybrid Mamba models
+        (Qwen-Next, Qwen3.5) with equal widths, is not rendered here."""
+        if target.pd and role == "prefill" and spec.get("num_speculative_tokens"):
+            return spec | {"num_speculative_tokens": 1}
+        return spec
 
     def static_layout(self, target: Target, station: Station, pairs: list[tuple[str, Any]], role: str,
                       ranks: int) -> None:
