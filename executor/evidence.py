@@ -50,12 +50,20 @@ def _mean(xs: Sequence[float]) -> float | None:
 
 
 def _rounds(samples: Sequence[EngineSample], role: str) -> list[list[EngineSample]]:
-    """The role's samples grouped by scrape round: a round closes when an instance shows up again.
-    (The scraper polls every endpoint once per round; the simulator stamps a round with one t.)"""
+    """The role's samples grouped by scrape round: the round each sample was asked in, where the scraper recorded
+    it (executor/scrape.py: endpoints answer concurrently, each at its own time); else (the simulator stamps a round
+    with one t, older records) a round closes when an instance shows up again."""
+    mine = sorted((s for s in samples if s.role == role or (s.role == "mixed" and role in ("prefill", "decode"))),
+                  key=lambda s: s.t)
+    asked = [(s.model_extra or {}).get("round") for s in mine]
+    if mine and all(isinstance(r, int) for r in asked):
+        by: dict[int, list[EngineSample]] = {}
+        for s, r in zip(mine, asked):
+            by.setdefault(r, []).append(s)
+        return [by[r] for r in sorted(by)]
     rounds: list[list[EngineSample]] = []
     seen: set[str] = set()
-    for s in sorted((s for s in samples if s.role == role or (s.role == "mixed" and role in ("prefill", "decode"))),
-                    key=lambda s: s.t):
+    for s in mine:
         if not rounds or s.instance in seen:
             rounds.append([])
             seen = set()
