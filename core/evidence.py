@@ -12,7 +12,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from core.evidence_parts import Breakdown, Drift, ExpertLoad, InstanceFigures, Profile, ProfileSummary, Spread, number
+from core.evidence_parts import (Breakdown, Drift, ExpertLoad, InstanceFigures, Profile, ProfileSummary, RankGroup,
+                                 Spread, number)
 
 __all__ = ["Breakdown", "Drift", "Evidence", "ExpertLoad", "KvTransfer", "Num", "Profile", "ProfileSummary",
            "number"]
@@ -35,10 +36,14 @@ class KvTransfer(BaseModel):
     kv_failed_notifications: Num = None
     kv_expired: Num = None  # leases prefill let expire: decode pulled late (not a failure by itself)
     kv_late_reads: Num = None  # reads completed after prefill released the blocks (a failure)
+    kv_failed_bootstraps: Num = None  # SGLang: P/D handshakes that failed (a failure)
+    kv_sent: Num = None  # SGLang: transfers prefill sent (its latency histogram's count)
+    kv_sent_ms: Num = None  # their latency summed, ms
+    kv_sent_mib: Num = None  # their size summed, MiB (bytes / 2**20, as SGLang computes it)
     remote_share: Num = None  # share of prompt tokens whose KV came from prefill
     transfer_s_mean: Num = None
     bytes_per_transfer: Num = None
-    failed: Num = None  # failed transfers + late reads of the measured requests (the run's, without its records)
+    failed: Num = None  # failed transfers, late reads, failed bootstraps of the measured requests (else the run's)
     warmup_failed: Num = None  # the same before the first measured send: the warm-up's (not a fault by itself)
 
 
@@ -67,7 +72,9 @@ class Evidence(BaseModel):
     decode_busy_slots_mean: Num = None  # llama.cpp: slots per decode step
     prefill_instances: Num = None
     decode_instances: Num = None
-    kv_usage_max: Num = None  # max KV cache usage over engines and instances, 0-1
+    kv_usage_max: Num = None  # max KV cache usage over engines and instances of both roles, 0-1
+    decode_kv_usage_max: Num = None  # the same over decode's (and mixed) instances only: decode's KV, 0-1
+    prefill_kv_usage_max: Num = None  # the same over prefill's instances only
     # speculative decoding
     spec_accept_length: Num = None
     spec_accept_per_position: list[float] | None = None  # share of drafts whose position i+1 was accepted
@@ -77,6 +84,9 @@ class Evidence(BaseModel):
     # ({role: {figure: {max_over_mean, max, min}}}): executor/evidence_instances.py
     instances: dict[str, InstanceFigures] | None = None
     instance_spread: dict[str, dict[str, Spread]] | None = None
+    # per DP / EP rank of each instance with two or more ({instance: {role, ranks: {rank: figures}, combined:
+    # {figure: {sum, max, median, worst, ranks}}}}): executor/evidence_ranks.py
+    ranks: dict[str, RankGroup] | None = None
     # MoE expert load by role (core/evidence_decode.py)
     expert_load: dict[str, ExpertLoad] | None = None
     expert_load_spread: Num = None

@@ -126,6 +126,35 @@ class Spread(Part):
     min: str
 
 
+class RankFigures(Part):
+    """One DP / EP rank's own figures over the load (executor/evidence_ranks.py); None where the rank exported
+    nothing for one. `step_s`: the mean time between its tokens (its step time, where the engine exports it)."""
+
+    running_mean: float | None = None
+    waiting_mean: float | None = None
+    kv_usage_max: float | None = None
+    step_s: float | None = None
+
+
+class RankSpread(Part):
+    """One figure combined over an instance's ranks: the sum, the maximum and the median over the ranks reporting
+    it, and the rank at the maximum (`worst`: for the step time the slowest, which gates every step)."""
+
+    sum: float
+    max: float
+    median: float
+    worst: str
+    ranks: int
+
+
+class RankGroup(Part):
+    """An instance of two or more ranks: each rank's figures and each figure combined over them."""
+
+    role: str
+    ranks: dict[str, RankFigures]
+    combined: dict[str, RankSpread]
+
+
 class Kernel(Part):
     name: str
     seconds: float

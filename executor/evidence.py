@@ -23,6 +23,7 @@ from executor.engines import metric_names
 from core.evidence_decode import expert_load, expert_load_spread, spec_accept_per_position
 from executor.evidence_instances import per_instance, spread
 from executor.evidence_kv import kv_transfer
+from executor.evidence_ranks import group_of, ranks
 from executor.promseries import base_value, max_value, series_spec
 # the scraper and its parsing live in executor/scrape.py; named here too, where the load generator and tests find them
 from executor.scrape import instance_name, parse_endpoints, parse_prometheus, scrape_loop
@@ -183,7 +184,12 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
     dw = [v for _, v in role_series(samples, "decode", WAITING_DECODE)]
     dr_total = [v for _, v in role_series(samples, "decode", RUNNING)]
     dr = _series(samples, "decode", RUNNING)
-    kv = [v for s in samples if (v := max_value(s.values, KV_USAGE)) is not None]  # max over DP engines, instances
+    def kv_max(*roles: str) -> float | None:  # max over DP engines and the roles' instances
+        got = [v for s in samples if s.role in roles and (v := max_value(s.values, KV_USAGE)) is not None]
+        return max(got) if got else None
+
+    def count(role: str) -> int | None:  # a role's instances (the rank endpoints of one instance count once)
+        return len({group_of(s.instance)[0] for r in _rounds(samples, role) for s in r}) or None
     # the limits the digest reads against, by role (any engine's name for them); an engine's raw flag names too,
     # where a run recorded them (SGLang's)
     budget = by_role(knobs, PREFILL_TOKEN_BUDGET) or knobs.get("chunked_prefill_size")
@@ -217,15 +223,18 @@ def digest(samples: Sequence[EngineSample], batches: Sequence[PrefillBatch], bre
         "decode_running_total_max": max(dr_total) if dr_total else None,
         "decode_batch_limit": limit,
         "decode_busy_slots_mean": _mean(_series(samples, "decode", BUSY_SLOTS)),  # llama.cpp: slots per decode step
-        "prefill_instances": len({s.instance for r in _rounds(samples, "prefill") for s in r}) or None,
-        "decode_instances": len({s.instance for r in _rounds(samples, "decode") for s in r}) or None,
-        "kv_usage_max": max(kv) if kv else None,
+        "prefill_instances": count("prefill"),
+        "decode_instances": count("decode"),
+        "kv_usage_max": kv_max("prefill", "decode", "mixed"),  # pooled; the rules read a role's own below
+        "decode_kv_usage_max": kv_max("decode", "mixed"),  # a mixed instance holds decode's sequences
+        "prefill_kv_usage_max": kv_max("prefill"),
         "spec_accept_length": _accept_length(samples),
         "spec_accept_per_position": spec_accept_per_position(samples),
         "kv_transfer": handoff,  # PD: decode's KV hand-off, summed over instances (executor/evidence_kv.py)
         # every instance's own figures, and the spread over each role's instances (executor/evidence_instances.py)
         "instances": insts,
         "instance_spread": spread(insts),
+        "ranks": ranks(samples),  # each DP / EP rank of an instance of several (executor/evidence_ranks.py)
         "expert_load": load,
         "expert_load_spread": expert_load_spread(load),
         "prefill_batch_reqs_mean": _mean([b.n_reqs for b in batches]),

@@ -34,7 +34,7 @@ GAUGES = {"running": (RUNNING, sum), "engine_running": (RUNNING, max), "kv": (KV
 COUNTERS = ("requests", "kv_tokens_remote", "kv_transfers", "kv_bytes", *FAILURES)
 
 
-def _index(values: dict[str, float]) -> dict[str, list[tuple[str, float]]]:
+def index_series(values: dict[str, float]) -> dict[str, list[tuple[str, float]]]:
     """A sample's series by metric name, so each figure reads only its own metric's series."""
     out: dict[str, list[tuple[str, float]]] = {}
     for k, v in values.items():
@@ -66,7 +66,7 @@ def _one(ss: Sequence[EngineSample], role: str, limit: float | None, since: floa
     waiting_names = WAITING_DECODE if role == "decode" else WAITING
     rows = []
     for s in ss:
-        ix = _index(s.values)
+        ix = index_series(s.values)
         got: dict[str, float | None] = {k: _pick(ix, names, red) for k, (names, red) in GAUGES.items()}
         got["waiting"] = _pick(ix, waiting_names, sum)
         got |= {k: _pick(ix, metric_names(k), sum) for k in COUNTERS}

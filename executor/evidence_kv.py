@@ -7,8 +7,11 @@ instances (failures and expiries over both roles' instances: prefill counts leas
 expired and reads that came after); the names are the engine adapter's (`kv_*` keys of its `metrics`). On vLLM
 (checked on a real NIXL pair): decode's prompt tokens by source (`external_kv_transfer` = KV that arrived from
 prefill, `local_compute` = recomputed on decode, `local_cache_hit` = decode's own prefix cache) and NIXL's
-transfer histograms and failure counters. `remote_share` is the share of decode's prompt tokens that arrived
-as KV; a deployment that recomputes on decode shows it well below 1. Missing counters give None, never 0.
+transfer histograms and failure counters. On SGLang (any transfer backend: mooncake, nixl, ascend, ...): its
+scheduler's failed transfers and failed bootstraps (the P/D handshake), counted by both roles, and the transfers
+prefill sent with their latency and size (`kv_sent*`, its per-request histograms). `remote_share` is the
+share of decode's prompt tokens that arrived as KV; a deployment that recomputes on decode shows it well below 1.
+Missing counters give None, never 0.
 """
 from __future__ import annotations
 
@@ -19,15 +22,19 @@ from executor.engines import metric_names
 from executor.promseries import base_value
 
 KEYS = ("kv_tokens_remote", "kv_tokens_computed", "kv_tokens_cached", "kv_bytes", "kv_transfers",
-        "kv_transfer_seconds", "kv_failed_transfers", "kv_failed_notifications", "kv_expired", "kv_late_reads")
+        "kv_transfer_seconds", "kv_failed_transfers", "kv_failed_notifications", "kv_expired", "kv_late_reads",
+        "kv_failed_bootstraps", "kv_sent", "kv_sent_ms", "kv_sent_mib")
 # what failed: transfers (vLLM's count includes failed handshakes and notifications, kv_failed_notifications
 # repeats the latter) and reads that completed after prefill had released the blocks (`kv_late_reads`: decode
 # may have read reused blocks). A lease that expired (`kv_expired`, counted by prefill) is not a failure by itself:
 # vLLM counts it apart from transport health, as a sign that decode took longer than the lease to pull (a busy
 # decode, or a lease shorter than its queue); decode either read the blocks before (harmless) or reads them after,
-# which is a late read. These are summed over both roles, the rest is decode's.
-FAILURES = ("kv_failed_transfers", "kv_late_reads")
-BOTH_ROLES = ("kv_failed_transfers", "kv_failed_notifications", "kv_expired", "kv_late_reads")
+# which is a late read. A failed bootstrap (SGLang: prefill and decode never agreed on the hand-off, the request is
+# aborted) is a failure too. These are summed over both roles, the rest is decode's.
+FAILURES = ("kv_failed_transfers", "kv_late_reads", "kv_failed_bootstraps")
+BOTH_ROLES = ("kv_failed_transfers", "kv_failed_notifications", "kv_expired", "kv_late_reads", "kv_failed_bootstraps")
+# what prefill counts as it sends (SGLang: a transfer's latency and size per request), read from prefill's instances
+SENT = ("kv_sent", "kv_sent_ms", "kv_sent_mib")
 
 
 def counter_delta(samples: Sequence[EngineSample], role: str, names: tuple[str, ...],
@@ -68,8 +75,8 @@ def kv_transfer(samples: Sequence[EngineSample],
     that times out there is the warm-up's to absorb, as any warm-up failure is. A failure scraped after the first
     measured send counts as measured, whenever it began."""
     def delta(k: str, since: float | None = None) -> float | None:
-        return _sum(counter_delta(samples, role, metric_names(k), since)
-                    for role in (("prefill", "decode") if k in BOTH_ROLES else ("decode",)))
+        roles = ("prefill", "decode") if k in BOTH_ROLES else ("prefill",) if k in SENT else ("decode",)
+        return _sum(counter_delta(samples, role, metric_names(k), since) for role in roles)
 
     whole = {k: delta(k) for k in KEYS}
     if all(v is None for v in whole.values()):
@@ -78,13 +85,16 @@ def kv_transfer(samples: Sequence[EngineSample],
     got = whole | ({k: delta(k, since) for k in BOTH_ROLES} if since is not None else {})
     remote, computed, cached = got["kv_tokens_remote"], got["kv_tokens_computed"], got["kv_tokens_cached"]
     prompt = sum(v for v in (remote, computed, cached) if v is not None)
-    transfers, seconds = got["kv_transfers"], got["kv_transfer_seconds"]
+    transfers, seconds, kv_bytes = got["kv_transfers"], got["kv_transfer_seconds"], got["kv_bytes"]
+    if not transfers and got["kv_sent"]:  # counted by prefill as it sends (SGLang), not by decode as it reads
+        transfers, seconds = got["kv_sent"], None if got["kv_sent_ms"] is None else got["kv_sent_ms"] / 1000
+        kv_bytes = None if got["kv_sent_mib"] is None else got["kv_sent_mib"] * 2 ** 20
     failures = [got[k] for k in FAILURES if got[k] is not None]
     before = [whole[k] for k in FAILURES if whole[k] is not None]
     return got | {
         "remote_share": remote / prompt if remote is not None and prompt > 0 else None,
         "transfer_s_mean": seconds / transfers if seconds is not None and transfers else None,
-        "bytes_per_transfer": got["kv_bytes"] / transfers if got["kv_bytes"] is not None and transfers else None,
+        "bytes_per_transfer": kv_bytes / transfers if kv_bytes is not None and transfers else None,
         "failed": sum(failures) if failures else None,
         "warmup_failed": max(sum(before) - sum(failures), 0.0) if before and since is not None else None,
     }

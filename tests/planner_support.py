@@ -16,7 +16,7 @@ GOAL16 = load_goal(ROOT / "examples" / "goal-16k.yaml")
 PREFILL_BOUND = {  # the field report's cap-1 picture: P queue always busy, D starved
     "prefill_waiting_mean": 40.0, "prefill_waiting_nonzero_share": 0.95, "decode_waiting_mean": 0.0,
     "decode_waiting_nonzero_share": 0.0, "decode_running_mean": 60.0, "decode_running_max": 80.0,
-    "decode_batch_limit": 256.0, "kv_usage_max": 0.4, "spec_accept_length": None, "prefill_batch_reqs_mean": 1.0,
+    "decode_batch_limit": 256.0, "decode_kv_usage_max": 0.4, "spec_accept_length": None, "prefill_batch_reqs_mean": 1.0,
     "prefill_batch_tokens_mean": 5400.0, "prefill_tail_batch_share": 0.33, "breakdown": {}, "samples": 120}
 DECODE_BOUND = PREFILL_BOUND | {"prefill_waiting_mean": 0.1, "prefill_waiting_nonzero_share": 0.05,
                                 "decode_waiting_mean": 12.0, "decode_waiting_nonzero_share": 0.8,

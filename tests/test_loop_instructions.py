@@ -66,7 +66,7 @@ class QueuesCannotSeparate(DeterministicPlanner):
         s = Summary(n_total=320, n_formal=320, n_sent=320, n_ok=320, n_failed=0, cards=16, concurrency=128,
                     request_rate=6.0, whole=w, native=None, ttft_ms=d, tpot_ms=d, itl_ms=d, e2e_ms=d,
                     queue_delay_ms=d, output_len_min=1024, output_len_max=1024)
-        diag = diagnose(s, {"kv_usage_max": 0.99}, TPOT20, {})  # no queue series collected
+        diag = diagnose(s, {"decode_kv_usage_max": 0.99}, TPOT20, {})  # no queue series collected
         assert diag.propose_profile
         return Plan(card=plan.card, diagnosis=diag, ranked=plan.ranked, stop_reason=plan.stop_reason)
 

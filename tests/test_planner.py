@@ -36,7 +36,7 @@ def test_client_supply_when_achieved_concurrency_far_below_c():
 def test_latency_bound_and_profile_only_when_queues_cannot_separate():
     d = diagnose(summary(tpot=19.5), PREFILL_BOUND, TPOT20, {})
     assert d.get("latency_bound").status == "supported"
-    d2 = diagnose(summary(), {"kv_usage_max": 0.99}, TPOT20, {})  # no queue series: nothing separates them
+    d2 = diagnose(summary(), {"decode_kv_usage_max": 0.99}, TPOT20, {})  # no queue series: nothing separates them
     assert d2.propose_profile and d2.profile_reason
 
 

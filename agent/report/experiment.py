@@ -7,7 +7,7 @@ from typing import Any
 
 from agent.planner import change_words
 from core.evidence import Evidence
-from core.evidence_parts import Spread
+from core.evidence_parts import RankGroup, Spread
 from core.summary import Summary
 from core.trial import TrialResult
 from state.snapshots import Decision, Run
@@ -61,7 +61,8 @@ def _count(v: float | None) -> str:
 
 def evidence_words(ev: Evidence) -> str | None:
     """Prefill: its queue and batches; decode: its batch against the limit, its capacity queue and its wait for
-    remote KV; the KV hand-off: how many prompt tokens arrived as KV, in how many transfers, how fast, failures."""
+    remote KV; the KV hand-off: how many prompt tokens arrived as KV, in how many transfers, how fast, failures;
+    the rank that gates an instance of several ranks."""
     parts = []
     prefill = [f"{k} {v}" for k, v in (("waiting mean", _num(ev.prefill_waiting_mean)),
                                        ("batch tokens mean", _num(ev.prefill_batch_tokens_mean, 0)))
@@ -87,6 +88,7 @@ def evidence_words(ev: Evidence) -> str | None:
                  f"{kv.failed:.0f} failed" if kv.failed is not None else None]
         parts.append("KV hand-off: " + ", ".join(w for w in words if w))
     parts += spread_words(ev.instance_spread)
+    parts += rank_words(ev.ranks)
     return "; ".join(parts) or None
 
 
@@ -107,4 +109,19 @@ def spread_words(spread: dict[str, dict[str, Spread]] | None) -> list[str]:
                  f"(least {figs[f].min})" for f in shown]
         if words:
             out.append(f"{role} instances: " + ", ".join(words))
+    return out
+
+
+def rank_words(ranks: dict[str, RankGroup] | None) -> list[str]:
+    """Per instance of several DP / EP ranks: the slowest rank's step time against the median, else the rank with
+    the longest queue (the rank that gates its group's steps)."""
+    out = []
+    for inst, g in sorted((ranks or {}).items()):
+        step, queue = g.combined.get("step_s"), g.combined.get("waiting_mean")
+        if step is not None:
+            out.append(f"{inst} ({step.ranks} ranks): slowest {step.worst} at {step.max * 1000:.1f} ms a step "
+                       f"(median {step.median * 1000:.1f} ms)")
+        elif queue is not None:
+            out.append(f"{inst} ({queue.ranks} ranks): longest queue {queue.worst} at {queue.max:.1f} waiting "
+                       f"(median {queue.median:.1f}, {queue.sum:.1f} over all)")
     return out

@@ -132,6 +132,13 @@ class MindIE(Adapter):
     knob_key = "mindie"
     pinned = "MindIE 2.x (mindie_llm; config.json Version 1.0.0)"
     flush_path = None  # no flush route: a zero-cache run restarts the daemon
+    # MindIE-LLM's Prometheus exporter (prometheus_metrics.cpp InitPrometheusMetrics; each with a model_name label)
+    metrics = {
+        "running": ("num_requests_running",),
+        "waiting": ("num_requests_waiting",),
+        "kv_usage": ("npu_cache_usage_perc",),  # NPU KV blocks in use over all, 0-1
+        "requests": ("request_success_total",),
+    }
 
     def render(self, target: Target, station: Station, faults: tuple[str, ...] = (),
                expected_requests: int | None = None) -> Rendered:

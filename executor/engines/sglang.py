@@ -60,6 +60,15 @@ class SGLang(Adapter):
         "prefill_inflight": ("sglang:num_prefill_inflight_queue_reqs",),
         "decode_prealloc": ("sglang:num_decode_prealloc_queue_reqs",),
         "waiting_deferred": ("sglang:num_decode_transfer_queue_reqs",),
+        # failed KV hand-offs, counted by both roles (srt/observability/metrics_collector.py, 0.5.23: the transfer
+        # backend's KV transfer failed; the bootstrap handshake between P and D failed)
+        "kv_failed_transfers": ("sglang:num_transfer_failed_reqs_total",),
+        "kv_failed_bootstraps": ("sglang:num_bootstrap_failed_reqs_total",),
+        # what prefill sent, per request (histograms; observability/req_time_stats.py: the transfer's latency in ms,
+        # its size in bytes / 2**20)
+        "kv_sent": ("sglang:kv_transfer_latency_ms_count",),
+        "kv_sent_ms": ("sglang:kv_transfer_latency_ms_sum",),
+        "kv_sent_mib": ("sglang:kv_transfer_total_mb_sum",),
     }
 
     def knob_args(self, target: Target, station: Station, role: str, tp: int, dp: int) -> list[str]:

@@ -105,6 +105,8 @@ class Vllm(Adapter):
         "waiting_deferred": ('vllm:num_requests_waiting_by_reason{reason="deferred"}',),
         "kv_usage": ("vllm:kv_cache_usage_perc",),  # vllm:gpu_cache_usage_perc was removed (vllm#29330)
         "iteration_tokens": ("vllm:iteration_tokens_total",),  # histogram: tokens per engine step
+        # histogram per DP engine (`engine` label): the mean gap between tokens, each rank's step time
+        "itl": ("vllm:inter_token_latency_seconds",),
         # requests finished, per finished_reason (vllm/v1/metrics/loggers.py): per instance, the router's balance
         # (under vllm-router a prefill instance finishes its one-token half of each request too)
         "requests": ("vllm:request_success_total",),

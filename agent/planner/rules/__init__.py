@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from agent.planner.rules import (
     client_supply, decode_capacity, expert_imbalance, kv_capacity, kv_transfer, latency_bound, load_headroom,
-    prefill_supply, spec_acceptance,
+    prefill_supply, rank_straggler, spec_acceptance,
 )
 from agent.planner.rules.base import MoveRule, Rule
 from core.knobs import ROLES
 
 RULES: tuple[Rule, ...] = (
     prefill_supply.RULE, client_supply.RULE, decode_capacity.RULE, spec_acceptance.RULE, expert_imbalance.RULE,
-    latency_bound.RULE, load_headroom.RULE, kv_transfer.RULE, kv_capacity.RULE,
+    latency_bound.RULE, load_headroom.RULE, kv_transfer.RULE, kv_capacity.RULE, rank_straggler.RULE,
 )
 NAMES: tuple[str, ...] = tuple(r.name for r in RULES)
 

@@ -95,7 +95,7 @@ def decode_at_limit(ev: Evidence) -> bool:
 
 def decode_full(ev: Evidence) -> str | None:
     """Why decode cannot take more requests (batch limit reached, KV cache full), or None."""
-    run_max, limit, kv = ev.decode_running_max, ev.decode_batch_limit, ev.kv_usage_max
+    run_max, limit, kv = ev.decode_running_max, ev.decode_batch_limit, ev.decode_kv_usage_max
     if decode_at_limit(ev) and ev.decode_busy_slots_mean is None:
         return f"running {run_max:.0f} of a {limit:.0f} batch limit"
     waiting = ev.decode_waiting_mean

@@ -29,7 +29,7 @@ def score(ctx: Ctx) -> Hypothesis:
     ev = ctx.ev
     pfor, pagainst, s = [], [], PRIOR
     run_max, limit = ev.decode_running_max, ev.decode_batch_limit
-    dmean, kv = ev.decode_waiting_mean, ev.kv_usage_max
+    dmean, kv = ev.decode_waiting_mean, ev.decode_kv_usage_max
     if decode_at_limit(ev) and dmean is not None and dmean > WAITING_NEAR_ZERO:
         pfor.append(f"decode running at its batch limit ({run_max:.0f}/{limit:.0f}) with {dmean:.1f} waiting")
         s += W_AT_LIMIT

@@ -17,7 +17,7 @@ GAIN_KV_MEMORY = 0.1  # the move's prior gain (a judgement): more KV memory pays
 
 def score(ctx: Ctx) -> Hypothesis:
     ev = ctx.ev
-    kv, dmean = ev.kv_usage_max, ev.decode_waiting_mean
+    kv, dmean = ev.decode_kv_usage_max, ev.decode_waiting_mean  # decode's KV, not prefill's
     if kv is None:
         return Hypothesis(name="kv_capacity", likelihood=WEAK, evidence_against=["no KV usage observed"])
     if kv < KV_FULL:
