@@ -147,6 +147,35 @@ def test_the_expert_layout_and_draft_renderings_parse_with_vllms_own_parser(engi
     assert "'method': 'mtp'" in specs[0] and "'num_speculative_tokens': 2" in specs[0], specs
 
 
+def test_a_recipes_additional_config_the_prefill_draft_and_mooncake_parse_with_vllms_own_parser(engine, tmp_path):
+    """vLLM-Ascend with a static map, MTP and a recipe's own --additional-config: one JSON, which vLLM's parser reads
+    with both the recipe's key and the expert map (two would leave it the last one); prefill drafts 1 token, decode
+    the station's 3. vLLM GPU over MooncakeConnector: its connector config parses too."""
+    from executor.targets import Host, Relayout
+
+    recipe = ("--additional-config", '{"enable_shared_expert_dp": true}')
+    pd = target(engine, tmp_path, 8000, router_command=("python3", "proxy.py"),
+                relayout=Relayout(collect=("c", "{stats}"), fit=("f", "{stats}", "{layout}")),
+                extra_args={"prefill": CPU_EXTRA + recipe, "decode": CPU_EXTRA + recipe},
+                hosts=(Host(host="127.0.0.1", roles=("prefill",), cards=2, port=8001),
+                       Host(host="127.0.0.1", roles=("decode",), cards=2, port=8002),
+                       Host(host="127.0.0.1", roles=("router", "load"), cards=0, port=8000)))
+    pd = pd.model_copy(update={"engine": "vllm-ascend"})
+    st = station({"enable_expert_parallel": True, "expert_layout": "static_eplb", "speculative_method": "mtp",
+                  "num_speculative_tokens": 3})
+    mooncake = pd.model_copy(update={"engine": "vllm", "pd_connector": "MooncakeConnector", "relayout": None})
+    argvs = [list(engine_argv(s.argv)[1:]) for s in render(pd, st).services if s.role != "router"]
+    argvs += [list(engine_argv(s.argv)[1:]) for s in render(mooncake, station({})).services if s.role != "router"]
+    results = parse_with_vllm(engine["python"], argvs)
+    assert all(r["ok"] and not r["inexact"] for r in results), results
+    for r in results[:2]:
+        cfg = r["args"]["additional_config"]
+        assert "'enable_shared_expert_dp': True" in str(cfg) and "expert_map_path" in str(cfg), cfg
+    drafts = [r["args"]["speculative_config"] for r in results[:2]]
+    assert "'num_speculative_tokens': 1" in drafts[0] and "'num_speculative_tokens': 3" in drafts[1], drafts
+    assert all("MooncakeConnector" in str(r["args"]["kv_transfer_config"]) for r in results[2:]), results[2:]
+
+
 # vLLM's model-free n-gram drafter: the tiny model has no draft head, and this still runs the real spec-decode
 # path (proposer, rejection sampler, the vllm:spec_decode_* counters) on the CPU
 NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
