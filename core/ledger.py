@@ -12,10 +12,12 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from core.errors import FieldError
 from core.evidence_parts import Drift
+from core.goalview import MAX_PCT, GoalView, figure_named
+from core.summary import Summary
 
 # a target's default `drift_threshold`; the pre-screen's interval around a simulated effect is the same gap
 DRIFT_THRESHOLD = 0.15  # the relative gap between a calibrated simulator's prediction and a run that flags drift
@@ -129,3 +131,51 @@ def drift_line(d: Drift | None) -> str | None:
             f"TPOT {fig(m.tpot_mean_ms, '{:.1f}')} ms (drift {fig(dr.output_tok_s, '{:+.0%}')} / "
             f"{fig(dr.tpot_mean_ms, '{:+.0%}')}, limit {d.threshold:.0%})")
     return ("DRIFT: " + text + " — " + str(d.suggestion)) if d.flagged else "drift within limit: " + text
+
+
+def interval_words(eff: Interval | dict[str, Any] | None, base: float | None = None, unit: str = "",
+                   point: float | None = None) -> str | None:
+    """A predicted relative effect and its interval as a person reads it: `+12.0 % (interval +8.0 % to +16.0 %)`;
+    where the interval reaches past +-1000 % (a near-zero parent), the figures: `0.07 -> 6.60 req/s (interval 6.60 to
+    6.61)` from the parent's figure `base`, else the predicted `point` and the factor (`6.60 req/s, x94.4 (interval
+    x94.3 to x94.4)`)."""
+    if eff is None:
+        return None
+    e = eff if isinstance(eff, Interval) else Interval.model_validate(eff)
+    if max(abs(e.lo), abs(e.hi)) <= MAX_PCT:
+        return f"{e.value * 100:+.1f} % (interval {e.lo * 100:+.1f} % to {e.hi * 100:+.1f} %)"
+    u = f" {unit}" if unit else ""
+    if base is not None and base > 0:
+        return (f"{base:.2f} -> {base * (1 + e.value):.2f}{u} (interval {base * (1 + e.lo):.2f} to "
+                f"{base * (1 + e.hi):.2f})")
+    return (f"{point:.2f}{u}, " if point is not None else "") + f"x{1 + e.value:.1f} (interval x{1 + e.lo:.1f} to x{1 + e.hi:.1f})"
+
+
+def prediction_words(pred: Prediction | dict[str, Any] | None, view: GoalView, base: Summary | None = None,
+                     measured: Summary | None = None) -> list[str]:
+    """A card's prediction beside what its run measured, in the goal's own figures (core.goalview): the objective's
+    effect with its interval (against `base`, the run it was predicted against, where known), the binding limit's,
+    each absolute figure it predicted, its source; then the measured figures. Empty: no numeric prediction."""
+    if not pred:
+        return []
+    try:
+        p = pred if isinstance(pred, Prediction) else Prediction.model_validate(pred)
+    except ValidationError:  # a card written by another version: said so, never guessed
+        return ["a prediction this version cannot read"]
+    window = "native" if "(native)" in p.objective else "whole"
+    obj = view.objective(base, window) if base is not None else None
+    out = [f"{p.objective}: " + str(interval_words(p.objective_effect, obj, view.unit, p.predicted.get(view.metric)))]
+    if p.slo and p.slo_effect is not None:
+        lim = next((x for x in view.limits if x.key == p.slo), None)
+        was = lim.figure(base) if lim is not None else None
+        out.append(f"{lim.words if lim else p.slo}: {interval_words(p.slo_effect, was, 'ms')}")
+    figs = [f"{figure_named(k).words.removesuffix(' ms')} {v:.2f}" + (" ms" if k.endswith("_ms") else f" {view.unit}")
+            for k, v in p.predicted.items() if k != view.metric and k.endswith("_ms")]
+    if view.metric in p.predicted:
+        figs.insert(0, f"{view.metric} {p.predicted[view.metric]:.2f} {view.unit}")
+    if figs:
+        out.append("predicted figures: " + ", ".join(figs))
+    out.append(f"source: {p.source}")
+    if measured is not None:
+        out.append("measured: " + view.figures_words(measured))
+    return out
