@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agent.planner.candidates import CandidateCard
 from agent.planner.history import Decision, Figures, History, Outcome
+from core.goalview import UNITS, change
 
 LATENCY_WIN = 0.05  # lower on every latency mean, and at least 5 % lower on one, is a latency win
 CLEAR_LOSS = 0.02  # beyond run-to-run noise (~1-2 %)
@@ -89,7 +90,10 @@ def decide(card: CandidateCard, verdict: str, figures: Figures | None, history: 
     cmp = compare(figures, ref_figs, window)
     if cmp.gain is None:
         return "negative", "no common window with the reference"
-    pct = f"{cmp.gain:+.2%} {cmp.window} vs {against} at N={card.n}"
+    # a percentage of a near-zero parent (goodput 0.07 -> 6.97) says nothing: the two figures instead
+    moved = change(getattr(figures, cmp.window), getattr(ref_figs, cmp.window), UNITS.get(goal.objective.metric, ""),
+                   tight=True)
+    pct = f"{moved} {cmp.window} vs {against} at N={card.n}"
     if ref_figs.slo_violations:
         # the reference breaks the SLO and this run meets it: feasible beats infeasible, whatever the throughput
         broken = "; ".join(ref_figs.slo_violations)

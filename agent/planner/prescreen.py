@@ -26,6 +26,7 @@ from agent.planner.plan import PlanRow
 from agent.planner.judgement import CLEAR_LOSS, LATENCY_WIN
 from agent.planner.plan import Plan, Planner, SetAside
 from agent.planner.value import PREDICTED_DIGITS
+from core.goalview import effect
 from core.ledger import DRIFT_THRESHOLD, Interval, Prediction, relative
 
 
@@ -109,7 +110,7 @@ class Prescreened:
         card = plan.card.model_copy(update={"prediction": pred})
         if len(passing) == 1:
             return plan.model_copy(update={"card": card})
-        figures = " | ".join(f"{p.card.title()}: {pr.objective_effect.value:+.1%} over {cost:.2f} card-h"
+        figures = " | ".join(f"{p.card.title()}: {effect(pr.objective_effect.value, tight=True)} over {cost:.2f} card-h"
                             for _, cost, p, pr in passing)
         order = "the planner's first" if best == 0 else f"the planner's {_nth(best + 1)} (its first: {passing[0][2].card.title()})"
         why = (f"{RANKED} {len(passing)} passing moves by simulated value per card-hour (the calibrated "
@@ -118,7 +119,7 @@ class Prescreened:
                                                 f"value per card-hour"})
         card = card.model_copy(update={"prescreen": why, "prediction": pred})
         first = passing[0][2]
-        ranked = list(first.ranked) + [PlanRow.of(p.card.title(), v, f"simulated {pr.objective_effect.value:+.1%} over "
+        ranked = list(first.ranked) + [PlanRow.of(p.card.title(), v, f"simulated {effect(pr.objective_effect.value, tight=True)} over "
                                                   f"{cost:.2f} card-h") for v, cost, p, pr in passing]
         return plan.model_copy(update={"card": card, "ranked": ranked, "diagnosis": first.diagnosis})
 
@@ -171,7 +172,7 @@ class Prescreened:
             return pred, "predicted to break " + ", ".join(
                 f"the {lim.words} limit ({lim.figure(s_new):.1f} ms >= {lim.limit_ms:g} ms)" for lim in broken)
         if gain < view.least_gain and not latency_win:
-            return pred, f"predicted {gain:+.1%} {metric} (below the least gain {goal.stop.min_gain_pct:g} %, no latency win)"
+            return pred, f"predicted {effect(gain, tight=True)} {metric} (below the least gain {goal.stop.min_gain_pct:g} %, no latency win)"
         return pred, None
 
 

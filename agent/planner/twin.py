@@ -32,6 +32,7 @@ from agent.planner.twin_space import (  # noqa: F401  (the twin's search, read t
     search,
 )
 from agent.planner.value import INTERVAL_Z  # the twin's interval: ± INTERVAL_Z × the RMS of its measured errors
+from core.goalview import effect
 from core.ledger import DRIFT_THRESHOLD
 
 MISSES_TO_YIELD = 2  # misses in a row before the twin hands the lead over (one miss refits it with the run it missed)
@@ -70,7 +71,7 @@ class Fidelity:
     def words(self) -> str:
         if not self.scored:
             return f"no run predicted yet (interval ±{self.interval:.0%}, the drift threshold)"
-        errs = ", ".join(f"{s.error:+.1%}{' (miss)' if s.miss else ''}" for s in self.scored[-ERRORS_SHOWN:])
+        errs = ", ".join(f"{effect(s.error, tight=True)}{' (miss)' if s.miss else ''}" for s in self.scored[-ERRORS_SHOWN:])
         rest = "; ".join(f"{k} ±{v:.1%}" for k, v in self.intervals.items() if k != OBJECTIVE_KEY)
         return f"out-of-sample errors of its last runs {errs}; interval now ±{self.interval:.1%}" + (
             f" (limits: {rest})" if rest else "")
@@ -130,7 +131,7 @@ def fidelity(history: History, fitter: Fitter) -> Fidelity:
     if len(tail) == MISSES_TO_YIELD and all(s.miss for s in tail):
         return Fidelity(fit, tuple(scored), interval, False,
                         f"the twin missed its last {MISSES_TO_YIELD} runs outside its interval or the least gain "
-                        f"({', '.join(f'{s.error:+.1%} vs ±{min(s.interval, s.tolerance):.1%}' for s in tail)}): "
+                        f"({', '.join(f'{effect(s.error, tight=True)} vs ±{min(s.interval, s.tolerance):.1%}' for s in tail)}): "
                         f"re-calibrating did not bring it back, so the evidence rules and the explorer lead",
                         kept, intervals)
     return Fidelity(fit, tuple(scored), interval, True, "", kept, intervals)

@@ -33,6 +33,7 @@ from agent.planner.proposers.base import Asking, Exploring, Proposals, Proposed,
 from agent.planner.screens import load_unchanged, screen_blind, to_confirm
 from agent.planner.tpot_fit import normal_cdf
 from agent.planner.value import INTERVAL_Z, PREDICTED_DIGITS, VALUE_DIGITS, Value, per_card_hour
+from core.goalview import effect
 from core.ledger import Interval
 from core.ledger import Prediction as LedgerPrediction
 
@@ -66,7 +67,7 @@ class Prediction:
                                       f"{self.ei_pct:.2f} %)", predicted={metric: round(self.mean, PREDICTED_DIGITS)})
 
     def text(self, metric: str) -> str:
-        rel = (lambda x: f"{x / self.base - 1:+.1%}") if self.base > 0 else (lambda x: f"{x:.1f}")  # noqa: E731
+        rel = (lambda x: effect(x / self.base - 1, tight=True)) if self.base > 0 else (lambda x: f"{x:.1f}")  # noqa: E731
         lo, hi = self.mean - INTERVAL_Z * self.sigma, self.mean + INTERVAL_Z * self.sigma
         return (f"predicted {metric} {self.mean:.1f} ({rel(self.mean)}, 90 % interval {rel(lo)} .. {rel(hi)}); "
                 f"expected improvement {self.ei_pct:.2f} %" + (f"; predicted over a latency limit by "

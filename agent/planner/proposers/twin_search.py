@@ -34,7 +34,7 @@ from agent.planner.pairs import build_jump, build_pair, move_direction
 from agent.planner.proposers.base import Asking, Proposals, Proposed, Proposer
 from agent.planner.tpot_fit import chance_under, normal_cdf
 from agent.planner.value import PREDICTED_DIGITS, VALUE_DIGITS, Value, per_card_hour
-from core.goalview import GoalView, Limit
+from core.goalview import GoalView, Limit, effect
 from core.knobs import COST_ORDER
 from core.station import change_cost, needs_restart
 from core.ledger import Interval, Prediction
@@ -74,7 +74,7 @@ class TwinSearch(Proposer):
             moves.append(pair)
         opt = tw.gain(found.optimum, found.base) or 0.0
         path = " + ".join(f"{k}={v!r}" for k, v in found.path) or "the best station itself"
-        lead = (f"{LED}: {fid.words()}; its optimum ({path}) predicted {opt:+.1%} over the best station, "
+        lead = (f"{LED}: {fid.words()}; its optimum ({path}) predicted {effect(opt, tight=True)} over the best station, "
                 f"{found.simulated} stations simulated" + (" (the whole space)" if found.exhaustive else "")
                 + (f"; not modelled, so not searched: {', '.join(found.unmodelled)}" if found.unmodelled else ""))
         return Led(moves=moves, why=lead, judged=judge, settled_why=_settled(h, fid, found, opt))
@@ -147,7 +147,7 @@ class Judge:
             for lim in view.limits if st.figures.get(lim.figure_key) is not None)
         lat_words += f"; breaks the contract: {st.broken}" if st.broken else ""
         kept = "; keeps every limit the best station breaks" if worth != g else ""
-        why = (f"the twin predicts {g:+.1%} {goal.objective.metric}{lat_words}{kept}; chance of at least the least "
+        why = (f"the twin predicts {effect(g, tight=True)} {goal.objective.metric}{lat_words}{kept}; chance of at least the least "
                f"gain within every limit {conf:.0%}; {card.cost_class}, ~{cost:.2f} card-h")
         if onward is not None:
             v, words = onward
@@ -224,7 +224,7 @@ class Judge:
         path = per_card_hour(expect, dearer, cost + more, h.budget_left_card_hours, self.restart)
         if path >= own:
             return None
-        return path, (f"the twin's optimum is {short:+.1%} past it, a {rest} run of ~{more:.2f} card-h more: worth "
+        return path, (f"the twin's optimum is {effect(short, tight=True)} past it, a {rest} run of ~{more:.2f} card-h more: worth "
                       f"{path:.4f} as that path, not {own:.4f} alone")
 
 
@@ -286,8 +286,8 @@ def _pair(h: History, found: tw.Search, judge: Judge) -> Proposed | None:
         return None
     try:
         card = build_pair(h, (k1, v1), (k2, v2), coupling=(
-            f"the twin predicts {g:+.1%} from {k1}={v1!r} with {k2}={v2!r} together, "
-            + ", ".join(f"{k} alone {each[key][0]:+.1%}" for (k, _), key in zip(found.path[:2], keys) if key in each)),
+            f"the twin predicts {effect(g, tight=True)} from {k1}={v1!r} with {k2}={v2!r} together, "
+            + ", ".join(f"{k} alone {effect(each[key][0], tight=True)}" for (k, _), key in zip(found.path[:2], keys) if key in each)),
             mechanism=f"the twin's path to its optimum moves {k1} and {k2} together",
             decision=f"whether {k1} and {k2} together gain what the twin predicts",
             negative_rules_out=f"the twin's coupling of {k1} and {k2} from this station; the twin is refit with it")
@@ -312,9 +312,9 @@ def _jump(h: History, fid: tw.Fidelity, found: tw.Search, judge: Judge) -> Propo
     alone = _alone(found)
     if g is None or g - _best_kept(alone) < h.goal.view().least_gain:
         return None
-    each = ", ".join(f"{k}={v!r} alone {alone.get((k, canon(v)), (0.0, False))[0]:+.1%}" for k, v in changes)
-    coupling = (f"the twin's optimum is {len(changes)} changes away and predicted {g:+.1%} over the best station "
-                f"({each}); its last run was predicted {fid.scored[-1].error:+.1%}, inside its ±"
+    each = ", ".join(f"{k}={v!r} alone {effect(alone.get((k, canon(v)), (0.0, False))[0], tight=True)}" for k, v in changes)
+    coupling = (f"the twin's optimum is {len(changes)} changes away and predicted {effect(g, tight=True)} over the best station "
+                f"({each}); its last run was predicted {effect(fid.scored[-1].error, tight=True)}, inside its ±"
                 f"{fid.scored[-1].interval:.1%}")
     words = " + ".join(f"{k}={v!r}" for k, v in changes)
     fields = dict(coupling=coupling, mechanism=f"the twin's path to its optimum moves {words} together",
@@ -337,7 +337,7 @@ def _settled(h: History, fid: tw.Fidelity, found: tw.Search, opt: float) -> str:
     if len(tail) < tw.MISSES_TO_YIELD or any(s.miss for s in tail) or found.unmodelled or not found.base.feasible \
             or opt >= h.goal.view().least_gain:
         return ""
-    errs = ", ".join(f"{s.error:+.1%} inside ±{s.interval:.1%}" for s in tail)
+    errs = ", ".join(f"{effect(s.error, tight=True)} inside ±{s.interval:.1%}" for s in tail)
     return (f"nothing left to gain by the goal's twin: it predicted the last {len(tail)} runs ({errs}), and its search "
             f"of {found.simulated} stations finds none that gains min_gain_pct {h.goal.stop.min_gain_pct:g} % over "
-            f"the best station (its optimum {opt:+.1%})")
+            f"the best station (its optimum {effect(opt, tight=True)})")
