@@ -10,9 +10,11 @@ from core.ledger import Observation, Prediction, Scored, score
 
 
 def card_title(card: dict[str, Any]) -> str:
-    ch = card.get("change")
+    """`confirm N=640: k 1 -> 2 + j 3 -> 4`: every change of a pair or a twin's jump named, not its first alone."""
+    chs = [c for c in (card.get("change"), card.get("also"), *(card.get("more") or ())) if c]
     head = f"{card.get('stage', '?')} N={card.get('n', '?')}"
-    return f"{head}: {ch.get('knob')} {ch.get('old')!r} -> {ch.get('new')!r}" if ch else f"{head}: the parent station"
+    words = " + ".join(f"{c.get('knob')} {c.get('old')!r} -> {c.get('new')!r}" for c in chs)
+    return f"{head}: {words}" if chs else f"{head}: the parent station"
 
 
 def hypothesis_ledger(store: Any, goal_id: str) -> list[Scored]:

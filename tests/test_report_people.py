@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from agent.report import build_report, render
-from agent.report.answer import gains, reference_of
+from agent.report.answer import gains, made_best, reference_of
 from agent.loop.session import run_session
 from state.goal import GoalSpec
 from state.kpis import compute_kpis
@@ -104,11 +104,14 @@ def test_the_report_opens_with_the_answer_before_any_configuration(decided):
     knobs = {r["field"]: r["value"] for r in cells(decided["paths"].html.read_text(), "kv answer-knobs")}
     assert knobs == {k: str(v) for k, v in best.knobs.items()}
     decisive = cells(decided["paths"].html.read_text(), "decisive")
-    changed = [d.run_id for d in st.decisions(gid) if d.changed and d.run_id]
-    assert {r["run"].split(" (")[1].rstrip(")") for r in decisive} == set(changed)
+    # exactly the runs that made the best station: its run, its parent station's run, ... back to the reference
+    made = made_best(rep.content)
+    assert [r["run"].split(" (")[1].rstrip(")") for r in decisive] == [e.run.id for e in made]
+    assert made[-1].run.id == st.best(gid).run_id and all(a.station == b.parent for a, b in zip(made, made[1:]))
+    assert not {e.run.id for e in rep.content.quality_failed} & {e.run.id for e in made}
     front = cells(decided["paths"].html.read_text(), "answer-frontier")
     assert best.hash in {r["station"] for r in front}
-    assert '<figure class="plot" data-plot="tput_tpot">' in decided["paths"].html.read_text().split('id="people"')[0]
+    assert '<figure class="plot" data-plot="tput_tpot_mean">' in decided["paths"].html.read_text().split('id="people"')[0]
 
 
 def test_every_person_decision_is_in_the_report_with_who_where_when_and_why(decided):

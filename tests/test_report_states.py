@@ -53,5 +53,6 @@ def test_a_goal_with_no_runs_still_renders_and_says_why_plots_are_missing(store,
     md = render(rep, tmp_path).markdown.read_text()
     assert "No experiment has run yet." in md and "No deployable best station yet." in md
     assert set(rep.missing) == {"queues", "prefill_batches"} and "queues: not drawn — no valid candidate" in md
-    assert rep.plots["tput_tpot"].series["points"] == [] and rep.plots["progress"].series["best"] == []
+    assert rep.frontiers == ("tput_tpot_mean",)  # the goal's one limit, at its own statistic
+    assert rep.plots["tput_tpot_mean"].series["points"] == [] and rep.plots["progress"].series["best"] == []
     assert "| per_card |" in md  # the definitions are stated even before a run recorded them

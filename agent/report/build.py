@@ -25,6 +25,7 @@ class Report:
     content: Content
     plots: dict[str, plots.Plot] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)  # plot name -> why it is not drawn
+    frontiers: tuple[str, ...] = ()  # the frontier plots' names: against the binding limit first, then each other
 
 
 def build_report(store: Store, goal_id: str, base: str | Path | None = None) -> Report:
@@ -32,9 +33,10 @@ def build_report(store: Store, goal_id: str, base: str | Path | None = None) -> 
     c = gather(store, goal_id, base)
     rep = Report(content=c)
     spec = c.goal.spec
-    metric = f"{spec.objective.metric} ({spec.objective.window} objective)"
-    rep.plots["tput_tpot"] = frontier_plot(c)
-    rep.plots["tput_ttft"] = frontier_plot(c, "ttft")
+    metric = f"{spec.view().objective_words} objective"
+    drawn = frontier_plots(c)
+    rep.plots.update({p.name: p for p in drawn})
+    rep.frontiers = tuple(p.name for p in drawn)
     cand, parent = pair(c.experiments, c.best)
     if cand is None or parent is None:
         why = "no valid candidate with a valid run of its parent at the same N"
@@ -54,39 +56,48 @@ def build_report(store: Store, goal_id: str, base: str | Path | None = None) -> 
             rep.plots["prefill_batches"] = plots.batch_sizes(cl, bc, pl, bp, budget)
     own = [(e.run.id, sum(x.card_hours for x in c.experiments[:e.index]), objective_of(c.goal, e.summary)
             if e.verdict == "valid" else None) for e in c.experiments]
-    rep.plots["progress"] = plots.progress(best_objectives(c), own, metric)
+    rep.plots["progress"] = plots.progress(best_objectives(c), own, metric,
+                                           frozenset(e.run.id for e in c.quality_failed))
     return rep
 
 
-LATENCY_AXES = {"tpot": ("tput_tpot", "tpot_mean", "mean TPOT", "tpot_mean_ms_lt"),
-                "ttft": ("tput_ttft", "ttft_p90", "TTFT P90", "ttft_p90_ms_lt")}
-
-
-def frontier_plot(c: Content, latency: str = "tpot") -> plots.Plot:
-    """Throughput against one latency with the SLO line: the report's plot, and the dashboard's frontier
-    (`GET /goals/G/frontier.png` draws exactly this one)."""
-    name, attr, label, limit = LATENCY_AXES[latency]
-    spec = c.goal.spec
+def frontier_plots(c: Content, first_only: bool = False) -> list[plots.Plot]:
+    """The goal's objective against each latency it limits, at the limit's own statistic (core.goalview
+    `GoalView.axes`): the limit binding at the best run first, then each other limit; a goal without a limit, against
+    the latencies it reports."""
+    view = c.goal.spec.view()
     rows = [r for by_n in c.tradeoffs.values() for rs in by_n.values() for r in rs]
-    return plots.throughput_vs_latency(name, rows, attr, label, spec.constraints.latency_limits().get(limit),
-                                       spec.objective.metric, spec.objective.window)
+    axes = view.axes(c.best.summary if c.best is not None else None) or (None,)
+    out = []
+    for fig in axes[:1] if first_only else axes:
+        name = "tput_" + (fig.key.removesuffix("_ms") if fig is not None else "latency")
+        out.append(plots.throughput_vs_latency(name, rows, fig, view))
+    return out
+
+
+def frontier_plot(c: Content) -> plots.Plot:
+    """The report's first frontier plot (against the binding limit), and the dashboard's frontier
+    (`GET /goals/G/frontier.png` draws exactly this one)."""
+    return frontier_plots(c, first_only=True)[0]
 
 
 def pair(experiments: list[Experiment], best: Experiment | None) -> tuple[Experiment | None, Experiment | None]:
     """The candidate to show beside its parent: the best station's run if it was a change, else the latest
     valid change; its parent is the parent's latest valid run at the same N before it."""
-    def parent_of(e: Experiment) -> Experiment | None:
-        found = None
-        for o in experiments[:e.index - 1]:
-            if o.verdict == "valid" and o.station == e.parent and o.run.n == e.run.n:
-                found = o
-        return found
-
     order = ([best] if best is not None else []) + list(reversed(experiments))
     for e in order:
-        if e.card.get("change") and e.verdict == "valid" and (p := parent_of(e)) is not None:
+        if e.card.get("change") and e.verdict == "valid" and (p := parent_run(experiments, e)) is not None:
             return e, p
     return None, None
+
+
+def parent_run(experiments: list[Experiment], e: Experiment) -> Experiment | None:
+    """The parent station's latest valid run at the same N before `e` (what its card was predicted against)."""
+    found = None
+    for o in experiments[:e.index - 1]:
+        if o.verdict == "valid" and o.station == e.parent and o.run.n == e.run.n:
+            found = o
+    return found
 
 
 def _label(e: Experiment) -> str:

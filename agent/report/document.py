@@ -22,15 +22,17 @@ from agent.report.blocks import (
     kv,
 )
 from agent.report import answer, engine_commands, people
-from agent.report.build import Report
+from agent.report.build import Report, parent_run
 from agent.report.content import Content, Experiment, objective_of
 from agent.report.hypotheses import drift_paras, points, predicted_negatives
 from agent.report.hypotheses import section as hypotheses_section
 from agent.report.tradeoffs import TradeRow
-from core.ledger import drift_line
+from agent.report.kpis import improvement, prediction_error
+from core.goalview import effect
+from core.ledger import drift_line, interval_words, prediction_words
 
 LAYOUT_KNOBS = ("num_prefill_instances", "num_decode_instances", "expert_layout", "parallel")
-PLOT_ORDER = ("tput_tpot", "tput_ttft", "queues", "prefill_batches", "progress")
+PLOT_ORDER = ("queues", "prefill_batches", "progress")  # after the frontier plots (Report.frontiers), in this order
 
 
 def fmt(v: Any, digits: int = 2) -> str:
@@ -77,7 +79,7 @@ def _goal(c: Content) -> list[Block]:
     cons = s.constraints.model_dump(exclude_none=True)
     return [Heading(2, "Goal, fixed scenario and contract", "goal"),
             kv([("name", s.name), ("engine", s.engine), ("target", s.target), ("simulator profile", s.sim_profile),
-                ("objective", f"maximise {s.objective.metric} in the {s.objective.window} window"),
+                ("objective", f"maximise {s.view().objective_words}"), ("SLO", s.view().slo_words()),
                 ("constraints (SLO)", ", ".join(f"{k}={v}" for k, v in cons.items())),
                 ("reported", ", ".join(s.reported)),
                 ("protocol", f"screen N={s.protocol.screen_n}, confirm N={s.protocol.confirm_n}, warm-up "
@@ -123,15 +125,23 @@ def _objective(c: Content, e: Experiment | None) -> float | None:
 
 
 def _pending(c: Content) -> list[Block]:
+    """Performance-positive stations waiting for their quality evaluation; those whose evaluation failed apart,
+    under their own heading."""
     out: list[Block] = [Heading(2, "Quality pending (not deployable)", "pending")]
-    if not c.pending and not c.quality_failed:
-        return out + [Para("None: no quality-risk change is waiting for an accuracy evaluation.", "pending none")]
-    rows = [(Cell(e.station or ""), Cell(e.change), Cell(fmt(_objective(c, e)), "num"), Cell(str(e.run.n)),
-             Cell(status)) for status, es in (("performance-positive, quality pending", c.pending),
-                                              ("quality evaluation failed: never deployable", c.quality_failed))
-            for e in es]
-    return out + [Table(("station", "change", "objective", "N", "status"), tuple(rows), "pending",
-                        tuple(e.run.id for e in c.pending + c.quality_failed))]
+    if not c.pending:
+        out.append(Para("None: no quality-risk change is waiting for an accuracy evaluation.", "pending none"))
+    else:
+        out.append(_station_rows(c, c.pending, "performance-positive, quality pending", "pending"))
+    if c.quality_failed:
+        out += [Heading(2, "Quality evaluation failed (never deployable)", "quality-failed"),
+                _station_rows(c, c.quality_failed, "quality evaluation failed: never deployable", "quality-failed")]
+    return out
+
+
+def _station_rows(c: Content, es: list[Experiment], status: str, cls: str) -> Table:
+    return Table(("station", "change", "objective", "N", "status"),
+                 tuple((Cell(e.station or ""), Cell(e.change), Cell(fmt(_objective(c, e)), "num"), Cell(str(e.run.n)),
+                        Cell(status)) for e in es), cls, tuple(e.run.id for e in es))
 
 
 def _log(c: Content) -> list[Block]:
@@ -164,8 +174,8 @@ def _experiment(c: Content, e: Experiment) -> list[Block]:
            + ([("diagnosis (lead)", f"{lead.get('name')} ({lead.get('likelihood', 0):.2f}): "
                 + "; ".join(lead.get("evidence_for") or []))] if lead.get("name") else [])
            + [("evidence", e.evidence)] * bool(e.evidence)
-           + [("simulator drift", drift_line(d)) for d in [e.result.evidence.drift if e.result else None] if d],
-           f"kv card run-{e.run.id}"),
+           + [("simulator drift", drift_line(d)) for d in [e.result.evidence.drift if e.result else None] if d]
+           + _prediction(c, e), f"kv card run-{e.run.id}"),
         Para(f"Verdict: {e.verdict}", f"verdict run-{e.run.id}"),
     ]
     reasons = [f"{r.code}: {r.message}" for r in e.result.verdict.reasons] if e.result else []
@@ -174,19 +184,15 @@ def _experiment(c: Content, e: Experiment) -> list[Block]:
         reasons.append(f"error in phase {e.result.failed_phase}: {e.result.error}")
     out.append(Items(tuple(reasons) if reasons else ("no reasons: every contract check passed",), f"reasons run-{e.run.id}"))
     s = e.summary
+    cols = c.goal.spec.view().columns()
     if s is not None:
         out.append(Table(
-            ("N formal", "ok / failed", "whole", "whole window", "native", "native window", "TTFT mean ms",
-             "TTFT P90 ms", "TPOT mean ms", "E2E mean ms", "achieved conc.", "QPS (whole)", "cache hit"),
+            ("N formal", "ok / failed", "whole", "whole window", "native", "native window") + tuple(f.words for f in cols),
             ((Cell(str(s.n_formal), "num"), Cell(f"{s.n_ok} / {s.n_failed}"), _fig(s.whole, c, "whole"),
               Cell(window(s.whole.n_requests, s.whole.duration) if s.whole else "", "whole-window"),
               _fig(s.native, c, "native"),
               Cell(window(s.native.n_requests, s.native.duration) if s.native else short_reason(s.native_reason),
-                   "native-window"),
-              Cell(fmt(s.ttft_ms.mean, 1), "num"), Cell(fmt(s.ttft_ms.p90, 1), "num"),
-              Cell(fmt(s.tpot_ms.mean, 2), "num"), Cell(fmt(s.e2e_ms.mean, 1), "num"),
-              Cell(fmt(s.whole.achieved_concurrency if s.whole else None, 1), "num"),
-              Cell(fmt(s.whole.qps if s.whole else None, 3), "num"), Cell(fmt(s.cache_hit, 4), "num")),),
+                   "native-window")) + tuple(Cell(f.text(s), "num") for f in cols),),
             f"figures run-{e.run.id}", (e.run.id,)))
     else:
         out.append(Para("No figures: this run produced no summary.", f"figures none run-{e.run.id}"))
@@ -197,14 +203,33 @@ def _experiment(c: Content, e: Experiment) -> list[Block]:
     return out
 
 
+def _prediction(c: Content, e: Experiment) -> list[tuple[str, str]]:
+    """The card's numeric prediction beside what its run measured (the goal's own figures), and how far apart."""
+    words = prediction_words(e.card.get("prediction"), c.goal.spec.view(), getattr(parent_run(c.experiments, e),
+                                                                                   "summary", None), e.summary)
+    if not words:
+        return []
+    out = [("prediction", "; ".join(w for w in words if not w.startswith("measured: ")))]
+    out += [("measured", w.removeprefix("measured: ")) for w in words if w.startswith("measured: ")]
+    row = next((h for h in c.hypotheses if h.run_id == e.run.id and h.objective_error is not None), None)
+    if row is not None and row.observation is not None:
+        inside = "inside" if row.objective_inside else "outside"
+        out.append(("predicted vs observed", f"observed {effect(row.observation.objective_effect)} vs predicted "
+                    f"{interval_words(row.prediction.objective_effect)}: {inside} the interval, off by "
+                    f"{row.objective_error * 100:.1f} points"))
+    return out
+
+
 def _fig(w: Any, c: Content, cls: str) -> Cell:
     return Cell(fmt(getattr(w, c.goal.spec.objective.metric)) if w is not None else "", f"{cls} num")
 
 
 def _tradeoffs(c: Content) -> list[Block]:
-    metric = c.goal.spec.objective.metric
+    view = c.goal.spec.view()
+    cols = view.columns()
     out: list[Block] = [Heading(2, "Trade-offs per scenario", "tradeoffs"),
-                        Para(f"Valid runs, one row per station and N ({metric}). Whole and native are separate "
+                        Para(f"Valid runs, one row per station and N ({view.objective_words}; the goal's SLO: "
+                             f"{view.slo_words()}). Whole and native are separate "
                              "columns; the native cell is empty where the run had no valid native window. "
                              "Tables of different N are never compared as a percentage.", "muted")]
     if not c.tradeoffs:
@@ -214,25 +239,25 @@ def _tradeoffs(c: Content) -> list[Block]:
         for n, rows in by_n.items():
             out += [Heading(4, f"N = {n}"), Table(
                 ("station", "change", "decision", "frontier", "whole", "whole window", "native", "native window",
-                 "vs parent (same N)", "TTFT mean ms", "TTFT P90 ms", "TPOT mean ms", "E2E mean ms", "SLO"),
-                tuple(_trow(r) for r in rows), f"tradeoff n-{n}", tuple(r.run_id for r in rows))]
+                 "vs parent (same N)") + tuple(f.words for f in cols) + ("SLO",),
+                tuple(_trow(r, cols) for r in rows), f"tradeoff n-{n}", tuple(r.run_id for r in rows))]
     return out
 
 
-def _trow(r: TradeRow) -> tuple[Cell, ...]:
+def _trow(r: TradeRow, cols: tuple[Any, ...]) -> tuple[Cell, ...]:
     return (Cell(r.station or "", "station"), Cell(r.change), Cell(r.status, "decision"),
             Cell("yes" if r.frontier else "", "frontier"), Cell(fmt(r.whole), "whole num"),
             Cell(window(r.whole_n, r.whole_s), "whole-window"), Cell(fmt(r.native), "native num"),
             Cell(window(r.native_n, r.native_s) if r.native is not None else short_reason(r.native_reason),
                  "native-window"),
-            Cell(r.vs_reference or "", "vs"), Cell(fmt(r.ttft_mean, 1), "num"), Cell(fmt(r.ttft_p90, 1), "num"),
-            Cell(fmt(r.tpot_mean, 2), "num"), Cell(fmt(r.e2e_mean, 1), "num"), Cell("met" if r.slo_ok else "broken", "slo"))
+            Cell(r.vs_reference or "", "vs")) + tuple(Cell(fmt(r.figures.get(f.key), f.digits), "num") for f in cols) \
+        + (Cell("met" if r.slo_ok else "broken", "slo"),)
 
 
 def _plots(rep: Report) -> list[Block]:
     out: list[Block] = [Heading(2, "Plots", "plots")]
-    for name in PLOT_ORDER:
-        if name == answer.FRONTIER_PLOT and name in rep.plots:
+    for i, name in enumerate(rep.frontiers + PLOT_ORDER):
+        if i == 0 and name in rep.frontiers and name in rep.plots:
             out.append(Para(f"{rep.plots[name].title}: with the frontier in the answer above.", "muted"))
         elif name in rep.plots:
             p = rep.plots[name]
@@ -244,7 +269,8 @@ def _plots(rep: Report) -> list[Block]:
 
 def _kpis(c: Content) -> list[Block]:
     k, b = c.kpis, c.budget
-    pct = None if k.improvement_pct is None else f"{k.improvement_pct:+.2f} % (same N as the best)"
+    moved, per_point = improvement(k, c.goal.spec.view().unit)
+    pct = None if k.improvement_pct is None or moved is None else f"{moved} (same N as the best)"
     rows = [("experiments (valid)", f"{k.experiments} ({k.valid_experiments})"),
             ("time to the first valid decision", fmt(k.seconds_to_first_valid_decision, 1) + " s"
              if k.seconds_to_first_valid_decision is not None else ""),
@@ -254,10 +280,9 @@ def _kpis(c: Content) -> list[Block]:
             ("invalid runs recorded as negatives (must be 0)", k.invalid_negatives),
             ("baseline objective", fmt(k.baseline_objective)), ("best objective", fmt(k.best_objective)),
             ("improvement", pct or ""), ("card-hours used", fmt(k.card_hours_used, 3)),
-            ("card-hours per point of improvement", fmt(k.card_hours_per_point, 3)),
-            ("median absolute prediction error", f"{points(k.median_abs_prediction_error)} over "
-                                                 f"{k.predictions_scored} scored prediction(s)"
-             if k.median_abs_prediction_error is not None else "none scored yet")]
+            ("card-hours per point of improvement", fmt(k.card_hours_per_point, 3) if per_point is not None else
+             "" if k.improvement_pct is None else "— (the baseline is near zero: no percentage)"),
+            ("prediction error (absolute, on the objective)", prediction_error(c.hypotheses, points))]
     by_kind = sorted(c.ledger_summary["by_kind"].items())
     return [Heading(2, "Loop KPIs", "kpis"), kv(rows, "kv kpis"),
             Heading(2, "Budget ledger", "ledger"),

@@ -6,11 +6,14 @@ from typing import Any
 
 from agent.report.blocks import Block, Cell, Heading, Para, Table
 from core.evidence_parts import Drift
-from core.ledger import Interval, Scored, by_source, drift_line, median_abs_error
+from core.goalview import effect
+from agent.report.kpis import prediction_error
+from core.ledger import Interval, Scored, by_source, drift_line, interval_words
 
 
 def pct(x: float | None) -> str:
-    return "" if x is None else f"{x * 100:+.1f} %"
+    """A relative effect: `+12.3 %`, beyond +-1000 % the factor (`x93.3`: such a percentage says nothing)."""
+    return effect(x) or ""
 
 
 def points(x: float | None) -> str:
@@ -18,7 +21,7 @@ def points(x: float | None) -> str:
 
 
 def interval(i: Interval | None) -> str:
-    return "" if i is None else f"{pct(i.value)} [{pct(i.lo)}, {pct(i.hi)}]"
+    return interval_words(i) or ""
 
 
 def section(rows: list[Scored]) -> list[Block]:
@@ -49,8 +52,8 @@ def section(rows: list[Scored]) -> list[Block]:
                             Cell(points(v["median_abs_error"]), "num"), Cell(points(v["median_abs_slo_error"]), "num"),
                             Cell("" if v["inside_interval_share"] is None else f"{v['inside_interval_share']:.0%}",
                                  "num")) for s, v in src.items()), "hypotheses-sources", tuple(src)))
-    out.append(Para(f"Median absolute prediction error: {points(median_abs_error(rows)) or 'none scored yet'}.",
-                    "hypotheses kpi"))
+    head = prediction_error(rows, points)  # the twin's own over every run it predicted, where it predicted
+    out.append(Para(head[0].upper() + head[1:] + ".", "hypotheses kpi"))
     return out
 
 

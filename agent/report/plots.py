@@ -12,6 +12,8 @@ from matplotlib.figure import Figure
 
 from agent.report.raw import Batches, Queues
 from agent.report.tradeoffs import TradeRow
+from core.goalview import Figure as Axis
+from core.goalview import GoalView
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
@@ -41,53 +43,63 @@ def frontier_2d(points: Sequence[tuple[float, float]]) -> list[tuple[float, floa
     return sorted(set(out))
 
 
-def throughput_vs_latency(name: str, rows: list[TradeRow], latency: str, label: str, slo: float | None,
-                          metric: str, window: str = "whole") -> Plot:
-    """Whole-window figure (filled) and native figure where valid (hollow) against one latency, one colour
-    per N; the valid frontier per N (whole figure, over the stations the loop kept that meet the SLO) and
-    the SLO limit as a line. `window`: the objective's, named in the legend; before any valid run the
-    plot says so instead of drawing empty axes."""
-    fig = Figure(figsize=(7.5, 4.6))
-    ax = fig.add_subplot()
+def throughput_vs_latency(name: str, rows: list[TradeRow], fig: Axis | None, view: GoalView) -> Plot:
+    """The goal's objective, whole-window figure (filled) and native figure where valid (hollow), against one
+    latency at the statistic the goal limits (`fig`, a goal view's axis), one colour per N; the valid frontier per
+    N (whole figure, over the stations the loop kept that meet the SLO) and that limit as a line. The legend names
+    the objective's window, the caption the goal's own SLO; before any valid run the plot says so instead of drawing
+    empty axes, and a goal with no latency to draw against says that."""
+    figure = Figure(figsize=(7.5, 4.6))
+    ax = figure.add_subplot()
     points, frontiers = [], {}
+    x_of = (lambda r: r.figures.get(fig.key)) if fig is not None else (lambda r: None)  # noqa: E731
     for i, n in enumerate(sorted({r.n for r in rows})):
         c = COLOURS[i % len(COLOURS)]
-        at_n = [r for r in rows if r.n == n and getattr(r, latency) is not None and r.whole is not None]
+        at_n = [r for r in rows if r.n == n and x_of(r) is not None and r.whole is not None]
         for r in at_n:
-            points.append({"run_id": r.run_id, "n": n, "x": getattr(r, latency), "whole": r.whole, "native": r.native,
-                           "slo_ok": r.slo_ok, "kept": r.kept})
-        own = lambda w: " (objective)" if w == window else ""  # noqa: E731
-        ax.scatter([getattr(r, latency) for r in at_n], [r.whole for r in at_n], color=c,
-                   label=f"whole window{own('whole')}, N={n}")
+            points.append({"run_id": r.run_id, "n": n, "x": x_of(r), "whole": r.whole, "native": r.native,
+                           "slo_ok": r.slo_ok, "kept": r.kept, "quality_failed": r.quality_failed})
+        own = lambda w: " (objective)" if w == view.window else ""  # noqa: E731
+        ax.scatter([x_of(r) for r in at_n], [r.whole for r in at_n], color=c, label=f"whole window{own('whole')}, N={n}")
         nat = [r for r in at_n if r.native is not None]
         if nat:
-            ax.scatter([getattr(r, latency) for r in nat], [r.native for r in nat], facecolors="none", edgecolors=c,
+            ax.scatter([x_of(r) for r in nat], [r.native for r in nat], facecolors="none", edgecolors=c,
                        label=f"native window{own('native')}, N={n}")
-        front = frontier_2d([(getattr(r, latency), r.whole) for r in at_n if r.kept])
+        bad = [r for r in at_n if r.quality_failed]
+        if bad:
+            ax.scatter([x_of(r) for r in bad], [r.whole for r in bad], marker="x", s=90, color="black",
+                       label=f"quality evaluation failed (never deployable), N={n}")
+        front = frontier_2d([(x_of(r), r.whole) for r in at_n if r.kept])
         frontiers[n] = front
         if front:
             ax.plot([p[0] for p in front], [p[1] for p in front], color=c, linestyle="--", linewidth=1, marker="s",
                     markersize=11, markerfacecolor="none", label=f"valid frontier, N={n}")
+    label = fig.words.removesuffix(" ms") if fig is not None else "latency"
+    slo = fig.limit_ms if fig is not None else None
     if slo is not None:
         ax.axvline(slo, color="black", linestyle=":", label=f"SLO {label} < {slo:g} ms")
     ax.set_xlabel(f"{label} (ms)")
-    ax.set_ylabel(f"{metric} (whole filled, native hollow)")
+    ax.set_ylabel(f"{view.objective_words.replace(' window', '')}\n(whole filled, native hollow)", fontsize=8)
     ax.grid(True, alpha=0.3)
     if points or slo is not None:
         ax.legend(fontsize=7, loc="best")
     if not points:
-        ax.text(0.5, 0.5, "no valid result yet: each valid run appears here", transform=ax.transAxes,
-                ha="center", va="center", fontsize=11, color="#555")
+        ax.text(0.5, 0.5, "no valid result yet: each valid run appears here" if fig is not None else
+                "this goal limits no latency and reports none: nothing to draw its objective against",
+                transform=ax.transAxes, ha="center", va="center", fontsize=10, color="#555")
         ax.set_yticks([])
         if slo is None:
             ax.set_xticks([])
-    title = f"Throughput vs {label}"
-    caption = ("Each valid run: whole-window figure (filled) and native figure where its window was valid (hollow); "
-               "dashed: valid frontier per N over the stations kept (reference, best, trade-off) that meet the SLO; "
-               "dotted: the SLO limit"
-               + ("" if slo is not None else f" (this goal sets no {label} limit)") + ".")
+    title = f"{view.objective_words.split(' (')[0]} vs {label}"
+    caption = (f"The goal's SLO: {view.slo_words()}. Each valid run: whole-window {view.objective_words.split(' (')[0]} "
+               "(filled) and native figure where its window was valid (hollow); dashed: valid frontier per N over the "
+               "stations kept (reference, best, trade-off) that meet the SLO"
+               + ("; a black cross: its quality evaluation failed (never deployable)"
+                  if any(p["quality_failed"] for p in points) else "")
+               + (f"; dotted: the {label} limit." if slo is not None else f" ({label} is reported, not limited)."))
     ax.set_title(title)
-    return Plot(name, title, caption, _png(fig), {"points": points, "frontier": frontiers, "slo": slo})
+    return Plot(name, title, caption, _png(figure), {"points": points, "frontier": frontiers, "slo": slo,
+                                                     "x": fig.key if fig is not None else None})
 
 
 def queues(cand_label: str, cand: Queues, parent_label: str, parent: Queues) -> Plot:
@@ -138,7 +150,7 @@ def batch_sizes(cand_label: str, cand: Batches, parent_label: str, parent: Batch
 
 
 def progress(points: list[tuple[str, float, float | None, int | None]], runs: list[tuple[str, float, float | None]],
-             metric: str) -> Plot:
+             metric: str, failed: frozenset[str] = frozenset()) -> Plot:
     """The deployable best's objective after each run against card-hours spent; each run's own figure as dots."""
     fig = Figure(figsize=(7.5, 4.2))
     ax = fig.add_subplot()
@@ -149,6 +161,10 @@ def progress(points: list[tuple[str, float, float | None, int | None]], runs: li
     rx = [r[1] for r in runs if r[2] is not None]
     ry = [r[2] for r in runs if r[2] is not None]
     ax.scatter(rx, ry, color=COLOURS[0], marker="x", label="each valid run's own objective")
+    bad = [r for r in runs if r[2] is not None and r[0] in failed]
+    if bad:
+        ax.scatter([r[1] for r in bad], [r[2] for r in bad], facecolors="none", edgecolors="black", s=120,
+                   label="quality evaluation failed (never deployable)")
     ax.set_xlim(left=0)
     ax.set_xlabel("device time spent (card-hours)")
     ax.set_ylabel(metric)
@@ -157,7 +173,8 @@ def progress(points: list[tuple[str, float, float | None, int | None]], runs: li
     title = "Best figure vs device time spent"
     ax.set_title(title)
     caption = ("Step: the objective of the deployable best station after each run (empty until a best has a figure "
-               "in the objective's window); crosses: each run's own objective figure.")
+               "in the objective's window); crosses: each run's own objective figure; circled: its quality "
+               "evaluation failed (never deployable).")
     series = {"run_ids": [p[0] for p in points], "card_hours": [p[1] for p in points], "best": [p[2] for p in points],
-              "best_n": [p[3] for p in points], "runs": [list(r) for r in runs]}
+              "best_n": [p[3] for p in points], "runs": [list(r) for r in runs], "quality_failed": sorted(failed)}
     return Plot("progress", title, caption, _png(fig), series)

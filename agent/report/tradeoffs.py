@@ -4,9 +4,10 @@ same N and window.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from agent.report.experiment import Experiment
+from core.goalview import change
 from core.summary import Summary
 from state.goal import GoalSpec
 from state.snapshots import Goal
@@ -39,6 +40,8 @@ class TradeRow:
     kept: bool = False  # meets the SLO and the loop kept it (reference, best, trade-off, quality pending, not failed)
     frontier: bool = False
     vs_reference: str | None = None  # percentage against the reference at the same N and window only
+    figures: dict[str, float | None] = field(default_factory=dict)  # the goal view's columns (limits, reported) by key
+    quality_failed: bool = False  # its quality evaluation failed: never deployable, marked on every plot
 
 
 def tradeoffs(goal: Goal, experiments: list[Experiment]) -> dict[str, dict[int, list[TradeRow]]]:
@@ -74,9 +77,10 @@ def _row(sc: str, e: Experiment, s: Summary, spec: GoalSpec) -> TradeRow:
         native=getattr(nat, metric) if nat else None, native_s=nat.duration if nat else None,
         native_n=nat.n_requests if nat else None, native_reason=s.native_reason,
         ttft_mean=s.ttft_ms.mean, ttft_p90=s.ttft_ms.p90, tpot_mean=s.tpot_ms.mean, e2e_mean=s.e2e_ms.mean,
-        slo_ok=not spec.constraints.violations(s),
+        slo_ok=not spec.constraints.violations(s), figures={f.key: f.read(s) for f in spec.view().columns()},
         kept=not spec.constraints.violations(s) and e.outcome is not None and e.outcome.kind in KEPT
-        and not any(d.kind == "quality_failed" for d in e.decisions))  # never deployable: off the frontier
+        and not any(d.kind == "quality_failed" for d in e.decisions),  # never deployable: off the frontier
+        quality_failed=any(d.kind == "quality_failed" for d in e.decisions))
 
 
 def _vs(row: TradeRow, ref: Experiment | None, spec: GoalSpec) -> TradeRow:
@@ -89,7 +93,8 @@ def _vs(row: TradeRow, ref: Experiment | None, spec: GoalSpec) -> TradeRow:
         rw = ref.summary.native if w == "native" else ref.summary.whole
         b = getattr(rw, spec.objective.metric) if rw is not None else None
         if a is not None and b:
-            return replace(row, vs_reference=f"{a / b - 1.0:+.2%} {w} vs parent at N={row.n}")
+            moved = change(a, b, spec.view().unit, tight=True)  # a near-zero parent: the two figures
+            return replace(row, vs_reference=f"{moved} {w} vs parent at N={row.n}")
     return row
 
 
