@@ -103,25 +103,28 @@ def pending(svc: Service, goal_id: str) -> list[Any]:
 
 
 def figures(svc: Service, run_id: str | None) -> str:
-    """'whole X / native Y tok/s/card at N=n, mean TPOT z ms' for a run, or '' without a valid summary."""
+    """A run's figures in its goal's own terms (core.goalview `figures_words`): `goodput: whole 6.97 / native — req/s
+    at N=640; TTFT p99 1843.2 ms (< 2000), TPOT p99 31.20 ms (< 35), E2E p99 ...`, or '' without a valid summary."""
     if not run_id:
         return ""
     res = svc.store.get_result(run_id)
     s = res.result.summary if res else None
     if s is None:
         return f"verdict {res.verdict}" if res else ""
-    nat = f"{s.native.output_tok_s_per_card:.1f}" if s.native else "— (no valid native window)"
-    whole = f"{s.whole.output_tok_s_per_card:.1f}" if s.whole else "—"
-    tpot = f", mean TPOT {s.tpot_ms.mean:.2f} ms" if s.tpot_ms.mean is not None else ""
-    return f"whole {whole} / native {nat} tok/s/card at N={s.n_formal}{tpot}"
+    view = svc.store.get_goal(res.goal_id).spec.view() if res.goal_id else None
+    if view is None:  # a run of no goal: the throughput per card alone
+        return f"whole {s.whole.output_tok_s_per_card if s.whole else 0:.1f} tok/s/card at N={s.n_formal}"
+    return view.figures_words(s)
 
 
 def status_text(svc: Service, goal_id: str) -> str:
     st = svc.store
     g = st.get_goal(goal_id)
     w = st.work_item(goal_id)
+    view = g.spec.view()
     lines = [f"goal {g.id}: {shown_status(g, w is not None and w.state == 'failed')}"
-             + (f" — {g.status_reason}" if g.status_reason else "")]
+             + (f" — {g.status_reason}" if g.status_reason else ""),
+             f"objective: maximise {view.objective_words}; SLO: {view.slo_words()}"]
     best = st.best(goal_id)
     if best is not None:
         lines.append(f"best: {best.kind} from experiment {best.run_id} (candidate {best.candidate_id}): "

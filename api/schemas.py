@@ -62,6 +62,9 @@ class CandidateOut(BaseModel):
                                                     "the decision log: the authorisation table's entries, e.g. "
                                                     "'quality_risk -> ask', or the budget it would cross); null when "
                                                     "it never asked")
+    parent_measured: str | None = Field(None, description="the parent's measured figures in the goal's own terms "
+                                                          "(its objective, each limit at its statistic): what the "
+                                                          "card's prediction is relative to; for cards awaiting a person")
 
 
 class DecisionIn(_In):
@@ -164,10 +167,21 @@ class BestOut(StationOut):
     objective_window: Literal["native", "whole"]
     objective: float | None = Field(None, description="the objective figure in its window; null when that window "
                                                       "had no valid figure (never 0)")
-    whole: float | None = Field(None, description="output tok/s per card, whole window")
-    native: float | None = Field(None, description="output tok/s per card, native window")
-    tpot_mean_ms: float | None = None
-    ttft_p90_ms: float | None = None
+    whole: float | None = Field(None, description="the objective's figure in the whole window")
+    native: float | None = Field(None, description="the objective's figure in the native window")
+    objective_words: str = Field("", description="the objective as a person reads it: 'goodput (req/s, whole window)'")
+    slo: str = Field("", description="the goal's own SLO in words: 'TTFT p99 < 2000 ms, TPOT p99 < 35 ms'")
+    figures: list["FigureOut"] = Field(default_factory=list, description="each limit at its own statistic, then each "
+                                       "figure the goal reports (core.goalview GoalView.columns)")
+
+
+class FigureOut(BaseModel):
+    """One figure of a run as the goal view names it: a limit's (with the limit) or one the goal reports."""
+
+    key: str
+    words: str
+    value: float | None
+    limit_ms: float | None = None
 
 
 class FrontierPoint(BaseModel):
@@ -175,9 +189,9 @@ class FrontierPoint(BaseModel):
     run_id: str | None
     station_hash: str | None
     n: int | None
-    whole: float | None
-    native: float | None
-    tpot_mean_ms: float | None
+    whole: float | None = Field(description="the objective's figure in the whole window")
+    native: float | None = Field(description="the objective's figure in the native window")
+    figures: list[FigureOut] = Field(default_factory=list, description="the goal view's figures of this run")
     text: str
 
 
@@ -205,3 +219,4 @@ class ChatOut(BaseModel):
 
 
 GoalOut.model_rebuild()
+BestOut.model_rebuild()

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy.engine import make_url
 
 from core.errors import FieldError
+from core.goalview import GoalView
 from core.ledger import drift_line
 from core.records import default_runs_root, write_atomic
 from state.db import canon
@@ -76,19 +77,17 @@ def _fmt(v: float | None, digits: int = 2) -> str:
     return "" if v is None else f"{v:.{digits}f}"
 
 
-def _figures(results: dict[str, Any], run_id: str | None) -> dict[str, Any]:
+def _figures(results: dict[str, Any], run_id: str | None, view: GoalView) -> dict[str, Any]:
     res = results.get(run_id) if run_id else None
     summ = res.result.summary if res else None
     if summ is None:
         return {}
     return {
         "n": summ.n_formal,
-        "whole": summ.whole.output_tok_s_per_card if summ.whole else None,
-        "native": summ.native.output_tok_s_per_card if summ.native else None,
+        "whole": view.objective(summ, "whole"),
+        "native": view.objective(summ, "native"),
         "native_n": summ.native.n_requests if summ.native else None,
         "native_s": summ.native.duration if summ.native else None,
-        "tpot": summ.tpot_ms.mean,
-        "ttft_p90": summ.ttft_ms.p90,
     }
 
 
@@ -113,6 +112,8 @@ def render_state(store: Any, goal_id: str) -> str:
     budget = store.budget(goal_id)
     best = store.best(goal_id)
     results = {r.run_id: r for r in store.results(goal_id)}  # one read for every figure below
+    view = goal.spec.view()  # the goal's own figures (core/goalview.py): its objective, each limit, what it reports
+    cols = view.columns()
     lines = [f"# tuneloop state: goal {goal.id} ({goal.name})", "",
              "<!-- rewritten atomically on every transition; the loop reads back `instruction` and `authorisation` -->",
              "", f"- status: {goal.status}", f"- why: {goal.status_reason or '-'}"]
@@ -150,10 +151,10 @@ def render_state(store: Any, goal_id: str) -> str:
         lines.append("- running: none")
     if best and best.station_hash:
         st = store.get_station(best.station_hash)
-        f = _figures(results, best.run_id)
+        res = results.get(best.run_id) if best.run_id else None
         knobs = ", ".join(f"{k}={v}" for k, v in sorted(st.knobs.items()))
-        lines.append(f"- best station: {st.hash} (run {best.run_id}, {best.kind}); "
-                     f"native {_fmt(f.get('native'))} / whole {_fmt(f.get('whole'))} tok/s/card at N={f.get('n', '')}")
+        lines.append(f"- best station: {st.hash} (run {best.run_id}, {best.kind}); "  # in the goal's own figures
+                     + view.figures_words(res.result.summary if res else None))
         lines.append(f"  - knobs: {knobs}")
         lines.append(f"  - restore: tuneloop restore {st.hash}")
     else:
@@ -162,13 +163,14 @@ def render_state(store: Any, goal_id: str) -> str:
     if drifts:  # the latest real run's simulator cross-check (a target with a calibrated profile)
         lines.append(f"- simulator drift (run {drifts[-1][0]}): {drift_line(drifts[-1][1])}")
     lines += ["", "## Frontier (valid stations; whole and native in separate columns, empty = no valid window)", "",
-              "| station | decision | run | N | whole tok/s/card | native tok/s/card | native N | native s "
-              "| mean TPOT ms | TTFT P90 ms |", "|---|---|---|---|---|---|---|---|---|---|"]
+              f"| station | decision | run | N | whole {view.unit} | native {view.unit} | native N | native s | "
+              + "".join(f"{c.words} | " for c in cols), "|---|---|---|---|---|---|---|---|" + "---|" * len(cols)]
     for d in store.frontier(goal_id):
-        f = _figures(results, d.run_id)
+        f = _figures(results, d.run_id, view)
+        res = results.get(d.run_id) if d.run_id else None
         lines.append(f"| {d.station_hash or ''} | {d.kind} | {d.run_id or ''} | {f.get('n', '')} | {_fmt(f.get('whole'))} "
-                     f"| {_fmt(f.get('native'))} | {f.get('native_n') or ''} | {_fmt(f.get('native_s'), 1)} "
-                     f"| {_fmt(f.get('tpot'))} | {_fmt(f.get('ttft_p90'))} |")
+                     f"| {_fmt(f.get('native'))} | {f.get('native_n') or ''} | {_fmt(f.get('native_s'), 1)} | "
+                     + "".join(f"{c.text(res.result.summary if res else None)} | " for c in cols))
     return redact("\n".join(lines) + "\n", filter(None, [url_password(str(getattr(store, "url", "")))]))
 
 

@@ -137,11 +137,8 @@ class Display:
             if best is not None and best.run_id:
                 res = st.get_result(best.run_id)
                 s = res.result.summary if res else None
-                if s is not None:
-                    nat = f"{s.native.output_tok_s_per_card:.1f}" if s.native else "—"
-                    self.rows["best"] = (f"{best.kind} run {best.run_id[-12:]}: whole "
-                                         f"{s.whole.output_tok_s_per_card if s.whole else 0:.1f} / native {nat} "
-                                         f"tok/s/card at N={s.n_formal}")
+                if s is not None:  # in the goal's own figures (core.goalview)
+                    self.rows["best"] = f"{best.kind} run {best.run_id[-12:]}: {st.get_goal(gid).spec.view().figures_words(s)}"
         finally:
             st.close()
 
@@ -158,12 +155,22 @@ def event_line(phase: str, info: dict[str, Any], rows: dict[str, str]) -> str:
     if info.get("run_id"):
         parts.append(f"run {info['run_id']}")
     if phase in ("judge", "stop") and info.get("reason"):
-        parts.append("-> " + " ".join(str(info["reason"]).split())[:200])
+        parts.append("-> " + clip(" ".join(str(info["reason"]).split()), 200))
     if info.get("diagnosis"):
         parts.append("leading: " + str(info["diagnosis"]).splitlines()[0])
     if phase in ("observe", "stop"):
         parts.append(f"budget {rows['budget']}")
     return " ".join(parts)
+
+
+def clip(text: str, most: int) -> str:
+    """At most `most` characters, cut at a word's end with an ellipsis, never mid-word."""
+    if len(text) <= most:
+        return text
+    cut = text[:most - 1]
+    if text[most - 1] != " " and " " in cut:  # the cut falls inside a word: drop that word
+        cut = cut.rsplit(" ", 1)[0]
+    return cut + "…"
 
 
 def restore_command(station: str, store_url: str, targets: Path | str | None = None) -> str:

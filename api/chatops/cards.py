@@ -12,6 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from agent.planner import change_words
 from agent.loop.progress import card_estimate, ranking
+from agent.loop.record import card_of, frozen_stations
+from core.goalview import GoalView, effect
+from core.ledger import prediction_words
+from core.summary import Summary
 from core.escape import feishu as feishu_esc
 from core.escape import slack as esc  # the one Slack escaping: these cards, the replies and the webhook
 
@@ -44,7 +48,7 @@ def parse_value(value: Any) -> tuple[int, str] | None:
 
 
 def _pct(x: Any) -> str:
-    return f"{100 * float(x):+.1f} %"
+    return effect(float(x)) or ""  # beyond +-1000 % the factor: such a percentage says nothing
 
 
 def _effect(name: str, eff: dict[str, Any] | None) -> str | None:
@@ -55,18 +59,18 @@ def _effect(name: str, eff: dict[str, Any] | None) -> str | None:
 
 
 def rows(card: dict[str, Any], card_hash: str, est: float | None, cost_class: str | None,
-         rank: Any) -> list[tuple[str, str]]:
-    """The labelled rows of a card (pure): what changes, why, the predicted effect with its interval, the
-    evidence it rests on, its cost and rank, and the hash a decision is bound to."""
+         rank: Any, view: GoalView | None = None, base: Summary | None = None) -> list[tuple[str, str]]:
+    """The labelled rows of a card (pure): what changes (every change of a pair or a jump), why, the predicted
+    figures with their interval in the goal's own terms (`view`; against `base`, the parent's run, where known) beside
+    the parent's measured ones, the evidence it rests on, its cost and rank, and the hash a decision is bound to."""
     what = change_words(card, arrow="→", fmt=str) or "nothing: measure the parent station itself (a reference)"
     if card.get("coupling"):
         what += f" (a coupled pair: {card['coupling']})"
     parent = ", ".join(f"{k}={v}" for k, v in sorted((card.get("parent_knobs") or {}).items()))
     pred = card.get("prediction") or {}
-    predicted = [x for x in (_effect(str(pred.get("objective") or "objective"), pred.get("objective_effect")),
-                             _effect(str(pred.get("slo") or "SLO figure"), pred.get("slo_effect"))) if x]
-    if predicted:
-        predicted.append(f"source: {pred.get('source', '?')}")
+    predicted = prediction_words(pred, view, base) if view is not None else [
+        x for x in (_effect(str(pred.get("objective") or "objective"), pred.get("objective_effect")),
+                    _effect(str(pred.get("slo") or "SLO figure"), pred.get("slo_effect"))) if x]
     evidence = [str(pred["basis"])] if pred.get("basis") else []
     hyps = (card.get("diagnosis") or {}).get("hypotheses") if isinstance(card.get("diagnosis"), dict) else None
     mine = next((h for h in hyps or [] if isinstance(h, dict) and h.get("name") == card.get("hypothesis")), None)
@@ -90,6 +94,7 @@ def rows(card: dict[str, Any], card_hash: str, est: float | None, cost_class: st
     out = [("what changes (knobs)", what), ("parent station", parent or "—"),
            ("hypothesis", card.get("hypothesis") or "—"), ("mechanism", card.get("mechanism") or "—"),
            ("predicted effect", "; ".join(predicted) or "no numeric prediction"),
+           ("the parent measured", view.figures_words(base) if view is not None and base is not None else "—"),
            ("expected (in words)", card.get("expected_effect") or "—"), ("evidence", "; ".join(evidence)),
            ("cost", cost), ("rank", ranked)]
     if card.get("prescreen"):
@@ -110,7 +115,19 @@ def view(store: Store, candidate_id: int, card_hash: str | None = None) -> CardV
     title = f"Candidate {c.id}: {card.get('stage')} N={card.get('n')} {what} [{c.cost_class or '?'}]"
     est = card_estimate(store, c.goal_id, card)
     return CardView(candidate_id=c.id, goal_id=c.goal_id, card_hash=h, title=title,
-                    rows=tuple(rows(card, h, est, c.cost_class, ranking(card))))
+                    rows=tuple(rows(card, h, est, c.cost_class, ranking(card), store.get_goal(c.goal_id).spec.view(),
+                                    parent_summary(store, c.goal_id, card))))
+
+
+def parent_summary(store: Store, goal_id: str, card: dict[str, Any]) -> Summary | None:
+    """The summary of the parent station's latest valid run at the card's N (else at any N): what the card's
+    prediction is relative to, and what a person compares it with."""
+    parent = frozen_stations(store, goal_id).get(card_of(card).parent_knobs_hash)
+    n_of = {r.id: r.n for r in store.runs(goal_id)}
+    found = [(n_of.get(r.run_id), r.result.summary) for r in store.results(goal_id)
+             if parent and r.valid and r.station_hash == parent and r.result.summary is not None]
+    same = [s for n, s in found if n == card.get("n")]
+    return (same or [s for _, s in found] or [None])[-1]
 
 
 def outcome_text(decision: str, who: str, reason: str | None, card_hash: str) -> str:

@@ -10,6 +10,7 @@ from agent.loop.record import card_of, frozen_stations
 from agent.loop.session import waiting_head
 from api import actions
 from api.auth import Approver, Viewer
+from api.chatops.cards import parent_summary
 from api.deps import ServiceDep, StoreDep, ViaDep
 from api.schemas import ApprovalOut, CandidateOut, DecisionIn, RejectIn
 
@@ -35,14 +36,18 @@ def candidate_out(c: Any, frozen: dict[str, str], waiting: set[int] | None = Non
                   asks: dict[int, str] | None = None) -> CandidateOut:
     """A card as shown, its own and its parent's station named by the frozen hash `/stations` resolves
     (`frozen`: agent.loop.record.frozen_stations); with `store`, an estimate is computed where the planner gave
-    none (for cards a person is asked about); `asks`: why the loop asked about each card (`asked`)."""
+    none and the parent's measured figures are read (for cards a person is asked about); `asks`: why the loop asked
+    about each card (`asked`)."""
     est = card_estimate(store, c.goal_id, c.card) if store is not None else c.card.get("est_card_hours")
+    base = parent_summary(store, c.goal_id, c.card) if store is not None else None
     card = card_of(c.card)
     return CandidateOut(id=c.id, goal_id=c.goal_id, card=c.card, card_hash=c.card_hash, status=c.status,
                         status_reason=c.status_reason, stage=c.stage, cost_class=c.cost_class,
                         awaiting_approval=c.id in (waiting or set()), est_card_hours=est, ranking=ranking(c.card),
                         station_hash=frozen.get(card.knobs_hash),
-                        parent_station_hash=frozen.get(card.parent_knobs_hash), asked_why=(asks or {}).get(c.id))
+                        parent_station_hash=frozen.get(card.parent_knobs_hash), asked_why=(asks or {}).get(c.id),
+                        parent_measured=store.get_goal(c.goal_id).spec.view().figures_words(base)
+                        if store is not None and base is not None else None)
 
 
 @router.get("/goals/{goal_id}/candidates", response_model=list[CandidateOut])

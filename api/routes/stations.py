@@ -12,7 +12,9 @@ from api import actions
 from api.auth import Admin, Viewer
 from api.deps import ServiceDep, StoreDep, ViaDep
 from api.routes.goals import instruction_out
-from api.schemas import BestOut, FrontierPoint, InstructionOut, StationOut
+from api.schemas import BestOut, FigureOut, FrontierPoint, InstructionOut, StationOut
+from core.goalview import GoalView
+from core.summary import Summary
 
 if TYPE_CHECKING:  # the store is only annotated here
     from state.store import Store
@@ -20,23 +22,28 @@ if TYPE_CHECKING:  # the store is only annotated here
 router = APIRouter(tags=["stations"])
 
 
+def figures_out(view: GoalView, s: Summary | None) -> list[FigureOut]:
+    """The goal view's figures of a run (each limit at its own statistic, then the reported ones)."""
+    return [FigureOut(key=f.key, words=f.words, value=f.read(s), limit_ms=f.limit_ms) for f in view.columns()]
+
+
 def frontier_points(store: Store, goal_id: str) -> list[FrontierPoint]:
     n_of = {r.id: r.n for r in store.runs(goal_id)}
+    view = store.get_goal(goal_id).spec.view()
     out = []
     for d in store.frontier(goal_id):
         res = store.get_result(d.run_id) if d.run_id else None
         s = res.result.summary if res else None
         out.append(FrontierPoint(decision=d.kind, run_id=d.run_id, station_hash=d.station_hash, n=n_of.get(d.run_id or ""),
-                                 whole=s.whole.output_tok_s_per_card if s and s.whole else None,
-                                 native=s.native.output_tok_s_per_card if s and s.native else None,
-                                 tpot_mean_ms=s.tpot_ms.mean if s else None, text=d.text))
+                                 whole=view.objective(s, "whole"), native=view.objective(s, "native"),
+                                 figures=figures_out(view, s), text=d.text))
     return out
 
 
 @router.get("/goals/{goal_id}/best", response_model=BestOut | None)
 def best(goal_id: str, store: StoreDep, _: Viewer) -> Any:
-    """The current deployable best station (never a quality-pending one) with its objective figure and N,
-    or null."""
+    """The current deployable best station (never a quality-pending one) with its objective figure and N, the
+    goal's SLO in words and each of its figures the goal limits or reports, or null."""
     goal = store.get_goal(goal_id)
     d = store.best(goal_id)
     if d is None or not d.station_hash:
@@ -44,13 +51,12 @@ def best(goal_id: str, store: StoreDep, _: Viewer) -> Any:
     st = StationOut.model_validate(store.get_station(d.station_hash), from_attributes=True)
     res = store.get_result(d.run_id) if d.run_id else None
     s = res.result.summary if res else None
-    obj = goal.spec.objective
+    obj, view = goal.spec.objective, goal.spec.view()
     return BestOut(**st.model_dump(), decision=d.kind, run_id=d.run_id, n=s.n_formal if s else None,
                    objective_metric=obj.metric, objective_window=obj.window,
                    objective=obj.value(s) if s else None,
-                   whole=s.whole.output_tok_s_per_card if s and s.whole else None,
-                   native=s.native.output_tok_s_per_card if s and s.native else None,
-                   tpot_mean_ms=s.tpot_ms.mean if s else None, ttft_p90_ms=s.ttft_ms.p90 if s else None)
+                   whole=view.objective(s, "whole"), native=view.objective(s, "native"),
+                   objective_words=view.objective_words, slo=view.slo_words(), figures=figures_out(view, s))
 
 
 @router.get("/goals/{goal_id}/frontier", response_model=list[FrontierPoint])
@@ -63,8 +69,9 @@ def frontier(goal_id: str, store: StoreDep, _: Viewer) -> list[FrontierPoint]:
 @router.get("/goals/{goal_id}/frontier.png", response_class=Response,
             responses={200: {"content": {"image/png": {}}, "description": "the frontier plot"}})
 def frontier_png(goal_id: str, svc: ServiceDep, _: Viewer) -> Response:
-    """The report's throughput-vs-mean-TPOT plot (the same function draws both): whole window filled,
-    native hollow, the valid frontier per N dashed, the SLO as a dotted line; says so before any valid run."""
+    """The report's first frontier plot (the same function draws both): the goal's objective against the limit
+    binding at the best run, at its own statistic; whole window filled, native hollow, the valid frontier per N
+    dashed, the limit as a dotted line, the goal's SLO in the caption; says so before any valid run."""
 
     svc.store.get_goal(goal_id)
     return Response(frontier_plot(gather(svc.store, goal_id, svc.base)).png, media_type="image/png")
