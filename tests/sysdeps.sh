@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the system packages the test suite needs (PostgreSQL, OpenSSH, Chromium, a CJK font, a C++ toolchain), only when missing (we are root on these machines).
+# Installs the system packages the test suite needs (PostgreSQL, OpenSSH, Chromium, a CJK font, a C++ toolchain, curl and jq), only when missing (we are root on these machines).
 # cmake, ninja, g++ and binutils build llama-server from source (tuneloop llamacpp build) and scan it (objdump);
 # qemu-user runs it on an emulated AVX2-only CPU in tests/test_llamacpp_cpu.py.
 set -euo pipefail
@@ -15,6 +15,9 @@ command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v objdump >/dev/null 2>&1 || need+=(binutils)
 command -v qemu-x86_64 >/dev/null 2>&1 || need+=(qemu-user)
+# curl and jq: the README's quick start, which tests/test_quickstart.py runs as written
+command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v jq >/dev/null 2>&1 || need+=(jq)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing system packages: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
