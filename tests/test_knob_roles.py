@@ -80,8 +80,9 @@ def test_a_batch_cap_named_max_running_requests_gets_the_same_moves_as_max_num_s
     h = measured_start(tmp_path, case)
     plain = _moves(h, {})
     # the batch cap's moves are among them, valued by its rules (a raise where decode is at its limit, a cut
-    # where the best breaks the TPOT limit)
-    assert any(": max_num_seqs " in t and v >= 0.1 for t, v, _ in plain)
+    # where the best breaks the TPOT limit); their size is the rules' (decode's own KV use, not the pool's, since
+    # issue 55: the decode-bound start's raise is 0.088 with decode's KV at 25 %), the test is that they are there
+    assert any(": max_num_seqs " in t and v > 0 for t, v, _ in plain), plain
 
     monkeypatch.setenv(CATALOG_ENV, str(_renamed(tmp_path, "max_num_seqs", "max_running_requests")))
     assert "max_running_requests" in catalog() and "max_num_seqs" not in catalog()
