@@ -25,8 +25,10 @@ from executor.verdict import handoff_fault
 FAILED_PHASE = {"collection_fault": "collect", "orchestration_fault": "load"}
 ENGINE_LOGS = "engine-logs"  # beside a faulted run's records: each service's own log since its last start
 LOG_TAIL_BYTES = 1 << 20
-# a line in an engine's log that names a failure: its level, a traceback, or a warning about the KV hand-off
-CAUSE = re.compile(r"\b(ERROR|CRITICAL)\b|Traceback|WARNING.*(kv|nixl|transfer|lease|expir|notif|handshake)", re.I)
+# a line in an engine's log that names a failure: its level, a traceback, or a warning that says something failed
+# (a start-up warning that merely names the KV connector, "Initializing KVConnectorBase_V1 ...", is not one)
+CAUSE = re.compile(r"(?-i:\b(ERROR|CRITICAL)\b|Traceback)"  # the level as the engines write it
+                   r"|(?-i:\bWARNING\b).*\b(fail|expir|timed? ?out|abort|refus|mismatch|lost)", re.I)
 CAUSE_LINES = 3
 
 
@@ -120,7 +122,7 @@ class CollectPhases:
         read is named in its file instead; the fault stands either way."""
         services = self.rendered.services if self.rendered else ()
         out = run_dir / ENGINE_LOGS
-        causes: list[str] = []
+        causes: list[tuple[bool, str]] = []  # (a warning only, 'NAME: line')
         for svc in services:
             try:
                 text = await self.transport.service_log(svc, tail=LOG_TAIL_BYTES)
@@ -128,8 +130,10 @@ class CollectPhases:
                 text = f"(the log of {svc.name} could not be read: {e!r})\n"
             out.mkdir(parents=True, exist_ok=True)
             rec.write_atomic(out / f"{svc.name}.log", text)
-            causes += [f"{svc.name}: {line.strip()[:300]}" for line in text.splitlines() if CAUSE.search(line)]
-        return " | ".join(causes[:CAUSE_LINES])
+            causes += [(m.group(1) is None and "Traceback" not in m.group(0), f"{svc.name}: {line.strip()[:300]}")
+                       for line in text.splitlines() if (m := CAUSE.search(line))]
+        causes.sort(key=lambda c: c[0])  # errors and tracebacks first (a warning at start-up is the least of them)
+        return " | ".join(c for _, c in causes[:CAUSE_LINES])
 
     async def healthy_after(self) -> bool:
         if not self.rendered:

@@ -18,6 +18,7 @@ CI=true their absence fails this module, never skips it.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from vllm_support import CPU_EXTRA, NICE, engine_or_fail
 from agent.report.experiment import evidence_words
 from core.journal import as_record
 from core.trial import TrialSpec
+from executor.phase_collect import CAUSE
 from executor.engines import vllm_setup
 from executor.targets import Host, SshOptions, Target
 
@@ -163,10 +165,17 @@ def test_a_real_pd_deployment_with_two_decode_instances_hands_kv_to_each(engine,
         assert broken.verdict.kind == "orchestration_fault", (broken.verdict, _logs(bad))
         (reason,) = broken.verdict.reasons
         assert reason.code == "kv_handoff_failed" and reason.count >= 1 and "failed transfers" in reason.message
-        # the engines' own logs of the failed hand-off are kept beside the run, and their words name the cause
+        # the engines' own logs of the failed hand-off are kept beside the run, and the fault quotes the lines in
+        # them that name a failure, exactly as they are there (none quoted when none does)
         kept = {f.stem: f.read_text() for f in (Path(broken.run_dir) / "engine-logs").glob("*.log")}
         assert set(kept) == {"prefill-0", "decode-0", "router-0"} and "NIXL" in kept["decode-0"], sorted(kept)
-        assert "the engines said: " in reason.message, reason.message
+        failing = [line for text in kept.values() for line in text.splitlines() if CAUSE.search(line)]
+        said = reason.message.split("; the engines said: ", 1)
+        assert (len(said) == 2) == bool(failing), (reason.message, failing[:3])
+        names = "|".join(map(re.escape, kept))
+        for quote in (re.split(rf" \| (?=(?:{names}): )", said[1]) if len(said) == 2 else []):
+            name, line = quote.split(": ", 1)
+            assert line in kept[name], (quote, name)
         assert broken.evidence.kv_transfer.kv_failed_transfers >= 1
         failing = [i for i, f in broken.evidence.instances.items() if (f.kv_failed or 0) >= 1]
         assert failing, broken.evidence.instances  # the failing instance is named in the evidence
