@@ -62,7 +62,7 @@ ROUTES: dict[tuple[str, str], str | dict[str, str]] = {
     ("POST", "/goals/{goal_id}/budget/extensions/refuse"): "budget.refuse",
 }
 # probes and scrapers; the API's own description (the OpenAPI document, Swagger UI, ReDoc and their static assets)
-# is public as well: it names routes and fields, never a goal, a figure or a person (README "Authentication")
+# is public as well: it names routes and fields, never a goal, a figure or a person (docs/rest-api.md)
 PUBLIC: frozenset[tuple[str, str]] = frozenset({("GET", "/health"), ("GET", "/metrics")})
 
 

@@ -143,7 +143,7 @@ def api_process(fd: int, host: str, port: int) -> None:
 
 
 def server_options(settings: Settings) -> dict[str, object]:
-    """uvicorn's settings for the API (README, "Serving"): idle keep-alive connections kept longer than clients
+    """uvicorn's settings for the API (docs/serving.md): idle keep-alive connections kept longer than clients
     keep theirs (a server closing one just as the client reuses it is a reset connection) and the listen
     backlog; the HTTP parser and event loop are httptools and uvloop (uvicorn picks them when installed)."""
     return {"timeout_keep_alive": int(settings.keepalive_s), "backlog": settings.backlog}
