@@ -18,8 +18,9 @@ class HttpProbe(Protocol):
 
 
 def cache_holders(services: tuple[ServiceSpec, ...]) -> list[ServiceSpec]:
-    """Engine instances (a router holds no KV cache)."""
-    return [s for s in services if s.role != "router"]
+    """Engine instances (a router holds no KV cache); a follower process of a multi-host instance is flushed
+    through its leader's API."""
+    return [s for s in services if s.role != "router" and s.leader is None]
 
 
 async def flush_service(probe: HttpProbe, svc: ServiceSpec, engine: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from executor.evidence_instances import index_series
 from executor.promseries import series_spec
 
 RANK_LABELS = ("engine", "dp_rank", "dp")
-_ENDPOINT = re.compile(r"(?P<group>.+)\.r(?P<rank>[0-9]+)")
+_ENDPOINT = re.compile(r"(?P<group>.+)\.(?:r(?P<rank>[0-9]+)|n[0-9]+)")
 GAUGES = {"running": metric_names("running"), "kv": metric_names("kv_usage")}
 WAITING = {"prefill": metric_names("waiting"), "decode": metric_names("waiting_capacity") + metric_names("waiting"),
            "mixed": metric_names("waiting")}
@@ -32,7 +32,8 @@ ITL = metric_names("itl")  # a histogram: mean step time per rank = increase of 
 
 
 def group_of(instance: str) -> tuple[str, str | None]:
-    """(the instance a scrape belongs to, its endpoint rank): `decode-1.r3` -> ("decode-1", "3")."""
+    """(the instance a scrape belongs to, its endpoint rank): `decode-1.r3` -> ("decode-1", "3"); a node endpoint of
+    an instance spanning hosts, whose ranks its labels name: `decode-1.n2` -> ("decode-1", None)."""
     m = _ENDPOINT.fullmatch(instance)
     return (m["group"], m["rank"]) if m else (instance, None)
 

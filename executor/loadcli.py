@@ -41,8 +41,9 @@ def run_cmd(
     seed: int = typer.Option(0, help="seed of the arrival process"),
     metrics_url: List[str] = typer.Option([], help="NAME=URL of an engine /metrics, once per instance (all scraped "
                                           "concurrently, each within its own timeout); NAME a role "
-                                          "(prefill|decode|mixed), one instance of it (decode-1) or one rank "
-                                          "endpoint of an instance (decode-1.r3)"),
+                                          "(prefill|decode|mixed), one instance of it (decode-1), one rank "
+                                          "endpoint of an instance (decode-1.r3) or one node of an instance "
+                                          "spanning hosts (decode-1.n2)"),
     timeout_s: float = typer.Option(3600.0, help="per-request timeout (s)"),
     continuous_usage: bool = typer.Option(True, help="ask for usage in every chunk (vLLM continuous_usage_stats)"),
     procs: int = typer.Option(1, help="client processes sharing one schedule and one budget of C (no warm-up)"),

@@ -9,7 +9,8 @@ sample: counters read over the whole load, as `vllm bench serve` reads its befor
 its timeout, so the scraper returns within one timeout of the stop whatever an endpoint does.
 
 `--metrics-url NAME=URL` names one instance (`decode-1`, the service's name), one rank endpoint of an instance whose
-ranks each serve their own /metrics (`decode-1.r3`: rank 3 of decode-1), or a bare role; the digest
+ranks each serve their own /metrics (`decode-1.r3`: rank 3 of decode-1), one node of an instance spanning hosts
+(`decode-1.n2`: its third host, whose ranks its labels name), or a bare role; the digest
 (executor/evidence.py) reads the samples back per role, per instance and per rank (executor/evidence_ranks.py).
 """
 from __future__ import annotations
@@ -43,21 +44,22 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return out
 
 
-_NAME = re.compile(r"(prefill|decode|mixed)(-[0-9]+(\.r[0-9]+)?)?")
+_NAME = re.compile(r"(prefill|decode|mixed)(-[0-9]+(\.[rn][0-9]+)?)?")
 TIMEOUT_S = 2.0  # one request's bound: a silent endpoint costs this, and the closing round at most this
 MIN_WAIT_S = 0.001  # the shortest wait between rounds (a round's deadline just passed): the loop always yields
 
 
 def parse_endpoints(specs: Iterable[str]) -> list[tuple[str, str]]:
-    """`NAME=URL` strings -> [(name, url)], NAME a role, one instance of it (`decode-1`, the service's name) or one
-    rank endpoint of an instance (`decode-1.r3`); a bad spec or a name given twice names itself and the reason."""
+    """`NAME=URL` strings -> [(name, url)], NAME a role, one instance of it (`decode-1`, the service's name), one
+    rank endpoint of an instance (`decode-1.r3`) or one node of a multi-host instance (`decode-1.n2`); a bad spec or
+    a name given twice names itself and the reason."""
     out: list[tuple[str, str]] = []
     for spec in specs:
         name, sep, url = spec.partition("=")
         if not sep or not _NAME.fullmatch(name) or not url.startswith(("http://", "https://")):
             raise ValueError(f"--metrics-url {spec!r}: expected NAME=URL with NAME a role (prefill|decode|mixed), "
-                             "one instance of it (decode-1) or one rank endpoint of an instance (decode-1.r3), and an "
-                             "http(s) URL")
+                             "one instance of it (decode-1), one rank endpoint of an instance (decode-1.r3) or one "
+                             "node of it (decode-1.n2), and an http(s) URL")
         if "-" in name and any(n == name for n, _ in out):
             raise ValueError(f"--metrics-url {spec!r}: instance {name} is given twice")
         out.append((name, url))

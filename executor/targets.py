@@ -58,6 +58,32 @@ class SshOptions(BaseModel):
     reconnect_attempts: int = Field(5, ge=1, le=50)
 
 
+class RoleTopology(BaseModel):
+    """How one role's engine instances are shaped (docs/topologies.md): `instances` instances of TP x DP ranks
+    each, `dp_local` DP ranks per host, so an instance spans dp / dp_local of the role's host entries (taken in
+    order, each holding tp x dp_local cards); `ep` the expert-parallel size (1, or TP x DP: the engines shard
+    experts over every rank of the instance; None: TP x DP where the station enables expert parallelism)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    instances: int = Field(1, ge=1)
+    tp: int = Field(1, ge=1)
+    dp: int = Field(1, ge=1)
+    ep: int | None = Field(None, ge=1)
+    dp_local: int | None = Field(None, ge=1)  # DP ranks per host (None: every rank on one host entry)
+
+    @property
+    def local(self) -> int:
+        return self.dp_local or self.dp
+
+    @property
+    def hosts_each(self) -> int:
+        return self.dp // self.local
+
+
+# engines that render an instance spanning several host entries (executor/engines/topology.py)
+TOPOLOGY_ENGINES = ("vllm", "vllm-ascend", "sglang")
+
+
 class Relayout(BaseModel):
     """How this target changes its expert layout (e.g. vLLM-Ascend EPLB): detached steps run in order on
     the load host, then the engines restart with `load` appended to their argv. `{stats}` and `{layout}`
@@ -104,6 +130,9 @@ class Target(BaseModel):
     worker_start_s: int = Field(1800, ge=1)
     extra_args: dict[str, tuple[str, ...]] = {}  # per role, appended verbatim as argv
     relayout: Relayout | None = None  # expert-layout steps; without it a relayout is a plain restart
+    # per serving role, its instances' shape (TP x DP x EP, DP ranks per host): an instance may span host entries.
+    # Left out: one instance per host entry, sized by the station's parallel knobs (and out of dumps while empty)
+    topology: dict[Literal["prefill", "decode", "mixed"], RoleTopology] = Field({}, exclude_if=lambda v: not v)
     env: dict[str, str] = {}
     profiler_seconds: float = Field(5.0, gt=0)
     calibrated_profile: str | None = None  # a simulator profile fitted to this target (`tuneloop sim calibrate`)
@@ -162,7 +191,44 @@ class Target(BaseModel):
             same = [x for x in self.hosts if x.host == h.host]
             if len({(x.ssh_port, x.run_root) for x in same}) > 1:
                 raise FieldError("hosts", f"{h.host!r} appears with different ssh_port / run_root")
+        for role, shape in self.topology.items():
+            self._check_topology(role, shape)
         return self
+
+    def _check_topology(self, role: str, t: RoleTopology) -> None:
+        """A role's shape against its host entries: refused naming the field and the reason."""
+        field = f"topology.{role}"
+        if self.engine not in TOPOLOGY_ENGINES:
+            raise FieldError("topology", f"engine {self.engine!r} renders one instance per host entry; an instance "
+                             f"spanning hosts is rendered for {', '.join(TOPOLOGY_ENGINES)}")
+        if t.dp % t.local:
+            raise FieldError(f"{field}.dp_local", f"{t.local} DP ranks per host do not divide DP {t.dp} (each host "
+                             "of an instance holds the same number of ranks)")
+        if t.ep not in (None, 1, t.tp * t.dp):
+            raise FieldError(f"{field}.ep", f"{t.ep}: the engines shard experts over every rank of an instance, so "
+                             f"EP is 1 or TP x DP = {t.tp * t.dp}")
+        entries = self.hosts_for(role)
+        want = t.instances * t.hosts_each
+        if len(entries) != want:
+            raise FieldError(f"{field}.instances", f"{t.instances} instance(s) of DP {t.dp} at {t.local} rank(s) per "
+                             f"host take {want} host entries with the role {role!r}, and the target has "
+                             f"{len(entries)}")
+        cards = t.tp * t.local
+        for h in entries:
+            if h.cards != cards:
+                raise FieldError(f"{field}.tp", f"TP {t.tp} x {t.local} DP rank(s) per host = {cards} cards, but "
+                                 f"host entry {h.host}:{h.port} has {h.cards}")
+            ids = [d for d in (h.devices or "").split(",") if d]
+            if ids and len(ids) != cards:
+                raise FieldError("hosts", f"{h.host}:{h.port} lists {len(ids)} devices for its {cards} cards")
+        for i in range(t.instances):
+            group = entries[i * t.hosts_each:(i + 1) * t.hosts_each]
+            if len({h.host for h in group}) != len(group):
+                raise FieldError(f"{field}.dp_local", f"instance {i} of {role} would take two host entries of one "
+                                 f"machine ({', '.join(h.host for h in group)}): put its ranks on one entry")
+
+    def topology_of(self, role: str) -> RoleTopology | None:
+        return self.topology.get(role)  # type: ignore[call-overload]
 
     def host_entry(self, host: str | None) -> Host | None:
         """The host definition for an address (None: the load host, where loads and markers live)."""

@@ -42,6 +42,16 @@ class ServiceSpec(BaseModel):
     health_port: int | None = Field(None, exclude_if=lambda v: v is None)
     # file name -> permission bits where a file must not be written 0644 (MindIE refuses a config.json above 0640)
     file_modes: dict[str, int] = Field({}, exclude_if=lambda v: not v)
+    # a process of a multi-host instance that is not its API server (vLLM's --headless workers, SGLang's node ranks
+    # above 0): the service whose API serves its ranks. It is flushed and profiled through that one, never itself;
+    # left out of dumps while unset (executor/engines/topology.py)
+    leader: str | None = Field(None, exclude_if=lambda v: v is None)
+    # the host the health route answers on when it is not `host` (a headless worker: its leader's); out of dumps
+    # while unset
+    health_host: str | None = Field(None, exclude_if=lambda v: v is None)
+    # the name it is scraped under where that is not `name` (a rank endpoint `decode-0.r3`, a node `decode-0.n1`);
+    # a follower with none is not scraped (its leader's /metrics carries its ranks); out of dumps while unset
+    metrics_name: str | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class RelayoutStep(BaseModel):
@@ -173,14 +183,15 @@ def with_router(target: Target, services: list[ServiceSpec], engine: str, router
     """A PD deployment gets its router (on the host with the role 'router'), polled at `router_health` (the
     route its router serves); the endpoint is the router. Every engine instance is scraped under its own service
     name (a P8 + D8 deployment has 16 scrape targets)."""
-    metrics = {s.name: f"http://{s.host}:{s.port}/metrics" for s in services}
+    metrics = {s.metrics_name or s.name: f"http://{s.host}:{s.port}/metrics" for s in services
+               if s.leader is None or s.metrics_name is not None}
     if target.pd:
         routers = target.hosts_for("router")
         if not routers:
             raise FieldError("hosts", "a prefill/decode target needs a host with the role 'router'")
         r = routers[0]
-        ps = [s for s in services if s.role == "prefill"]
-        ds = [s for s in services if s.role == "decode"]
+        ps = [s for s in services if s.role == "prefill" and s.leader is None]  # each instance's (or rank's) API
+        ds = [s for s in services if s.role == "decode" and s.leader is None]
         services.append(ServiceSpec(name="router-0", role="router", host=r.host, port=r.port,
                                     argv=tuple(router_argv(target, r, ps, ds)), env=dict(target.env),
                                     health_path=router_health))

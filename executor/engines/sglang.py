@@ -16,10 +16,10 @@ from core.errors import FieldError
 from core.station import Station
 from executor.engines.base import (PY_VERSION, Adapter, Host, Rendered, ServiceSpec, device_env, fmt, instances,
                                    knob_flags, parallel_sizes, static_layout_path, svc_dir, with_router)
+from executor.engines.sglang_groups import BOOTSTRAP_PORT, render_groups
 from executor.engines.sglang_ports import dist_init_ports
 from executor.targets import Target
 
-BOOTSTRAP_PORT = 8998  # SGLang's default --disaggregation-bootstrap-port
 MAX_PREFILL_TOKENS = 16384  # SGLang's default --max-prefill-tokens
 
 
@@ -71,8 +71,12 @@ class SGLang(Adapter):
         "kv_sent_mib": ("sglang:kv_transfer_total_mb_sum",),
     }
 
-    def knob_args(self, target: Target, station: Station, role: str, tp: int, dp: int) -> list[str]:
+    def knob_args(self, target: Target, station: Station, role: str, tp: int, dp: int, ep: int | None = None,
+                  attn_dp: int = 1) -> list[str]:
+        """The station's flags for one instance; `ep` and `attn_dp` where the target's topology fixes them (then the
+        station's expert-parallel and attention-DP knobs are not rendered: executor/engines/topology.py)."""
         knobs = self.changed_knobs(station.server_knobs)
+        eps = ep if ep is not None else ep_size(station, tp)
         argv: list[str] = []
         spec_method, k = None, 0
         for flag, value in knob_flags(knobs, self.knob_key, role):
@@ -81,13 +85,13 @@ class SGLang(Adapter):
                     argv.append(flag)
             elif flag == "--init-expert-location":
                 if value == "static_eplb":  # this role's own map, fitted for its EP size
-                    argv += [flag, static_layout_path(target, station, self.name, role, ep_size(station, tp))]
+                    argv += [flag, static_layout_path(target, station, self.name, role, eps)]
                 elif value == "dynamic":  # periodic rebalancing from the recorder's per-expert counts
-                    if ep_size(station, tp) <= 1:  # server_args.py _handle_eplb_and_dispatch: assert ep_size > 1
+                    if eps <= 1:  # server_args.py _handle_eplb_and_dispatch: assert ep_size > 1
                         raise FieldError("expert_layout", "dynamic is SGLang's --enable-eplb, which asserts an EP size "
                                          "above 1 (sglang/srt/server_args.py): it needs enable_expert_parallel: "
                                          f"true on more than one card (this instance's EP size is "
-                                         f"{ep_size(station, tp)})")
+                                         f"{eps})")
                     argv += ["--enable-eplb", "--expert-distribution-recorder-mode", "stat"]
             elif flag == "--speculative-algorithm":
                 spec_method = value
@@ -95,6 +99,8 @@ class SGLang(Adapter):
                 k = int(value)
             elif flag in ("--tp-size", "--dp-size"):
                 continue  # from the instance's cards below
+            elif ep is not None and flag in ("--ep-size", "--attn-dp-size"):
+                continue  # the topology's, below
             elif flag == "--ep-size":
                 if value:
                     argv += [flag, str(tp)]  # experts over the TP group
@@ -119,6 +125,10 @@ class SGLang(Adapter):
             argv += ["--tp-size", str(tp)]
         if dp != 1:
             argv += ["--dp-size", str(dp)]
+        if attn_dp > 1:
+            argv += ["--attn-dp-size", str(attn_dp)]
+        if ep is not None and ep > 1:
+            argv += ["--ep-size", str(ep)]
         if spec_method not in (None, "none") and k > 0:
             # DeepSeek MTP runs as EAGLE with the model's NextN heads: k steps, top-1, k + 1 draft tokens
             argv += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(k),
@@ -127,6 +137,8 @@ class SGLang(Adapter):
 
     def render(self, target: Target, station: Station, faults: tuple[str, ...] = (),
                expected_requests: int | None = None) -> Rendered:
+        if target.topology:  # instances that may span hosts (executor/engines/sglang_groups.py)
+            return render_groups(self, target, station)
         services: list[ServiceSpec] = []
         next_port: dict[str, int] = {}
         bootstrap: dict[str, int] = {}  # prefill service -> its bootstrap port
@@ -163,6 +175,10 @@ class SGLang(Adapter):
                                         expert_ranks=ep_size(station, tp) if static else None))
         return with_router(target, services, "sglang",
                            lambda t, r, ps, ds: router_argv(t, r, ps, ds, bootstrap))
+
+    def pd_router(self, target: Target, router: Host, ps: list[ServiceSpec], ds: list[ServiceSpec],
+                  bootstrap: dict[str, int]) -> list[str]:
+        return router_argv(target, router, ps, ds, bootstrap)
 
     def version_probe(self, argv: tuple[str, ...], python: str) -> list[str] | None:
         return [argv[0] if "python" in argv[0] else python, "-c", PY_VERSION, "sglang"]

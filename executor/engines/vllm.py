@@ -20,9 +20,10 @@ from core.errors import FieldError
 from core.station import Station
 from executor.engines.base import (Adapter, Host, Rendered, ServiceSpec, device_env, generic_argv, instances,
                                    knob_flags, parallel_sizes, success_answer, svc_dir, with_router)
-from executor.engines.vllm_connectors import (MOONCAKE, MooncakeBootstrap, check_connector, env_port,
+from executor.engines.vllm_connectors import (MOONCAKE, MooncakeBootstrap, check_connector, env_port, merged,
                                               router_connector_args)
 from executor.engines.vllm_jsonargs import one_json_per_flag
+from executor.engines.vllm_groups import render_groups
 from executor.targets import Target
 
 NIXL_SIDE_CHANNEL_PORT = 5600  # vLLM's default (vllm/envs.py); instance k on a host starts above the DP ranks before it
@@ -32,16 +33,6 @@ def nixl_base_port(target: Target) -> int:
     """The first NIXL side-channel port on each host: the target's VLLM_NIXL_SIDE_CHANNEL_PORT (two PD deployments
     on one machine need different ones), else vLLM's default."""
     return env_port(target, "VLLM_NIXL_SIDE_CHANNEL_PORT", NIXL_SIDE_CHANNEL_PORT)
-
-
-def merged(kv: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """The rendered connector config with the target's keys on top; a nested table (kv_connector_extra_config)
-    is merged key by key, so the target's keys join the adapter's (vLLM-Ascend's P/D sizes) instead of
-    replacing them."""
-    out = dict(kv)
-    for k, v in extra.items():
-        out[k] = (dict(out[k]) | v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 def need_expert_ranks(station: Station, ranks: int, what: str) -> None:
@@ -94,6 +85,7 @@ class Vllm(Adapter):
     visible = "CUDA_VISIBLE_DEVICES"
     connector = "NixlConnector"
     connectors: tuple[str, ...] = ("NixlConnector", MOONCAKE)  # the P/D connectors rendered complete
+    external_dp = False  # a multi-host instance: one process per host, headless beyond the leader's
     router_health = "/health"  # vllm-router's health route
     defaults = {"gpu_memory_utilization": 0.9, "enable_prefix_caching": True, "long_prefill_token_threshold": 0,
                 "enable_expert_parallel": False, "expert_layout": "none", "speculative_method": "none"}
@@ -127,8 +119,10 @@ class Vllm(Adapter):
     }
 
     # -- per instance ------------------------------------------------------------------------------
-    def knob_args(self, target: Target, station: Station, role: str, host: Host, tp: int, dp: int) -> list[str]:
-        knobs = self.changed_knobs(station.server_knobs)
+    def knob_args(self, target: Target, station: Station, role: str, host: Host, tp: int, dp: int,
+                  ep_on: bool | None = None) -> list[str]:
+        """The station's flags for one instance; `ep_on` where the target's topology fixes expert parallelism."""
+        knobs = self.changed_knobs(station.server_knobs | ({} if ep_on is None else {"enable_expert_parallel": ep_on}))
         pairs, spec = [], {}
         for flag, value in knob_flags(knobs, self.knob_key, role):
             if flag.startswith("--speculative-config."):
@@ -178,6 +172,16 @@ class Vllm(Adapter):
         produces KV, decode consumes it (vLLM 0.32 deprecates kv_both for NIXL: nixl/connector.py)."""
         return {"kv_connector": connector, "kv_role": "kv_producer" if role == "prefill" else "kv_consumer"}
 
+    def group_kv(self, target: Target, role: str, name: str, connector: str, peers: dict[str, tuple[int, int]],
+                 kv_port: int | None) -> dict[str, Any]:
+        """The --kv-transfer-config of an instance rendered from the target's topology (`kv_port`: its Mooncake
+        handshake base where the connector takes one, planned per host)."""
+        return self.kv_transfer(target, role, name, connector, peers, 0)
+
+    def kv_port_start(self, target: Target) -> int | None:
+        """The first Mooncake kv_port a topology's instances are planned from (None: the connector takes none)."""
+        return None
+
     def pd_env(self, host: Host, connector: str, side_port: int) -> dict[str, str]:
         """NIXL's side channel: its own base port per instance on a host, the host's address for remote peers."""
         if connector != "NixlConnector":
@@ -186,6 +190,8 @@ class Vllm(Adapter):
 
     def render(self, target: Target, station: Station, faults: tuple[str, ...] = (),
                expected_requests: int | None = None) -> Rendered:
+        if target.topology:  # instances that may span hosts (executor/engines/vllm_groups.py)
+            return render_groups(self, target, station)
         connector = target.pd_connector or self.connector
         if target.pd:
             check_connector(connector, self.connectors, self.name)

@@ -140,6 +140,22 @@ class VllmAscend(Vllm):
         return kv | {"engine_id": name, "kv_port": str(kv_port_base(target) + KV_PORT_STRIDE * slot),
                      "kv_connector_extra_config": sizes}
 
+    external_dp = True  # its P/D guide runs one process per DP rank (examples/external_online_dp)
+
+    def kv_port_start(self, target: Target) -> int | None:
+        connector = target.pd_connector or self.connector
+        return kv_port_base(target) if target.pd and connector == "MooncakeConnectorV1" else None
+
+    def group_kv(self, target: Target, role: str, name: str, connector: str, peers: dict[str, tuple[int, int]],
+                 kv_port: int | None) -> dict[str, Any]:
+        """An instance of the target's topology: its kv_port planned per host (its ranks at kv_port + DP rank x TP
+        + TP rank), the P and D sizes Mooncake asserts on, its engine id (vLLM appends each rank's _dp<r>)."""
+        kv = Vllm.kv_transfer(self, target, role, name, connector, peers, 0)
+        if connector != "MooncakeConnectorV1":
+            return kv
+        sizes = {r: {"tp_size": tp, "dp_size": dp} for r, (tp, dp) in peers.items() if r in ("prefill", "decode")}
+        return kv | {"engine_id": name, "kv_port": str(kv_port), "kv_connector_extra_config": sizes}
+
     def router_argv(self, target: Target, router: Host, ps: list[ServiceSpec], ds: list[ServiceSpec]) -> list[str]:
         if not target.router_command:
             raise FieldError("router_command", f"a vllm-ascend PD target names its proxy, e.g. "

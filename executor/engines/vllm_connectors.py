@@ -18,6 +18,8 @@ A connector is either rendered complete or refused before any launch, naming `pd
 """
 from __future__ import annotations
 
+from typing import Any
+
 from core.errors import FieldError
 from executor.targets import Target
 
@@ -70,3 +72,13 @@ class MooncakeBootstrap:
 def router_connector_args(connector: str) -> list[str]:
     """vllm-router's connector flag (its default, nixl, is left unsaid)."""
     return ["--kv-connector", "mooncake"] if connector == MOONCAKE else []
+
+
+def merged(kv: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """The rendered connector config with the target's keys on top; a nested table (kv_connector_extra_config)
+    is merged key by key, so the target's keys join the adapter's (vLLM-Ascend's P/D sizes) instead of
+    replacing them."""
+    out = dict(kv)
+    for k, v in extra.items():
+        out[k] = (dict(out[k]) | v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out

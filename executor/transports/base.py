@@ -332,9 +332,11 @@ class LauncherTransport(abc.ABC):
 
 def health_target(svc: ServiceSpec) -> ServiceSpec:
     """The service as its health probe addresses it: on `health_port` where the engine answers health on a port of
-    its own (MindIE's management port), else on its service port. Every `http` (local, over ssh) takes the port
+    its own (MindIE's management port), at `health_host` where its leader answers for it (a vLLM headless worker),
+    else on its service port. Every `http` (local, over ssh) takes the port
     from the spec, so the probe goes through the same route as any other request."""
-    return svc if svc.health_port is None else svc.model_copy(update={"port": svc.health_port})
+    over = {k: v for k, v in (("port", svc.health_port), ("host", svc.health_host)) if v is not None}
+    return svc.model_copy(update=over) if over else svc
 
 
 def _rate(r: float) -> str:
