@@ -16,6 +16,10 @@ from core.errors import FieldError
 from core.knobs import catalog
 
 
+# the knobs that lay a role's ranks out (simulator.topology): modelled where a role's tp >= 1, else not
+TOPOLOGY_KNOBS = ("tensor_parallel_size", "data_parallel_size", "enable_expert_parallel")
+
+
 class Role(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     instances: int = Field(ge=1)
@@ -180,6 +184,11 @@ class Profile(BaseModel):
                                  f"(tp, dp, ep), not as its coefficients' layout {self.reference(role)}: give "
                                  "data_parallel_size / enable_expert_parallel in defaults")
         return self
+
+    def unmodelled(self) -> tuple[str, ...]:
+        """The catalog's sim knobs this profile gives no meaning: the topology knobs where no role's layout is a
+        knob (tp 0 on both), so they are neither searched nor said to be modelled."""
+        return () if self.prefill.tp or self.decode.tp else TOPOLOGY_KNOBS
 
     def reference(self, role: str) -> tuple[int, int, int]:
         """(TP, DP, EP) of the layout a role's coefficients were measured at (EP: the decode cost's, 1 for

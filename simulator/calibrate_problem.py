@@ -61,7 +61,8 @@ def load_run(path: Path, base: Profile) -> Run:
     spec = path.parent / "spec.json"
     if not knobs and spec.exists():
         knobs = dict(json.loads(spec.read_text()).get("knobs") or {})
-    knobs = base.knobs(sim_knobs({k: v for k, v in knobs.items() if k not in ("concurrency", "request_rate")})[0])
+    knobs = base.knobs(sim_knobs({k: v for k, v in knobs.items() if k not in ("concurrency", "request_rate")},
+                                 base)[0])
     records = [r for r in rec.read_jsonl(path / rec.REQUESTS, RequestRecord) if r.ok and len(r.chunk_times) >= 2]
     if not records:
         raise CalibrationError(f"{path}: no finished request with two or more streamed chunks")
