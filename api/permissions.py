@@ -42,7 +42,8 @@ _READS = ["/goals", "/goals/{goal_id}", "/goals/{goal_id}/instructions", "/goals
           "/goals/{goal_id}/candidates", "/candidates/{candidate_id}", "/candidates/{candidate_id}/approval",
           "/goals/{goal_id}/experiments", "/experiments/{run_id}", "/experiments/{run_id}/phases",
           "/experiments/{run_id}/raw", "/goals/{goal_id}/best", "/goals/{goal_id}/frontier",
-          "/goals/{goal_id}/frontier.png", "/stations/{station_hash}", "/goals/{goal_id}/budget",
+          "/goals/{goal_id}/frontier.png", "/goals/{goal_id}/frontier/axes", "/stations/{station_hash}",
+          "/goals/{goal_id}/budget",
           "/goals/{goal_id}/report", "/goals/{goal_id}/report.md", "/goals/{goal_id}/images/{name}",
           "/goals/{goal_id}/summary", "/goals/{goal_id}/state", "/goals/{goal_id}/budget/extensions",
           "/goals/{goal_id}/hypotheses", "/goals/{goal_id}/engine-commands"]

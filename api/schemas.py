@@ -120,6 +120,17 @@ class DecisionOut(BaseModel):
                                               "cli; null where the record does not say")
 
 
+class DriftFigureOut(BaseModel):
+    """One of the goal's figures of a run predicted by the calibrated simulator beside its measurement."""
+
+    key: str
+    words: str
+    predicted: float | None
+    measured: float | None
+    drift: float | None = Field(None, description="predicted / measured - 1")
+    limit_ms: float | None = None
+
+
 class ExperimentOut(BaseModel):
     id: str
     goal_id: str | None
@@ -140,6 +151,9 @@ class ExperimentOut(BaseModel):
     drift: Drift | None = Field(None, description="a real run of a target with a calibrated profile: the "
                                                   "simulator's prediction of its station beside the measured "
                                                   "output tok/s and mean TPOT, and whether it drifted")
+    drift_figures: list[DriftFigureOut] = Field(
+        default_factory=list, description="with `drift`: the goal's own figures (its objective, then each limit at its "
+                                          "statistic and each reported figure) predicted beside measured")
 
 
 class PhaseOut(BaseModel):
@@ -182,6 +196,16 @@ class FigureOut(BaseModel):
     words: str
     value: float | None
     limit_ms: float | None = None
+
+
+class FrontierAxis(BaseModel):
+    """One frontier plot of the goal (core/goalview.py `axes`): the objective against this latency."""
+
+    key: str
+    words: str
+    limit_ms: float | None = None
+    binding: bool = Field(description="the limit binding at the best run (the first plot, the report's answer's)")
+    png: str = Field(description="the plot's route")
 
 
 class FrontierPoint(BaseModel):

@@ -15,6 +15,8 @@ from typing import Annotated, Any, Mapping
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, RootModel, SerializerFunctionWrapHandler, Tag,
                       TypeAdapter, model_serializer)
 
+from core.summary import Summary
+
 NOT_ACCOUNTED = ("elapsed_s", "idle_s")  # seconds a role's breakdown states that are not device time spent
 
 
@@ -203,7 +205,7 @@ class DriftFigures(Part):
 class Drift(Part):
     """The calibrated simulator's prediction of a real run against its measurement (executor/drift.py): predicted,
     measured, their relative drift, the worst, and whether it passed the target's threshold; or the error of a
-    profile that cannot predict the station."""
+    profile that cannot predict the station. `summary` is the whole predicted Summary."""
 
     profile: str
     threshold: float
@@ -215,3 +217,6 @@ class Drift(Part):
     flagged: bool = False
     knobs_not_modelled: list[str] | None = None
     suggestion: str | None = None
+    # the calibrated simulator's whole Summary of the station (the run's SLOs, so goodput): a reader shows any figure
+    # the goal names (its objective, each limit at its statistic) predicted beside measured, not only the two above
+    summary: Summary | None = None

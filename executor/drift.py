@@ -1,6 +1,7 @@
 """Drift check: a real run of a target with a calibrated profile is also predicted by the simulator at the same
 station; predicted and measured output throughput (whole window) and mean TPOT are recorded with the run's
-evidence, and a drift beyond the target's threshold (default 15 %) is flagged with a re-calibration to run."""
+evidence, with the whole predicted Summary (the run's SLOs) from which a reader shows the goal's own figures, and a
+drift beyond the target's threshold (default 15 %) is flagged with a re-calibration to run."""
 from __future__ import annotations
 
 from typing import Any
@@ -22,7 +23,7 @@ def drift_check(target: Target, spec: TrialSpec, summary: Summary | None, run_di
     base = {"profile": target.calibrated_profile, "threshold": target.drift_threshold}
     try:
         pred = predict_station(target.calibrated_profile, spec.scenario, spec.knobs, spec.n, warmup=spec.warmup,
-                               seed=spec.seed)
+                               seed=spec.seed, slos=spec.slos)
     except Exception as e:  # a profile that cannot predict this station: said, never a silent pass
         return Drift.model_validate(base | {"error": f"{type(e).__name__}: {e}", "flagged": True,
                                             "suggestion": "the calibrated profile cannot predict this station: "
@@ -33,7 +34,8 @@ def drift_check(target: Target, spec: TrialSpec, summary: Summary | None, run_di
     worst = max((abs(v) for v in drift.values() if v is not None), default=None)
     flagged = worst is None or worst > target.drift_threshold
     out = base | {"predicted": {k: pred.get(k) for k in FIGURES}, "measured": measured, "drift": drift,
-                  "worst": worst, "flagged": flagged, "knobs_not_modelled": pred.get("knobs_not_modelled", [])}
+                  "worst": worst, "flagged": flagged, "knobs_not_modelled": pred.get("knobs_not_modelled", []),
+                  "summary": pred["summary"]}
     if flagged:
         out["suggestion"] = (f"the simulator's prediction is off by {worst:.0%} (limit {target.drift_threshold:.0%}): "
                              if worst is not None else "no figure to compare: ") + \

@@ -193,34 +193,49 @@ def test_reject_in_place_needs_a_reason_and_records_it(tmp_path):
 DRIFT = {"profile": "wrong.yaml", "threshold": 0.15, "predicted": {"output_tok_s": 130.0, "tpot_mean_ms": 21.0},
          "measured": {"output_tok_s": 100.0, "tpot_mean_ms": 30.0}, "drift": {"output_tok_s": 0.3, "tpot_mean_ms": -0.3},
          "worst": 0.3, "flagged": True, "suggestion": "re-calibrate, e.g. tuneloop sim calibrate RUN --out P.yaml"}
+DRIFT_GOAL = {"objective": {"metric": "goodput", "window": "whole"}, "reported": ["e2e_p99_ms"],
+              "constraints": {"ttft_p99_ms_lt": 2000, "tpot_p99_ms_lt": 35, "all_succeed": True, "output_len": 1024}}
 
 
-def test_the_simulator_drift_and_its_figures_are_on_the_dashboard(tmp_path, make_result):
-    """A run of a target with a calibrated profile (its evidence holds the drift record the API serves): the page
-    shows the flag with the re-calibration to run, and predicted beside measured throughput and TPOT per run."""
+def test_the_simulator_drift_in_the_goals_own_figures_is_on_the_dashboard(tmp_path, make_result):
+    """Runs of a target with a calibrated profile (their evidence holds the drift record the API serves) under a goodput
+    goal limiting TTFT p99 and TPOT p99: the page shows the flag with the re-calibration to run, and per run the goal's
+    own figures predicted beside measured (goodput, TTFT p99, TPOT p99, the reported E2E p99), never tok/s or mean
+    TPOT; a record from before the predicted Summary was kept shows what it has ("—" for the rest)."""
     from playwright.sync_api import expect
 
     from core.evidence import Evidence
     from core.station import Station
+    from core.summary import Dist
     from core.trial import TrialSpec
     from state.goal import GoalSpec
     from state.store import Store
 
     _need_chromium()
+
+    def figures(goodput: float, ttft: float, tpot: float, e2e: float):  # a run's Summary with the goal's figures
+        s = make_result("x", n=40).summary
+        return s.model_copy(update={"whole": s.whole.model_copy(update={"goodput": goodput}),
+                                    "ttft_ms": Dist(n=40, mean=ttft / 2, p99=ttft), "tpot_ms": Dist(n=40, mean=tpot / 2, p99=tpot),
+                                    "e2e_ms": Dist(n=40, mean=e2e / 2, p99=e2e)})
+
     store = Store(f"sqlite:///{tmp_path / 't.db'}")
     try:
-        goal = store.create_goal(GoalSpec.model_validate(small_goal("drift-goal", ask=False) | {"target": "real"}))
+        goal = store.create_goal(GoalSpec.model_validate(small_goal("drift-goal", ask=False) | {"target": "real"} | DRIFT_GOAL))
         knobs = goal.spec.start_station()
         st = store.put_station(Station(engine="sim", knobs=knobs, scenario=goal.spec.scenario, data_version="d",
                                        source_identity="s", target="real"))
-        for i, drift in enumerate((DRIFT | {"flagged": False, "worst": 0.05, "drift": {"output_tok_s": 0.05, "tpot_mean_ms": -0.02},
-                                            "predicted": {"output_tok_s": 105.0, "tpot_mean_ms": 29.4}}, DRIFT)):
+        old = DRIFT | {"flagged": False, "worst": 0.05, "drift": {"output_tok_s": 0.05, "tpot_mean_ms": -0.02},
+                       "predicted": {"output_tok_s": 105.0, "tpot_mean_ms": 29.4}}  # no Summary: written before it was kept
+        new = DRIFT | {"summary": figures(6.5, 1300.0, 42.0, 30000.0).model_dump(mode="json")}
+        for i, drift in enumerate((old, new)):
             rid = f"{goal.id}-r{i}"
             store.create_run(TrialSpec(run_id=rid, goal_id=goal.id, target="real", scenario=goal.spec.scenario,
                                        knobs=knobs, stage="baseline", n=40), station_hash=st.hash)
             res = make_result(rid, station_hash=st.hash, n=40)
-            store.record_result(res.model_copy(update={"evidence": Evidence.model_validate({"drift": drift})}),
-                                goal_id=goal.id)
+            res = res.model_copy(update={"summary": figures(5.0, 1000.0, 30.0, 25000.0),
+                                         "evidence": Evidence.model_validate({"drift": drift})})
+            store.record_result(res, goal_id=goal.id)
             store.record_decision(goal.id, "note", run_id=rid, text=f"run {i}")
         gid = goal.id
     finally:
@@ -235,13 +250,22 @@ def test_the_simulator_drift_and_its_figures_are_on_the_dashboard(tmp_path, make
         expect(flag).to_contain_text("DRIFT: the calibrated simulator is off in 1 of 2 predicted run(s)")
         expect(flag).to_contain_text("tuneloop sim calibrate")
         expect(page.locator("#drift-empty")).to_be_hidden()
+        head = page.locator("#drift-head").inner_text()
+        for words in ("predicted goodput", "measured goodput", "TTFT p99 ms (limit < 2000)", "TPOT p99 ms (limit < 35)",
+                      "measured E2E p99 ms"):
+            assert words in head, head
+        assert "tok/s" not in head and "mean TPOT" not in head, head
         bad = page.locator(f'#drift tr.drift-run[data-run="{gid}-r1"]')
         expect(bad).to_have_class("drift-run flagged")
-        for cls, want in (("predicted-tok", "130.0"), ("measured-tok", "100.0"), ("drift-tok", "+30.0 %"),
-                          ("predicted-tpot", "21.00"), ("measured-tpot", "30.00"), ("drift-tpot", "-30.0 %")):
-            expect(bad.locator(f"td.{cls}")).to_have_text(want)
+        for key, cls, want in (("goodput", "predicted", "6.5"), ("goodput", "measured", "5.0"), ("goodput", "drift", "+30.0 %"),
+                               ("ttft_p99_ms", "predicted", "1300.0"), ("ttft_p99_ms", "measured", "1000.0"),
+                               ("tpot_p99_ms", "predicted", "42.00"), ("tpot_p99_ms", "measured", "30.00"),
+                               ("tpot_p99_ms", "drift", "+40.0 %"), ("e2e_p99_ms", "drift", "+20.0 %")):
+            expect(bad.locator(f'td.{cls}[data-figure="{key}"]')).to_have_text(want)
         expect(bad.locator("td.check")).to_contain_text("DRIFT (limit 15 %)")
         ok = page.locator(f'#drift tr.drift-run[data-run="{gid}-r0"]')
         expect(ok).to_have_class("drift-run within")
         expect(ok.locator("td.check")).to_have_text("within 15 %")
+        expect(ok.locator('td.predicted[data-figure="goodput"]')).to_have_text("—")  # the old record has no goodput
+        expect(ok.locator('td.measured[data-figure="goodput"]')).to_have_text("5.0")
         assert _ink(page.locator("#drift-box").screenshot(path=str(tmp_path / "drift.png")))[0] > 500

@@ -136,7 +136,8 @@ def test_the_slack_card_carries_the_goals_figures_and_its_prediction(shapes, sha
 def test_chat_status_and_the_dashboard_speak_the_goals_own_figures(shapes, tmp_path):
     """`status` through the real service answers each goal in its objective and its limits at their statistics; a
     goodput goal in goodput and its p99 limits. The dashboard (headless Chromium) shows the goodput goal's best
-    station with its SLO and each limit's figure, and its frontier plot."""
+    station with its SLO and each limit's figure, and a frontier plot per limit (TTFT p99 and TPOT p99, the binding
+    one first), each named by its limit."""
     cwd, db, got = shapes
     srv = ServerProcess(tmp_path, service_env(cwd, db, TUNELOOP_WORKERS="0"))
     try:
@@ -179,10 +180,29 @@ def _dashboard(srv: ServerProcess, tmp_path: Path, gid: str, v) -> None:  # type
                 expect(row.locator("th")).to_contain_text(f"{lim.words} ms (limit < {lim.limit_ms:g})")
                 expect(row.locator("td")).not_to_be_empty()
             assert "tok/s/card" not in best.inner_text() and "mean TPOT" not in best.inner_text()
-            expect(page.locator("#frontier")).to_be_visible(timeout=60_000)
+            # a frontier per limit, as the report draws them: the binding limit's first, each named by its limit
+            panels = page.locator("#frontier figure.frontier-panel")
+            expect(panels).to_have_count(len(v.limits), timeout=60_000)
+            axes = httpx.get(f"{srv.url}/goals/{gid}/frontier/axes", headers=auth("viewer"), timeout=60).json()
+            assert sorted(a["key"] for a in axes) == sorted(lim.figure_key for lim in v.limits) and axes[0]["binding"]
+            for i, a in enumerate(axes):
+                panel = panels.nth(i)
+                expect(panel).to_have_attribute("data-axis", a["key"])
+                lim = next(x for x in v.limits if x.figure_key == a["key"])
+                expect(panel.locator("figcaption")).to_contain_text(f"{v.objective_words} against {lim.words} ms "
+                                                                    f"(limit < {lim.limit_ms:g})")
+                expect(panel.locator("img")).to_be_visible()
+                page.wait_for_function("(img) => img.complete && img.naturalWidth > 0", arg=panel.locator("img").element_handle())
+                assert _ink(panel.locator("img").screenshot())[0] > 500  # each plot drawn, not an empty box
+            expect(panels.nth(0).locator("figcaption")).to_contain_text("the limit that binds at the best run")
+            bad = httpx.get(f"{srv.url}/goals/{gid}/frontier.png", params={"axis": "tpot_mean_ms"}, headers=auth("viewer"),
+                            timeout=60)
+            assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "axis"], bad.text
+            one = httpx.get(f"{srv.url}/goals/{gid}/frontier.png", params={"axis": axes[1]["key"]}, headers=auth("viewer"),
+                            timeout=60)
+            assert one.status_code == 200 and one.headers["content-type"] == "image/png"
             shot = page.screenshot(path=str(tmp_path / "goodput-dashboard.png"), full_page=True)
             assert _ink(shot)[0] > 500
-            assert _ink(page.locator("#frontier").screenshot())[0] > 500  # the plot drawn, not an empty box
         finally:
             ctx.close()
 

@@ -16,7 +16,8 @@ from agent.report.content import (
     objective_of,
 )
 
-if TYPE_CHECKING:  # the store is only annotated here
+if TYPE_CHECKING:  # the store and the goal view's figure are only annotated here
+    from core.goalview import Figure
     from state.store import Store
 
 
@@ -61,24 +62,36 @@ def build_report(store: Store, goal_id: str, base: str | Path | None = None) -> 
     return rep
 
 
-def frontier_plots(c: Content, first_only: bool = False) -> list[plots.Plot]:
-    """The goal's objective against each latency it limits, at the limit's own statistic (core.goalview
-    `GoalView.axes`): the limit binding at the best run first, then each other limit; a goal without a limit, against
-    the latencies it reports."""
+def frontier_axes(c: Content) -> tuple[Figure | None, ...]:
+    """The latencies the frontier plots are drawn against (core.goalview `GoalView.axes`): the limit binding at the
+    best run first, then each other limit; a goal without a limit, the latencies it reports; none: one plot saying
+    so."""
+    return c.goal.spec.view().axes(c.best.summary if c.best is not None else None) or (None,)
+
+
+def frontier_name(fig: Figure | None) -> str:
+    """A frontier plot's image name: `tput_<the latency's figure>` (tput_ttft_p99, tput_tpot_mean)."""
+    return "tput_" + (fig.key.removesuffix("_ms") if fig is not None else "latency")
+
+
+def frontier_plots(c: Content, first_only: bool = False, axis: str | None = None) -> list[plots.Plot]:
+    """The goal's objective against each latency it limits, at the limit's own statistic (`frontier_axes`); only
+    the first (the binding limit's), or only the one against the figure `axis` names."""
     view = c.goal.spec.view()
     rows = [r for by_n in c.tradeoffs.values() for rs in by_n.values() for r in rs]
-    axes = view.axes(c.best.summary if c.best is not None else None) or (None,)
-    out = []
-    for fig in axes[:1] if first_only else axes:
-        name = "tput_" + (fig.key.removesuffix("_ms") if fig is not None else "latency")
-        out.append(plots.throughput_vs_latency(name, rows, fig, view))
-    return out
+    axes = frontier_axes(c)
+    if axis is not None:
+        axes = tuple(f for f in axes if f is not None and f.key == axis)
+    return [plots.throughput_vs_latency(frontier_name(fig), rows, fig, view) for fig in (axes[:1] if first_only else axes)]
 
 
-def frontier_plot(c: Content) -> plots.Plot:
-    """The report's first frontier plot (against the binding limit), and the dashboard's frontier
-    (`GET /goals/G/frontier.png` draws exactly this one)."""
-    return frontier_plots(c, first_only=True)[0]
+def frontier_plot(c: Content, axis: str | None = None) -> plots.Plot:
+    """The report's first frontier plot (against the binding limit), or the one against `axis` (a figure key of
+    `frontier_axes`): the dashboard's frontier panels (`GET /goals/G/frontier.png[?axis=KEY]`) draw exactly these."""
+    got = frontier_plots(c, first_only=True, axis=axis)
+    if not got:
+        raise KeyError(axis)
+    return got[0]
 
 
 def pair(experiments: list[Experiment], best: Experiment | None) -> tuple[Experiment | None, Experiment | None]:

@@ -11,7 +11,10 @@ from fastapi.responses import Response
 from api import actions
 from api.auth import Viewer
 from api.deps import ServiceDep, StoreDep
-from api.schemas import ExperimentOut, PhaseOut
+from api.schemas import DriftFigureOut, ExperimentOut, PhaseOut
+from core.evidence_parts import Drift
+from core.goalview import GoalView
+from core.summary import Summary
 
 router = APIRouter(tags=["experiments"])
 
@@ -26,7 +29,34 @@ def experiment_out(svc: Any, r: Any) -> ExperimentOut:
                          verdict=res.verdict if res else None,
                          verdict_reasons=[x.message for x in res.result.verdict.reasons] if res else [],
                          figures=actions.figures(svc, r.id), summary=summary, run_dir=_run_dir(svc, r.id),
-                         drift=res.result.evidence.drift if res else None)
+                         drift=res.result.evidence.drift if res else None,
+                         drift_figures=drift_figures(st.get_goal(r.goal_id).spec.view() if r.goal_id else None,
+                                                     res.result.evidence.drift if res else None,
+                                                     res.result.summary if res else None))
+
+
+def drift_figures(view: GoalView | None, d: Drift | None, measured: Summary | None) -> list[DriftFigureOut]:
+    """The goal's own figures of a run with a drift record: its objective in its window, then each limit at its
+    statistic and each reported figure (core/goalview.py), predicted by the calibrated simulator beside measured. A
+    record written before the predicted Summary was kept gives only its own two figures (output tok/s in the whole
+    window, mean TPOT) where the goal names them."""
+    if view is None or d is None or d.error:
+        return []
+
+    def predicted(key: str, read: Any) -> float | None:
+        if d.summary is not None:
+            return read(d.summary)
+        own = key == "tpot_mean_ms" or (key == "output_tok_s" and view.window == "whole")
+        return getattr(d.predicted, key, None) if own and d.predicted is not None else None
+
+    rows = [(view.metric, view.objective_words, None, lambda s: view.objective(s))]
+    rows += [(f.key, f.words, f.limit_ms, f.read) for f in view.columns()]
+    out = []
+    for key, words, limit, read in rows:
+        p, m = predicted(key, read), read(measured)
+        out.append(DriftFigureOut(key=key, words=words, predicted=p, measured=m, limit_ms=limit,
+                                  drift=p / m - 1.0 if p is not None and m else None))
+    return out
 
 
 def _run_dir(svc: Any, run_id: str) -> str | None:

@@ -3,16 +3,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import Response
 
-from agent.report.build import frontier_plot
+from agent.report.build import frontier_axes, frontier_plot
 from agent.report.content import gather
 from api import actions
 from api.auth import Admin, Viewer
 from api.deps import ServiceDep, StoreDep, ViaDep
 from api.routes.goals import instruction_out
-from api.schemas import BestOut, FigureOut, FrontierPoint, InstructionOut, StationOut
+from api.schemas import BestOut, FigureOut, FrontierAxis, FrontierPoint, InstructionOut, StationOut
 from core.goalview import GoalView
 from core.summary import Summary
 
@@ -66,15 +66,39 @@ def frontier(goal_id: str, store: StoreDep, _: Viewer) -> list[FrontierPoint]:
     return frontier_points(store, goal_id)
 
 
+@router.get("/goals/{goal_id}/frontier/axes", response_model=list[FrontierAxis])
+def frontier_axes_of(goal_id: str, svc: ServiceDep, _: Viewer) -> list[FrontierAxis]:
+    """The goal's frontier plots, as the report draws them (core/goalview.py `axes`): the objective against the
+    limit binding at the best run first, then against each other limit, each at its own statistic; a goal without a
+    limit, against the latencies it reports. Each with the route of its plot."""
+    svc.store.get_goal(goal_id)
+    c = gather(svc.store, goal_id, svc.base)
+    out = []
+    for i, f in enumerate(x for x in frontier_axes(c) if x is not None):
+        out.append(FrontierAxis(key=f.key, words=f.words, limit_ms=f.limit_ms, binding=i == 0 and f.limit_ms is not None,
+                                png=f"/goals/{goal_id}/frontier.png?axis={f.key}"))
+    return out
+
+
 @router.get("/goals/{goal_id}/frontier.png", response_class=Response,
             responses={200: {"content": {"image/png": {}}, "description": "the frontier plot"}})
-def frontier_png(goal_id: str, svc: ServiceDep, _: Viewer) -> Response:
-    """The report's first frontier plot (the same function draws both): the goal's objective against the limit
-    binding at the best run, at its own statistic; whole window filled, native hollow, the valid frontier per N
-    dashed, the limit as a dotted line, the goal's SLO in the caption; says so before any valid run."""
-
+def frontier_png(goal_id: str, svc: ServiceDep, _: Viewer,
+                 axis: str | None = Query(None, max_length=64, description="a figure key of GET /goals/G/frontier/axes "
+                                                                           "(default: the first, the binding limit's)")
+                 ) -> Response:
+    """A frontier plot of the report (the same function draws both): the goal's objective against the limit binding
+    at the best run (or the latency `axis` names), at its own statistic; whole window filled, native hollow, the
+    valid frontier per N dashed, the limit as a dotted line, the goal's SLO in the caption; says so before any valid
+    run. An `axis` that is not one of the goal's frontier axes is a 422 naming it."""
     svc.store.get_goal(goal_id)
-    return Response(frontier_plot(gather(svc.store, goal_id, svc.base)).png, media_type="image/png")
+    c = gather(svc.store, goal_id, svc.base)
+    try:
+        plot = frontier_plot(c, axis)
+    except KeyError:
+        keys = [f.key for f in frontier_axes(c) if f is not None]
+        raise HTTPException(422, [{"loc": ["query", "axis"], "msg": f"not one of this goal's frontier axes: "
+                                                                      f"{', '.join(keys) or 'none'}", "type": "value_error"}])
+    return Response(plot.png, media_type="image/png")
 
 
 @router.get("/stations/{station_hash}", response_model=StationOut)
