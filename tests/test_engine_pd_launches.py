@@ -140,3 +140,25 @@ def test_the_pd_demo_target_sets_the_kv_lease_the_tests_found_necessary(tmp_path
         for s in render(t, _station("vllm", {})).services[:2]:
             kv = json.loads(_after(list(s.argv), "--kv-transfer-config"))
             assert kv["kv_connector_extra_config"] == {"kv_lease_duration": 300} and kv["kv_buffer_device"] == "cpu"
+
+
+def test_nixl_moving_host_memory_gets_a_progress_thread_that_sleeps(tmp_path):
+    """NIXL's Python agent gives its UCX progress thread a 0 ms poll timeout, a spin that holds a core per instance
+    (executor/engines/vllm_nixl.py): each instance of a P/D pair whose NIXL moves host memory (the demo target's
+    `kv_buffer_device: cpu`) gets the sitecustomize.py that sets the delay, in its service directory, first on its
+    PYTHONPATH; a pair whose KV stays on its cards, and the router, are rendered as before."""
+    from executor.engines.base import svc_dir
+    from executor.engines.vllm_nixl import PTHR_DELAY_US, SHIM, SITECUSTOMIZE
+
+    cpu = _pd("vllm", pd_connector_config={"kv_buffer_device": "cpu"}, env={"PYTHONPATH": "/opt/site"})
+    *engines, router = render(cpu, _station("vllm", {})).services
+    assert [s.role for s in engines] == ["prefill", "prefill", "decode"]
+    for s in engines:
+        assert s.files == {SITECUSTOMIZE: SHIM} and f"DELAY_US = {PTHR_DELAY_US}" in SHIM
+        assert s.env["PYTHONPATH"] == f"{svc_dir(cpu, s.name, s.host)}:/opt/site"  # the target's own path kept
+    assert not router.files and router.env.get("PYTHONPATH") == "/opt/site"
+    for s in render(_pd("vllm"), _station("vllm", {})).services:
+        assert not s.files and "PYTHONPATH" not in s.env
+    # the shim is Python that patches NIXL's bindings as they load and nothing else
+    compile(SHIM, SITECUSTOMIZE, "exec")
+    assert "nixlAgent" in SHIM and "pthrDelay" in SHIM

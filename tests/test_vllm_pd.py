@@ -188,3 +188,25 @@ def _logs(target: Target) -> str:
     """The tail of each service's log: why a deployment that should have started and failed its hand-off did not."""
     return "\n".join(f"{p.parent.name}: {p.read_text(errors='replace')[-1500:]}"
                      for p in sorted(Path(target.run_root).glob("svc/*/log")))
+
+
+def test_the_rendered_nixl_shim_reaches_the_agent_vllm_creates(engine, tmp_path):
+    """The sitecustomize.py a host-memory NIXL instance gets (executor/engines/vllm_nixl.py), run by the installed
+    vLLM's Python: the agent vLLM's NixlConnector creates, through vLLM's own import of NIXL and with its own config,
+    gets the progress-thread delay (it had 0); without the file the agent is created untouched."""
+    import subprocess
+
+    from executor.engines.vllm_nixl import PTHR_DELAY_US, SHIM, SITECUSTOMIZE
+
+    (tmp_path / SITECUSTOMIZE).write_text(SHIM)
+    probe = ("from vllm.distributed.nixl_utils import NixlWrapper, nixl_agent_config\n"
+             "NixlWrapper('probe', nixl_agent_config(num_threads=4, capture_telemetry=True))\n")
+    python = str(Path(engine["bin"]).parent / "python")
+    said = {}
+    for shim in (True, False):
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)} | ({"PYTHONPATH": str(tmp_path)} if shim else {})
+        out = subprocess.run([python, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        said[shim] = out.stderr
+    assert f"tuneloop: NIXL agent probe: progress thread delay {PTHR_DELAY_US} us (was 0)" in said[True], said[True]
+    assert "tuneloop: NIXL agent" not in said[False]

@@ -24,6 +24,7 @@ from executor.engines.vllm_connectors import (MOONCAKE, MooncakeBootstrap, check
                                               router_connector_args)
 from executor.engines.vllm_jsonargs import one_json_per_flag
 from executor.engines.vllm_groups import render_groups
+from executor.engines.vllm_nixl import host_memory_nixl, quiet_progress
 from executor.targets import Target
 
 NIXL_SIDE_CHANNEL_PORT = 5600  # vLLM's default (vllm/envs.py); instance k on a host starts above the DP ranks before it
@@ -210,6 +211,7 @@ class Vllm(Adapter):
             argv = [*(target.engine_command or ("vllm",)), "serve", str(target.model), "--host", "0.0.0.0",
                     "--port", str(host.port)]
             env = device_env(target, host, self.visible) | {"VLLM_SERVER_DEV_MODE": "1"}  # mounts /reset_prefix_cache
+            files: dict[str, str] = {}
             if target.pd:
                 slot = slots.get(host.host, 0)
                 slots[host.host] = slot + 1
@@ -218,6 +220,9 @@ class Vllm(Adapter):
                 kv = merged(self.kv_transfer(target, role, name, connector, peers, slot), target.pd_connector_config)
                 argv += ["--kv-transfer-config", compact(kv)]
                 env |= self.pd_env(host, connector, port)
+                if host_memory_nixl(kv, connector):  # NIXL's progress thread would spin a core the engine computes on
+                    files, shim_env = quiet_progress(svc_dir(target, name, host.host), env)
+                    env |= shim_env
                 if connector == MOONCAKE and role == "prefill":  # its bootstrap server, one per prefill instance
                     env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(bootstrap.take(host.host, tp * dp))
             trace = f"{svc_dir(target, name, host.host)}/trace"  # --profiler-config mounts /start_profile
@@ -229,7 +234,7 @@ class Vllm(Adapter):
             argv = one_json_per_flag(argv, list(target.extra_args.get(role, ())), f"extra_args.{role}")
             static = station.server_knobs.get("expert_layout") == "static_eplb"  # its map is fitted for TP x DP ranks
             services.append(ServiceSpec(name=name, role=role, host=host.host, port=host.port, argv=tuple(argv),
-                                        env=env, cards=host.cards, profile_dir=trace,
+                                        env=env, files=files, cards=host.cards, profile_dir=trace,
                                         expert_ranks=tp * dp if static else None))
         return with_router(target, services, "vllm", self.router_argv, self.router_health)
 
