@@ -104,3 +104,17 @@ def test_no_tracked_file_holds_merge_conflict_markers():
             continue
         marked += [f"{name}:{i}" for i, line in enumerate(lines, 1) if line.startswith(("<<<<<<< ", ">>>>>>> "))]
     assert not marked, marked
+
+
+def test_the_readme_is_short_and_points_at_every_doc():
+    """The README holds the two commands, the quick start, an overview and a table of contents; everything else
+    lives in docs/ by topic, each doc linked from the README's table of contents."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first = re.search(r"^```\w*\n(.*?)^```", readme, re.S | re.M)  # the README's first block: the two commands
+    assert first and [line.split()[:2] for line in first.group(1).splitlines()] == [["make", "demo"], ["make", "test"]]
+    assert readme.index(first.group(0)) < readme.index("\n## ")  # before any section
+    toc = readme[readme.index("\n## Documentation by topic\n"):]
+    linked = {Path(t).name for t in LINK.findall(toc) if t.startswith("docs/")}
+    docs = {d.name for d in (ROOT / "docs").glob("*.md")}
+    assert docs - linked == set(), f"docs not in the README's table of contents: {sorted(docs - linked)}"
+    assert len(readme.encode()) < 12_000, f"the README is {len(readme.encode())} bytes: move the detail into docs/"
