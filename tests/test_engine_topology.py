@@ -324,3 +324,17 @@ def test_vllm_mooncake_bootstrap_is_planned_on_each_prefill_leader_and_told_to_t
     ports = listening_ports(r)
     assert [w for p, w in ports["10.0.1.1"] if p == 8998] == ["prefill-0: Mooncake bootstrap server"]
     assert all(len({p for p, _ in ps}) == len(ps) for ps in ports.values())
+
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm-ascend", "sglang"])
+def test_a_mixed_instance_over_two_hosts_serves_one_endpoint_with_every_rank_behind_it(engine):
+    """Without P/D there is no proxy to spread requests over ranks: the load goes to the instance's leader, and vLLM-
+    Ascend renders vLLM's own DP (headless beyond the leader) rather than one process per rank."""
+    t = Target(name="m", kind="local", engine=engine, model="/m", hosts=(
+        Host(host="10.0.0.1", roles=("mixed", "load"), cards=8, port=8000),
+        Host(host="10.0.0.2", roles=("mixed",), cards=8, port=8000)),
+        topology={"mixed": {"tp": 2, "dp": 8, "dp_local": 4}})
+    r = render(t, _station(engine, {"enable_expert_parallel": False}))
+    assert r.endpoint == "http://10.0.0.1:8000" and [s.name for s in r.services] == ["mixed-0", "mixed-0-n1"]
+    assert r.services[1].leader == "mixed-0" and sum(s.cards for s in r.services) == 16
+    assert _ranks(r.services[0]) == [0, 1, 2, 3] and _ranks(r.services[1]) == [4, 5, 6, 7]

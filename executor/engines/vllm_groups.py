@@ -11,7 +11,8 @@ vLLM-Ascend (its P/D guide, docs/source/tutorials/features/pd_disaggregation_moo
 examples/external_online_dp/): external DP, one process per DP rank, each with its own API port (the host entry's
 port + its local index), its TP cards, `--data-parallel-size DP --data-parallel-rank r --data-parallel-address
 LEADER --data-parallel-rpc-port R`; the proxy lists every rank, and each rank is its own scrape endpoint
-(`decode-0.r3`).
+(`decode-0.r3`). A mixed vLLM-Ascend instance (no proxy in front to spread requests over its ranks) is rendered as
+vLLM's own DP above.
 
 Ports per host come from one plan (executor/engines/topology.py `PortPlan`): every API port and the routers' first,
 then per instance the DP RPC port on its leader, NIXL's side channel (VLLM_NIXL_SIDE_CHANNEL_PORT + each global DP
@@ -121,7 +122,7 @@ def render_groups(a: Any, target: Target, station: Station) -> Rendered:
     if target.pd:
         check_connector(connector, a.connectors, a.name)
     gs = groups(target, station)
-    external = a.external_dp
+    external = a.external_dp and target.pd  # a mixed instance has no proxy to spread requests over its ranks
     procs = [p for g in gs for p in processes(g, external)]
     ports = plan_ports(a, target, gs, procs, connector, external)
     peers: dict[str, tuple[int, int]] = {}
