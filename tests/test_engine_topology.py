@@ -338,3 +338,22 @@ def test_a_mixed_instance_over_two_hosts_serves_one_endpoint_with_every_rank_beh
     assert r.endpoint == "http://10.0.0.1:8000" and [s.name for s in r.services] == ["mixed-0", "mixed-0-n1"]
     assert r.services[1].leader == "mixed-0" and sum(s.cards for s in r.services) == 16
     assert _ranks(r.services[0]) == [0, 1, 2, 3] and _ranks(r.services[1]) == [4, 5, 6, 7]
+
+
+def test_a_headless_worker_is_probed_flushed_and_profiled_through_its_leader():
+    """A vLLM --headless process serves no HTTP: its health probe goes to its leader's host and port, the prefix-cache
+    flush and the profiler window skip it (its leader's API reaches its ranks); an SGLang node above 0 answers its own
+    /health (SGLang's dummy health server) and is flushed through node 0."""
+    from executor.cacheflush import cache_holders
+    from executor.transports.base import health_target
+
+    r = _rendered("topology-vllm-p2x8-d32x1-6hosts")
+    worker = next(s for s in r.services if s.name == "decode-0-n2")
+    probe = health_target(worker)
+    assert (probe.host, probe.port, worker.host) == ("10.0.2.1", 8200, "10.0.2.3")
+    assert [s.name for s in cache_holders(r.services)] == ["prefill-0", "decode-0"]
+    assert [s.name for s in r.services if s.profile_dir] == ["prefill-0", "decode-0"]
+    r = _rendered("topology-sglang-p2x8-d32x1-6hosts")
+    node = next(s for s in r.services if s.name == "decode-0-n2")
+    assert (health_target(node).host, health_target(node).port) == ("10.0.2.3", 8200)
+    assert [s.name for s in cache_holders(r.services)] == ["prefill-0", "decode-0"]
