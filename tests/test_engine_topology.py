@@ -357,3 +357,18 @@ def test_a_headless_worker_is_probed_flushed_and_profiled_through_its_leader():
     node = next(s for s in r.services if s.name == "decode-0-n2")
     assert (health_target(node).host, health_target(node).port) == ("10.0.2.3", 8200)
     assert [s.name for s in cache_holders(r.services)] == ["prefill-0", "decode-0"]
+
+
+def test_node_endpoints_of_one_instance_digest_as_its_ranks():
+    """Samples scraped from SGLang's node endpoints (decode-0, decode-0.n1) are one instance's ranks, each rank the
+    one its dp_rank label names, and the instance counts once."""
+    from core.records import EngineSample
+    from executor.evidence_ranks import ranks
+
+    def sample(t, inst, rank, running):
+        return EngineSample(t=t, role="decode", instance=inst,
+                            values={f'sglang:num_running_reqs{{dp_rank="{rank}"}}': running})
+    got = ranks([sample(t, "decode-0" if r < 2 else "decode-0.n1", r, 4.0 + r) for t in (0.0, 1.0) for r in range(4)])
+    assert list(got) == ["decode-0"]
+    assert {k: v.running_mean for k, v in got["decode-0"].ranks.items()} == {
+        "dp_rank=0": 4.0, "dp_rank=1": 5.0, "dp_rank=2": 6.0, "dp_rank=3": 7.0}
