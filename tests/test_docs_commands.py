@@ -4,8 +4,9 @@ target of the Makefile, a script of bench/) and only options its --help lists, w
 takes and none of those it requires missing. The cheap ones run as written and
 exit 0: `sim profiles`, `sim scenarios`, `sim derive --profile ...`, each documented command's --help screen, and
 `tuneloop best`, `report`, `restore` and `exec unknown` on a goal a fixture ran in the folder the lines assume
-(their placeholders filled with its goal id and station hash). A command a doc keeps after the CLI dropped it, or an
-option it renamed, fails here."""
+(their placeholders filled with its goal id and station hash). A command named in running text or a table
+(`tuneloop run --no-twin`, `bench/sim_calibrate.py [--engine ...]`) names a real sub-command, options and script. A
+command a doc keeps after the CLI dropped it, or an option it renamed, fails here."""
 from __future__ import annotations
 
 import functools
@@ -120,8 +121,12 @@ def resolve(words: list[str]):
     return path, cmd, rest, None
 
 
-def check_tuneloop(words: tuple[str, ...]) -> list[str]:
+def check_tuneloop(words: tuple[str, ...], names_only: bool = False) -> list[str]:
+    """What is wrong with a `tuneloop ...` line; `names_only`: only its sub-command and option names (a command
+    named in prose, `tuneloop run --no-twin`, gives no arguments)."""
     path, cmd, rest, wrong = resolve(unbracket(words[1:]))
+    if names_only and cmd is None and not rest and path:
+        return []  # a group named in prose (`tuneloop budget`)
     if wrong or cmd is None:
         return [wrong or "no command"]
     if is_group(cmd):
@@ -143,7 +148,7 @@ def check_tuneloop(words: tuple[str, ...]) -> list[str]:
             if p is None:
                 problems.append(f"'{name}' has no option {opt} (its --help lists {', '.join(sorted(options))})")
                 continue
-            if p.is_flag or p.count:
+            if p.is_flag or p.count or names_only:
                 continue
             value = inline if inline else (rest[k] if k < len(rest) else None)
             if not inline:
@@ -153,6 +158,8 @@ def check_tuneloop(words: tuple[str, ...]) -> list[str]:
             continue
         if w != "...":
             positional.append(w)
+    if names_only:
+        return problems
     unbounded = any(a.nargs == -1 for a in arguments)
     takes = sum(max(a.nargs, 0) for a in arguments)
     if not unbounded and len(positional) > takes:
@@ -195,13 +202,37 @@ def check_bench(words: tuple[str, ...]) -> list[str]:
             for w in unbracket(words[2:]) if w.startswith("-") and w.split("=")[0] not in known]
 
 
-def check(line: Line) -> list[str]:
+def check(line: Line, names_only: bool = False) -> list[str]:
     head = line.tokens[0]
     if head == "make":
         return check_make(line.tokens)
     if head in ("tuneloop", ".venv/bin/tuneloop"):
-        return check_tuneloop(line.tokens)
+        return check_tuneloop(line.tokens, names_only)
     return check_bench(line.tokens)
+
+
+INLINE = re.compile(r"(?<!`)`((?:tuneloop|make|\.venv/bin/tuneloop) [^`]+|bench/\w+\.py(?: [^`]*)?)`(?!`)")
+
+
+def inline_commands(text: str, doc: str = "x.md") -> list[Line]:
+    """The commands a document names in running text and tables (`tuneloop run --no-twin`, `bench/sim_speed.py`,
+    `tuneloop load summarize|export`, a table's `[--engine sim\\|vllm]`), outside its code blocks: one line per
+    alternative of a sub-command word."""
+    prose = re.sub(r"^```.*?^```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S | re.M)
+    out = []
+    for m in INLINE.finditer(prose):
+        span = " ".join(m.group(1).replace("\\|", "|").replace("\u2026", "...").split())
+        lineno = prose[:m.start()].count("\n") + 1
+        words = span.split(" ")
+        k = next((i for i, w in enumerate(words) if w.startswith(("-", "[", "<")) or w == "..."), len(words))
+        alternatives = [words[:k]]
+        for i, w in enumerate(words[:k]):
+            if "|" in w and i > 0:
+                alternatives = [a[:i] + [alt] + a[i + 1:] for a in alternatives for alt in w.split("|")]
+        for alt in alternatives:
+            line = " ".join(["python"] if alt[0].startswith("bench/") else []) + " " + " ".join(alt + words[k:])
+            out += [Line(doc, lineno, c.tokens, span) for c in command_lines("```sh\n" + line.strip() + "\n```\n", doc)]
+    return out
 
 
 def test_the_docs_give_commands_of_every_kind():
@@ -216,6 +247,29 @@ def test_the_docs_give_commands_of_every_kind():
 def test_every_documented_command_and_option_exists():
     problems = [f"{ln.where}\n    {p}" for ln in documented() for p in check(ln)]
     assert not problems, "\n".join(problems)
+
+
+def test_every_command_named_in_the_prose_exists():
+    """A command named in running text or a table (`tuneloop run --no-twin`, `tuneloop llamacpp prepare --server`,
+    `bench/sim_calibrate.py [--engine ...]`) names a real sub-command, real options, a real script."""
+    lines = [ln for f in doc_files() for ln in inline_commands(f.read_text(encoding="utf-8"), str(f.relative_to(ROOT)))]
+    assert len({ln.tokens[0] for ln in lines}) >= 2 and any(ln.tokens[0] == "python" for ln in lines)
+    problems = [f"{ln.where}\n    {p}" for ln in lines for p in check(ln, names_only=True)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_check_refuses_a_gone_command_named_in_the_prose():
+    doc = ("Run `tuneloop run --no-twin` or `tuneloop load summarize|export RUN`; `tuneloop sim nosuch` is gone,\n"
+           "`tuneloop best --fronteir` misspelt, `make demo-rel` no target, `bench/no_such_bench.py` no script.\n"
+           "| `bench/sim_speed.py [--no-such-option N]` | a table row |\n")
+    found = {ln.text if ln.tokens[0] != "tuneloop" else " ".join(ln.tokens[1:3]): check(ln, names_only=True)
+             for ln in inline_commands(doc)}
+    assert found["run --no-twin"] == [] and found["load summarize"] == [] and found["load export"] == []
+    assert "is no command" in found["sim nosuch"][0]
+    assert "no option --fronteir" in found["best --fronteir"][0]
+    assert "no target demo-rel" in found["make demo-rel"][0]
+    assert "no script bench/no_such_bench.py" in found["bench/no_such_bench.py"][0]
+    assert "has no option --no-such-option" in found["bench/sim_speed.py [--no-such-option N]"][0]
 
 
 def test_the_check_refuses_what_the_cli_does_not_have():

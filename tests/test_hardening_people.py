@@ -178,5 +178,5 @@ def test_every_page_has_a_csp_no_framing_and_nosniff_and_the_api_docs_are_public
             csp.split("script-src")[1].split(";")[0], (path, csp)
         assert r.headers["x-frame-options"] == "DENY" and r.headers["x-content-type-options"] == "nosniff"
     assert httpx.get(f"{srv.url}/goals", timeout=30).status_code == 401
-    r = httpx.get(f"{srv.url}/openapi.json", timeout=30)  # public, as the README says: routes, never data
+    r = httpx.get(f"{srv.url}/openapi.json", timeout=30)  # public, as docs/rest-api.md says: routes, never data
     assert r.status_code == 200 and r.headers["x-content-type-options"] == "nosniff" and gid not in r.text
