@@ -82,6 +82,9 @@ def test_a_profile_thirty_percent_off_raises_the_drift_flag_on_the_first_real_ru
         assert d.model_dump()["measured"] == {"output_tok_s": m.whole.output_tok_s, "tpot_mean_ms": m.tpot_ms.mean}
         assert d.predicted.tpot_mean_ms < d.measured.tpot_mean_ms  # a 30 % too fast profile
         assert d.flagged is True and d.worst > 0.15 and d.threshold == 0.15
+        # the whole predicted Summary is kept (a reader shows the goal's own figures from it): the same prediction
+        assert d.summary is not None and d.summary.tpot_ms.mean == pytest.approx(d.predicted.tpot_mean_ms)
+        assert d.summary.whole.output_tok_s == pytest.approx(d.predicted.output_tok_s)
         assert "re-calibrate" in d.suggestion and result.run_dir in d.suggestion
         # the suggested re-calibration, run as worded: closer on the same run than the wrong profile, TPOT within limit
         cmd = shlex.split(d.suggestion.split("e.g. ", 1)[1])
@@ -107,6 +110,13 @@ def test_a_profile_thirty_percent_off_raises_the_drift_flag_on_the_first_real_ru
     finally:
         srv.stop()
     assert [e["drift"]["flagged"] for e in exps] == [True] and exps[0]["drift"]["worst"] == pytest.approx(d.worst)
+    view = g.spec.view()  # the dashboard's drift table: the goal's objective, then its limit at its statistic
+    figs = {f["key"]: f for f in exps[0]["drift_figures"]}
+    assert list(figs) == [view.metric] + [f.key for f in view.columns()], figs
+    assert figs[view.metric]["predicted"] == pytest.approx(view.objective(d.summary))
+    assert figs[view.metric]["measured"] == pytest.approx(view.objective(m))
+    assert figs["tpot_mean_ms"]["predicted"] == pytest.approx(d.predicted.tpot_mean_ms)
+    assert figs["tpot_mean_ms"]["drift"] == pytest.approx(d.drift.tpot_mean_ms) and figs["tpot_mean_ms"]["limit_ms"] == 40
 
 
 def test_the_drift_fields_of_a_target_are_checked():
