@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 RUNS = 3  # the must-hold: within 10 % after at most 3 valid runs
-LATENCIES = [f"{m}_{s}_ms" for m in ("ttft", "tpot", "itl", "e2e") for s in ("mean", "p50", "p90", "p99")]
+LATENCIES = {f"{m}_{s}_ms": (m, s) for m in ("ttft", "tpot", "itl", "e2e") for s in ("mean", "p50", "p90", "p99")}
 COEFFS = {"decode": ("a", "b", "c", "a_draft", "b_draft"), "prefill": ("a", "b", "c")}
 
 
@@ -113,8 +113,7 @@ def figures_of(goal: Any, s: Any) -> dict[str, float | None]:
     view = goal.view()
     out = {"objective (whole)": view.objective(s, "whole"), "objective (native)": view.objective(s, "native"),
            "goodput (whole)": s.whole.goodput if s is not None and s.whole is not None else None}
-    for key in LATENCIES:
-        metric, stat = key.split("_")[:2]
+    for key, (metric, stat) in LATENCIES.items():
         out[key] = getattr(getattr(s, f"{metric}_ms"), stat) if s is not None else None
     return out
 

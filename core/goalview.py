@@ -14,20 +14,21 @@ a change between two figures as `change` words it (a percentage, or the two valu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal, Mapping, Protocol, runtime_checkable
 
+from core.limits import LATENCIES, NAMES, STATS, Limit, Terms, Violation, binding, figure_key, latency, tightest
 from core.summary import Summary
 
-DECODE_SIDE = ("tpot", "itl", "e2e")  # the latencies a decode step's time moves (E2E is mostly decode)
-PREFILL_SIDE = ("ttft", "e2e")  # the latencies prefill queueing and prefill time move
-NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
-LIMIT_SUFFIX = "_ms_lt"  # how the schema spells a latency limit: <metric>_<stat>_ms_lt
 UNITS = {"output_tok_s_per_card": "tok/s/card", "output_tok_s": "tok/s", "qps": "req/s", "goodput": "req/s"}
 SHORT = {"output_tok_s_per_card": "output tok/s/card", "output_tok_s": "output tok/s", "qps": "QPS", "goodput": "goodput",
          "achieved_concurrency": "achieved concurrency"}  # a window's figures, as a column names them
 WINDOW_FIGURES = tuple(SHORT)
 MAX_PCT = 10.0  # the largest change shown as a percentage (+1000 %): beyond it, or from a near-zero parent, the values
 NEAR_ZERO = 1e-9
+# the latency figures a reader may show (each limit's, the schema's `reported` ones), to their (metric, stat)
+LATENCY_FIGURES: dict[str, tuple[str, str]] = {figure_key(m, s): (m, s) for m in LATENCIES for s in STATS} | {
+    "queue_delay_p99_ms": ("queue_delay", "p99")}
 
 
 def change(new: float | None, old: float | None, unit: str = "", digits: int = 2, tight: bool = False) -> str | None:
@@ -76,8 +77,7 @@ class Figure:
         elif self.key == "cache_hit":
             got = s.cache_hit
         else:
-            metric, stat = self.key.removesuffix("_ms").rsplit("_", 1)
-            got = getattr(getattr(s, f"{metric}_ms", None), stat, None)
+            return latency(s, *LATENCY_FIGURES[self.key]) if self.key in LATENCY_FIGURES else None
         return None if got is None else float(got)
 
     def text(self, s: Summary | None) -> str:
@@ -92,90 +92,25 @@ def figure_named(key: str, window: str = "whole", limit_ms: float | None = None)
         return Figure(key, f"{SHORT[key]} ({window})", None, window)
     if key == "cache_hit":
         return Figure(key, "cache hit", None)
-    metric, stat = key.removesuffix("_ms").rsplit("_", 1)
+    if key not in LATENCY_FIGURES:
+        return Figure(key, key, limit_ms)  # a figure this version does not name: its key
+    metric, stat = LATENCY_FIGURES[key]
     name = NAMES.get(metric, metric.replace("_", " "))
     return Figure(key, f"{'mean ' + name if stat == 'mean' else name + ' ' + stat} ms", limit_ms)
-
-
-@dataclass(frozen=True)
-class Limit:
-    """One latency limit: the summary's <metric> at <stat> must stay strictly under `limit_ms`."""
-
-    key: str  # the schema's key, as violations and ledgers name it
-    metric: Literal["ttft", "tpot", "itl", "e2e"]
-    stat: Literal["mean", "p50", "p90", "p99"]
-    limit_ms: float
-
-    @property
-    def figure_key(self) -> str:
-        """The figure's name in summaries and predictions (`ttft_p99_ms`)."""
-        return f"{self.metric}_{self.stat}_ms"
-
-    @property
-    def words(self) -> str:
-        return f"mean {NAMES[self.metric]}" if self.stat == "mean" else f"{NAMES[self.metric]} {self.stat}"
-
-    @property
-    def decode_side(self) -> bool:
-        return self.metric in DECODE_SIDE
-
-    @property
-    def prefill_side(self) -> bool:
-        return self.metric in PREFILL_SIDE
-
-    @property
-    def side(self) -> Literal["decode", "prefill", "both"]:
-        """Which side's knobs move this figure: the decode batch (TPOT, ITL), prefill queueing (TTFT), or both (E2E)."""
-        return "both" if self.decode_side and self.prefill_side else "decode" if self.decode_side else "prefill"
-
-    def figure(self, s: Summary | None) -> float | None:
-        """The figure this limit is on, in ms (None: unmeasured)."""
-        if s is None:
-            return None
-        got = getattr(getattr(s, f"{self.metric}_ms", None), self.stat, None)
-        return None if got is None else float(got)
-
-    def slack(self, s: Summary | None) -> float | None:
-        """1 − figure / limit: the share of the limit left (negative: broken); None unmeasured."""
-        got = self.figure(s)
-        return None if got is None else 1.0 - got / self.limit_ms
-
-    def kept(self, value: float | None) -> bool:
-        return value is not None and value < self.limit_ms
-
-
-def binding(limits: tuple[Limit, ...], s: Summary | None) -> Limit | None:
-    """The limit with the least relative slack at this run (an unmeasured figure counts as no slack used);
-    without a run, the first by key."""
-    if not limits:
-        return None
-    if s is None:
-        return limits[0]
-    return min(limits, key=lambda lim: (1.0 if lim.slack(s) is None else lim.slack(s), lim.key))  # type: ignore
-
-
-def limit_of(key: str, limit_ms: float) -> Limit:
-    """A schema key (`<metric>_<stat>_ms_lt`) and its value as a Limit."""
-    metric, stat = key.removesuffix(LIMIT_SUFFIX).split("_")
-    return Limit(key=key, metric=metric, stat=stat, limit_ms=float(limit_ms))  # type: ignore[arg-type]
-
-
-def figure_of(s: Summary | None, key: str) -> float | None:
-    """The figure a limit key is on, read off a Summary (a ledger keeps the key of the limit it predicted)."""
-    return Limit(key, *key.removesuffix(LIMIT_SUFFIX).split("_"), limit_ms=1.0).figure(s)  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
 class GoalView:
     metric: str  # the objective's figure of a window (output_tok_s_per_card, output_tok_s, qps, goodput)
     window: str  # native | whole
-    limits: tuple[Limit, ...]  # sorted by key
-    output_len: int | None = None
-    all_succeed: bool = True
-    cards: int | None = None
-    min_cache_hit: float | None = None
+    terms: Terms  # the latency limits and the contract (core/limits.py), as the goal was validated
     least_gain: float = 0.01  # the least relative gain the goal cares about (stop.min_gain_pct / 100)
     reported: tuple[str, ...] = ()  # the figures the goal asked to report beside its limits (the schema's names)
+
+    @cached_property
+    def limits(self) -> tuple[Limit, ...]:
+        """The latency limits, sorted by key."""
+        return tuple(sorted(self.terms.limits, key=lambda x: x.key))
 
     # -- what a person reads ------------------------------------------------------------------------------------
     @property
@@ -262,28 +197,12 @@ class GoalView:
 
     def slos(self) -> dict[str, float]:
         """Per-request SLOs for goodput (core.metrics.summarize): each latency's tightest limit."""
-        out: dict[str, float] = {}
-        for lim in self.limits:
-            name = f"{lim.metric}_ms"
-            out[name] = min(lim.limit_ms, out.get(name, lim.limit_ms))
-        return out
+        return tightest(self.limits)
 
     # -- the contract ---------------------------------------------------------------------------------------------
-    def contract_breaks(self, s: Summary | None) -> list[str]:
-        """What a run breaks of the contract (all succeed, output length, cards, cache hit), in words."""
-        if s is None:
-            return ["no figures"]
-        out = []
-        if self.all_succeed and s.n_failed:
-            out.append(f"{s.n_failed} requests failed")
-        if self.output_len is not None and s.output_len_min is not None \
-                and (s.output_len_min, s.output_len_max) != (self.output_len,) * 2:
-            out.append(f"outputs {s.output_len_min}..{s.output_len_max}, not all {self.output_len}")
-        if self.cards is not None and s.cards < self.cards:
-            out.append(f"uses {s.cards} card(s), the goal requires {self.cards}")
-        if self.min_cache_hit is not None and (s.cache_hit is None or s.cache_hit < self.min_cache_hit):
-            out.append(f"cache hit {s.cache_hit} below {self.min_cache_hit}")
-        return out
+    def violations(self, s: Summary) -> tuple[Violation, ...]:
+        """What a run breaks of the goal: its limits and its contract (core/limits.py Terms.violations)."""
+        return self.terms.violations(s)
 
 
 class GoalObjective(Protocol):
@@ -298,7 +217,7 @@ class GoalObjective(Protocol):
 
 
 class GoalConstraints(Protocol):
-    """The SLO: latency limits (`<metric>_<stat>_ms_lt`), the contract's figures."""
+    """The SLO: latency limits (parsed once into `terms`, core/limits.py), the contract's figures."""
 
     @property
     def all_succeed(self) -> bool: ...
@@ -308,8 +227,8 @@ class GoalConstraints(Protocol):
     def cards(self) -> int | None: ...
     @property
     def min_cache_hit(self) -> float | None: ...
-    def latency_limits(self) -> dict[str, float]: ...
-    def violations(self, summary: Summary) -> list[str]: ...
+    @property
+    def terms(self) -> Terms: ...
     def model_dump_json(self, *, exclude_none: bool = False) -> str: ...
 
 
@@ -362,8 +281,5 @@ class PlannerGoal(Protocol):
 
 def goal_view(goal: PlannerGoal) -> GoalView:
     """The view of a validated goal (state/goal.py GoalSpec: its objective, constraints and stop rules)."""
-    c = goal.constraints
-    limits = tuple(sorted((limit_of(k, v) for k, v in c.latency_limits().items()), key=lambda x: x.key))
-    return GoalView(metric=goal.objective.metric, window=goal.objective.window, limits=limits,
-                    output_len=c.output_len, all_succeed=c.all_succeed, cards=c.cards, min_cache_hit=c.min_cache_hit,
+    return GoalView(metric=goal.objective.metric, window=goal.objective.window, terms=goal.constraints.terms,
                     least_gain=goal.stop.min_gain_pct / 100.0, reported=tuple(goal.reported))

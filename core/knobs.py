@@ -11,6 +11,7 @@ from functools import cached_property, lru_cache
 from importlib import resources
 import os
 from collections.abc import Iterable, Mapping
+from enum import StrEnum
 from typing import Any, Literal
 
 import yaml
@@ -48,12 +49,23 @@ ROLES: tuple[str, ...] = (
 )
 
 
-class KnobError(FieldError):
-    """A knob value was refused; `knob` (its field) and `reason`, the message "knob: reason"."""
+class KnobErrorKind(StrEnum):
+    """What kind of refusal a KnobError is, so code branches on it, never on the reason's words."""
 
-    def __init__(self, knob: str, reason: str):
+    UNKNOWN = "unknown"  # no such knob (or role) in the catalog
+    ENGINE = "engine"  # a knob the goal's engine does not have
+    VALUE = "value"  # a value of the wrong type, empty, or outside the knob's range or choices
+    DEPENDENCY = "dependency"  # needs another knob set first, or a combination the engine refuses (drafts nothing)
+    SPACE = "space"  # a search space's list of values (none, or too many)
+
+
+class KnobError(FieldError):
+    """A knob value was refused; `knob` (its field), `reason` and `kind`; the message "knob: reason"."""
+
+    def __init__(self, knob: str, reason: str, kind: KnobErrorKind):
         super().__init__(knob, reason)
         self.knob = knob
+        self.kind = kind
 
 
 class Dependency(BaseModel):
@@ -109,19 +121,20 @@ class Knob(BaseModel):
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
             if self.nullable:
                 return None
-            raise KnobError(self.name, "may not be empty")
+            raise KnobError(self.name, "may not be empty", KnobErrorKind.VALUE)
         if self.type == "bool":
             if isinstance(value, bool):
                 return value
             if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
                 return value.lower() in ("true", "1", "yes", "on")
-            raise KnobError(self.name, f"expected a boolean, got {value!r}")
+            raise KnobError(self.name, f"expected a boolean, got {value!r}", KnobErrorKind.VALUE)
         if self.type == "enum":
             if not isinstance(value, str) or value not in (self.choices or ()):
-                raise KnobError(self.name, f"must be one of {list(self.choices or ())}, got {value!r}")
+                raise KnobError(self.name, f"must be one of {list(self.choices or ())}, got {value!r}",
+                                KnobErrorKind.VALUE)
             return value
         if isinstance(value, bool):
-            raise KnobError(self.name, f"expected a number, got {value!r}")
+            raise KnobError(self.name, f"expected a number, got {value!r}", KnobErrorKind.VALUE)
         if self.allow_inf and (value == "inf" or value == math.inf):
             return math.inf  # only +inf means "unbounded": -inf (-Infinity, -1e400) is refused below, never flipped
         try:
@@ -132,13 +145,14 @@ class Knob(BaseModel):
             else:
                 num = float(value)
         except (TypeError, ValueError):
-            raise KnobError(self.name, f"expected {'an integer' if self.type == 'int' else 'a number'}, got {value!r}") from None
+            raise KnobError(self.name, f"expected {'an integer' if self.type == 'int' else 'a number'}, got {value!r}",
+                            KnobErrorKind.VALUE) from None
         if math.isnan(num) or math.isinf(num):
-            raise KnobError(self.name, f"must be finite, got {value!r}")
+            raise KnobError(self.name, f"must be finite, got {value!r}", KnobErrorKind.VALUE)
         if self.min is not None and num < self.min:
-            raise KnobError(self.name, f"{num} is below the minimum {self.min:g}")
+            raise KnobError(self.name, f"{num} is below the minimum {self.min:g}", KnobErrorKind.VALUE)
         if self.max is not None and num > self.max:
-            raise KnobError(self.name, f"{num} is above the maximum {self.max:g}")
+            raise KnobError(self.name, f"{num} is above the maximum {self.max:g}", KnobErrorKind.VALUE)
         return num
 
 
@@ -168,7 +182,7 @@ class Catalog(BaseModel):
     def named(self, role: str, among: Iterable[str]) -> str | None:
         """The knob among `among` (a deployment's knobs, a search space) that plays `role`, or None."""
         if role not in ROLES:
-            raise KnobError(role, "no such role in the catalog")
+            raise KnobError(role, "no such role in the catalog", KnobErrorKind.UNKNOWN)
         return next((n for n in among if self.role_of(n) == role), None)
 
     def value(self, knobs: Mapping[str, Any], role: str) -> Any:
@@ -183,8 +197,8 @@ class Catalog(BaseModel):
         k = self.by_name.get(name)
         if k is None:
             near = difflib.get_close_matches(str(name), self.by_name, n=3, cutoff=0.75) if len(str(name)) <= 200 else []
-            raise KnobError(name, "no such knob in the catalog" +
-                            (f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""))
+            guess = f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+            raise KnobError(name, "no such knob in the catalog" + guess, KnobErrorKind.UNKNOWN)
         return k
 
     def for_engine(self, engine: str) -> list[Knob]:
@@ -199,7 +213,7 @@ class Catalog(BaseModel):
         for name, value in values.items():
             knob = self.get(name)
             if engine is not None and engine not in knob.engines and knob.cost_class != "hot":
-                raise KnobError(name, f"not a knob of engine {engine!r}")
+                raise KnobError(name, f"not a knob of engine {engine!r}", KnobErrorKind.ENGINE)
             out[name] = knob.coerce(value)
         merged = {k.name: k.default for k in self.knobs} | out
         for name, value in out.items():
@@ -208,7 +222,8 @@ class Catalog(BaseModel):
                 continue
             for dep in knob.depends_on:
                 if not dep.holds(merged):
-                    raise KnobError(name, f"needs {dep.knob} {dep.op} {dep.value!r} first")
+                    raise KnobError(name, f"needs {dep.knob} {dep.op} {dep.value!r} first",
+                                    KnobErrorKind.DEPENDENCY)
         return out
 
 
@@ -225,7 +240,8 @@ def drafts_nothing(values: Mapping[str, Any], cat: Catalog | None = None) -> Kno
     if method is None or width is None or values[method] in (None, "none") or values[width]:
         return None
     return KnobError(method, f"{values[method]} with {width} 0 drafts nothing (vLLM refuses that speculative config "
-                     f"at start, SGLang silently runs no draft); set {width} to 1 or more, or {method} to none")
+                     f"at start, SGLang silently runs no draft); set {width} to 1 or more, or {method} to none",
+                     KnobErrorKind.DEPENDENCY)
 
 
 CATALOG_ENV = "TUNELOOP_KNOB_CATALOG"  # a site's own catalog file (an in-house engine's knob names and roles)

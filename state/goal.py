@@ -30,9 +30,10 @@ from core import datafiles, profiles, scenarios
 from core.canonical import canon
 from core.bounded import BoundsError, excerpt, load_json, load_yaml
 from core.goalview import GoalView, goal_view
+from core.limits import LATENCIES, STATS, Limit, Terms, limit_key, tightest
 from core.datafiles import DataFileError, read_text
 from core.errors import FieldError
-from core.knobs import KnobError, catalog, drafts_nothing
+from core.knobs import KnobError, KnobErrorKind, catalog, drafts_nothing
 from core.summary import Contract, Summary
 from state.errors import GoalError
 from state.space import default_space
@@ -44,8 +45,6 @@ DEFAULT_AUTHORISATION: dict[str, str] = {
     "hot": "auto", "restart": "ask", "relayout": "ask", "topology": "ask", "rebuild": "deny",
     "quality_risk": "ask", "profile": "ask", "budget_extension": "ask",
 }
-LATENCIES = ("ttft", "tpot", "itl", "e2e")
-STATS = ("mean", "p50", "p90", "p99")
 REPORTABLE = tuple(f"{m}_{s}_ms" for m in LATENCIES for s in STATS) + (
     "achieved_concurrency", "qps", "goodput", "cache_hit", "output_tok_s", "output_tok_s_per_card", "queue_delay_p99_ms")
 
@@ -104,7 +103,7 @@ class Objective(_Frozen):
 
 _LatencyLimits = create_model(  # type: ignore[call-overload]
     "_LatencyLimits", __base__=_Frozen,
-    **{f"{m}_{s}_ms_lt": (LatencyMs | None, None) for m in LATENCIES for s in STATS},
+    **{limit_key(m, s): (LatencyMs | None, None) for m in LATENCIES for s in STATS},
 )
 
 
@@ -116,28 +115,23 @@ class Constraints(_LatencyLimits):  # type: ignore[misc, valid-type]
     cards: Cards | None = None  # type: ignore[valid-type]
     min_cache_hit: Share | None = None  # type: ignore[valid-type]
 
+    @property
+    def terms(self) -> Terms:
+        """The latency limits and the contract a valid run must keep (core/limits.py), made from the validated
+        fields (a limit from its metric and statistic, in the schema's order; never from its name). A property,
+        not a copy kept at validation, so a `model_copy(update=...)` of the constraints reads its own."""
+        limits = tuple(Limit(m, s, float(v)) for m in LATENCIES for s in STATS
+                       if (v := getattr(self, limit_key(m, s))) is not None)
+        return Terms(limits, all_succeed=self.all_succeed, output_len=self.output_len, cards=self.cards,
+                     min_cache_hit=self.min_cache_hit)
+
     def latency_limits(self) -> dict[str, float]:
-        return {k: v for k, v in self.model_dump().items() if k.endswith("_ms_lt") and v is not None}
+        """The schema's name of each limit the goal sets, and its bound in ms."""
+        return {lim.key: lim.limit_ms for lim in self.terms.limits}
 
     def violations(self, summary: Summary) -> list[str]:
-        """Every constraint the run broke, as readable lines; empty means the SLO holds."""
-        out: list[str] = []
-        for key, limit in self.latency_limits().items():
-            metric, stat = key.split("_")[:2]
-            got = getattr(getattr(summary, f"{metric}_ms"), stat)
-            if got is None:
-                out.append(f"{key}: no {metric} {stat} measured")
-            elif not got < limit:
-                out.append(f"{key}: {metric} {stat} {got:.3f} ms is not below {limit:g} ms")
-        if self.all_succeed and summary.n_failed:
-            out.append(f"all_succeed: {summary.n_failed} requests failed")
-        if self.output_len is not None and (summary.output_len_min, summary.output_len_max) != (self.output_len,) * 2:
-            out.append(f"output_len: outputs {summary.output_len_min}..{summary.output_len_max}, not all {self.output_len}")
-        if self.cards is not None and summary.cards < self.cards:
-            out.append(f"cards: {summary.cards} in use, goal needs {self.cards}")
-        if self.min_cache_hit is not None and (summary.cache_hit is None or summary.cache_hit < self.min_cache_hit):
-            out.append(f"min_cache_hit: cache hit {summary.cache_hit} below {self.min_cache_hit}")
-        return out
+        """Every constraint the run broke, as the records' lines ("field: words"); empty means the SLO holds."""
+        return [str(v) for v in self.terms.violations(summary)]
 
 
 class ExperimentProtocol(_Frozen):
@@ -254,11 +248,11 @@ class GoalSpec(_Frozen):
         for name, values in v.items():  # a KnobError names the knob (_errors)
             knob = catalog().get(name)
             if engine is not None and engine not in knob.engines and knob.cost_class != "hot":
-                raise KnobError(name, f"not a knob of engine {engine!r}")
+                raise KnobError(name, f"not a knob of engine {engine!r}", KnobErrorKind.ENGINE)
             if not values:
-                raise KnobError(name, "needs at least one value")
+                raise KnobError(name, "needs at least one value", KnobErrorKind.SPACE)
             if len(values) > 1000:
-                raise KnobError(name, "at most 1000 values")
+                raise KnobError(name, "at most 1000 values", KnobErrorKind.SPACE)
             out[name] = tuple(knob.coerce(x) for x in values)
         return out
 
@@ -306,11 +300,7 @@ class GoalSpec(_Frozen):
 
     def slos(self) -> dict[str, float]:
         """Per-request SLOs for goodput (core.metrics.summarize): `ttft_ms`, `tpot_ms`, `e2e_ms`, `itl_ms`."""
-        out: dict[str, float] = {}
-        for key, limit in self.constraints.latency_limits().items():
-            name = key.split("_")[0] + "_ms"
-            out[name] = min(limit, out.get(name, math.inf))
-        return out
+        return tightest(self.constraints.terms.limits)
 
     def view(self) -> GoalView:
         """The planner's view of this goal (core/goalview.py): limits as typed rows, the binding one, the contract."""

@@ -7,7 +7,7 @@ from agent.planner.candidates import build_card
 from agent.planner.history import Figures, History, Outcome
 from core.summary import Dist, Summary, WindowFigures
 from state.goal import load_goal
-from core.goalview import limit_of
+from core.limits import limit_of
 
 ROOT = Path(__file__).resolve().parents[1]
 TPOT20 = (limit_of("tpot_mean_ms_lt", 20.0),)  # the seed goal's mean TPOT limit, as diagnose reads limits

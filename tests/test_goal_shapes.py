@@ -14,7 +14,7 @@ from agent.loop.record import build_history
 from agent.loop.session import run_session
 from agent.planner.diagnosis import diagnose
 from core import profiles
-from core.goalview import limit_of
+from core.limits import limit_of
 from executor.transports.sim import simulate_station
 from planner_support import PREFILL_BOUND, summary
 from state.goal import parse_goal

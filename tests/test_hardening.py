@@ -400,7 +400,7 @@ def test_a_refused_field_is_the_errors_loc_and_no_message_is_split_into_one():
 
     from api.app import _errors
     from core.errors import FieldError
-    from core.knobs import KnobError
+    from core.knobs import KnobError, KnobErrorKind
 
     app = FastAPI()
     _errors(app)
@@ -411,7 +411,7 @@ def test_a_refused_field_is_the_errors_loc_and_no_message_is_split_into_one():
 
     @app.post("/knob")
     def knob() -> None:
-        raise KnobError("max_num_seqs", "must be >= 1")
+        raise KnobError("max_num_seqs", "must be >= 1", KnobErrorKind.VALUE)
 
     @app.post("/plain")
     def plain() -> None:

@@ -223,10 +223,11 @@ def test_decode_only_reads_the_limits_a_run_breaks_not_the_words_of_its_violatio
     from types import SimpleNamespace as NS
 
     from agent.planner.recovery import decode_only
-    from core.goalview import GoalView, limit_of
+    from core.goalview import GoalView
+    from core.limits import Terms, limit_of
 
     view = GoalView(metric="output_tok_s", window="whole",
-                    limits=(limit_of("tpot_mean_ms_lt", 30.0), limit_of("ttft_p99_ms_lt", 2000.0)))
+                    terms=Terms((limit_of("tpot_mean_ms_lt", 30.0), limit_of("ttft_p99_ms_lt", 2000.0))))
 
     def run(tpot: float, ttft: float, violations: list[str]):
         s = NS(tpot_ms=NS(mean=tpot), ttft_ms=NS(p99=ttft))

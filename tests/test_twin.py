@@ -382,7 +382,7 @@ def test_a_station_that_breaks_the_goals_cards_contract_is_never_worth_running(t
     strict = h.goal.model_copy(update={"constraints": h.goal.constraints.model_copy(update={"cards": cards + 1})})
     h2 = h.model_copy(update={"goal": strict})
     st2, _ = tw.predicted(h2, fit, h.best_knobs)
-    assert not st2.feasible and st2.broken == f"uses {cards} card(s), the goal requires {cards + 1}"
+    assert not st2.feasible and st2.broken == f"{cards} card(s) in use, the goal requires {cards + 1}"
     assert st2.score() < tw.Station({}, None, 99.0, False).score()  # below any station that only breaks a latency limit
     cards_ = candidates(h2.with_twin(lambda runs: real.fit(PRIOR, tuple(runs))), diagnosis_for(h2))
     twin_valued = [(c, v) for c, v in cards_ if c.prediction is not None and c.prediction.source == "twin"]

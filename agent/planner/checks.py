@@ -14,7 +14,8 @@ from agent.planner.history import History
 from agent.planner.inert import inert_refusal
 from agent.planner.refusals import Refusal, RefusalKind, budget_only, said  # noqa: F401 (budget_only, said: the planner's)
 from core.canonical import canon
-from core.knobs import COST_ORDER, DECODE_INSTANCES, PREFILL_INSTANCES, KnobError, catalog, drafts_nothing, role_of
+from core.knobs import (COST_ORDER, DECODE_INSTANCES, PREFILL_INSTANCES, KnobError, KnobErrorKind, catalog,
+                        drafts_nothing, role_of)
 from core.station import change_cost
 
 MAX_ATTEMPTS = 3  # runs of one experiment that may end in a tooling fault before it is set aside
@@ -72,7 +73,7 @@ def check(card: CandidateCard, history: History) -> list[Refusal]:
         try:
             cat.validate(dict(card.knobs), engine=goal.engine)
         except KnobError as e:
-            if "first" in e.reason:
+            if e.kind is KnobErrorKind.DEPENDENCY:
                 out.append(Refusal(RefusalKind.DEPENDENCIES, str(e)))
             elif not any(x.kind is RefusalKind.IN_RANGE for x in out):
                 out.append(Refusal(RefusalKind.IN_RANGE, str(e)))

@@ -21,7 +21,7 @@ from core.knobs import (
     ARRIVAL_RATE, BATCH_CAP, CLIENT_CAP, DECODE_INSTANCES, DRAFT_METHOD, DRAFT_WIDTH, EXPERT_PLACEMENT, INDEX_REUSE,
     KV_MEMORY_FRACTION, PREFILL_INSTANCES, PREFILL_REQUEST_CAP, PREFILL_TOKEN_BUDGET, role_of,
 )
-from core.goalview import figure_of
+from core.limits import figure_of
 from core.ledger import Interval, Observation, Prediction, relative
 from core.summary import Summary
 
@@ -44,7 +44,7 @@ def binding_slo(history: History, parent: Outcome | None) -> str | None:
 
 
 def slo_figure(s: Summary | None, key: str) -> float | None:
-    """The figure a latency limit's key constrains, read off a Summary (core/goalview.py figure_of)."""
+    """The figure a latency limit's key constrains, read off a Summary (core/limits.py figure_of)."""
     return figure_of(s, key)
 
 

@@ -103,7 +103,7 @@ def predicted(history: History, twin: TwinFit, knobs: dict[str, Any]) -> tuple[S
     s = got.get("summary")
     figs = figures(view, s)
     unpredicted = s is None or any(lim.figure(s) is None for lim in view.limits)
-    broken = "; ".join(view.contract_breaks(s)) if s is not None else ""
+    broken = "; ".join(v.words for v in view.terms.contract_breaks(s)) if s is not None else ""
     kept = not unpredicted and all(lim.kept(lim.figure(s)) for lim in view.limits)
     return (Station(dict(knobs), figs[OBJECTIVE_KEY], math.inf if unpredicted else view.excess(s),
                     not broken and kept, broken, figs),
