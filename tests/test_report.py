@@ -59,7 +59,10 @@ def demo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory):
-    """The demo goal with a truncated screen (contract violation) and a failed launch (orchestration fault)."""
+    """The demo goal with a truncated screen (contract violation) and a failed launch (orchestration fault), planned
+    by the evidence rules alone: what these tests read (verdict reasons, the trade-off table's empty native cells, the
+    report CLI) does not depend on who proposed the runs, and the twin's search would cost the suite ~3x the time
+    (the demo fixture above reads the twin's cards and report)."""
     d = tmp_path_factory.mktemp("faulty")
     mp = pytest.MonkeyPatch()
     mp.setenv("TUNELOOP_RUNS_ROOT", str(d / "runs"))
@@ -67,7 +70,7 @@ def faulty(tmp_path_factory):
     plan = {1: ["truncate=0.05"], 3: ["launch_failure"]}
     try:
         res = run_session(load_goal(ROOT / "examples/goal-16k.yaml"), url, auto_approve=True,
-                          faults=lambda card, n: plan.get(n, []))
+                          faults=lambda card, n: plan.get(n, []), twin=False)
     finally:
         mp.undo()
     store = Store(url)
