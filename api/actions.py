@@ -12,7 +12,8 @@ from api.chat import HELP, Intent
 from api.failures import shown_status
 from api.service import Service
 from state.errors import Conflict, NotFound
-from state.lifecycle import OutcomeKind
+from state.lifecycle import UNDECIDED, GoalStatus, OutcomeKind
+from state.workqueue import WorkState
 from core.errors import FieldError
 
 
@@ -96,9 +97,9 @@ def refuse_extension(svc: Service, goal_id: str, who: Principal, reason: str | N
 def pending(svc: Service, goal_id: str) -> list[Any]:
     """Cards the loop waits on: open, undecided ones while the goal is waiting for a person."""
     st = svc.store
-    if st.get_goal(goal_id).status != "waiting":
+    if st.get_goal(goal_id).status != GoalStatus.WAITING:
         return []
-    return [c for c in st.candidates(goal_id) if c.status in ("proposed", "awaiting_approval")
+    return [c for c in st.candidates(goal_id) if c.status in UNDECIDED
             and st.approval(c.id) is None]
 
 
@@ -122,7 +123,7 @@ def status_text(svc: Service, goal_id: str) -> str:
     g = st.get_goal(goal_id)
     w = st.work_item(goal_id)
     view = g.spec.view()
-    lines = [f"goal {g.id}: {shown_status(g, w is not None and w.state == 'failed')}"
+    lines = [f"goal {g.id}: {shown_status(g, w is not None and w.state == WorkState.FAILED)}"
              + (f" — {g.status_reason}" if g.status_reason else ""),
              f"objective: maximise {view.objective_words}; SLO: {view.slo_words()}"]
     best = st.best(goal_id)

@@ -21,6 +21,7 @@ from api.settings import Settings
 from api.webhooks import Notifier
 from executor.phases import ExecSettings
 from executor.runner import Executor
+from state.lifecycle import GoalStatus
 from state.statefile import write_state
 from state.workqueue import Claim, QueueStore
 
@@ -149,7 +150,7 @@ class Worker:
         reason = failure_reason(describe(e), self.attempts, self.name, is_transient(e))
         try:
             goal = st.get_goal(claim.goal_id)
-            if goal.status != "done":
+            if goal.status != GoalStatus.DONE:
                 st.set_goal_status(goal.id, "stopped", reason)
             st.record_decision(goal.id, "stop", text=reason,
                                data={"status": "failed", "error": describe(e), "attempts": self.attempts,
@@ -178,7 +179,7 @@ class Worker:
                                s.llm_api_key.get_secret_value() if s.llm_api_key else None)
         res = self.session(goal.spec, store.url, goal_id=goal.id, executor=ex, planner=planner,
                           who=f"worker {self.name}", on_event=self._events(goal.id))
-        if res.status == "waiting" and res.waiting_for and res.waiting_for.get("kind") == "budget_extension":
+        if res.status == GoalStatus.WAITING and res.waiting_for and res.waiting_for.get("kind") == "budget_extension":
             w = res.waiting_for
             self.svc.notifier.notify(
                 "approval_needed", goal.id,
@@ -186,7 +187,7 @@ class Worker:
                 f"{w['experiments']} experiment(s): {w.get('why')}",
                 {"kind": "budget_extension", "candidate_id": w["candidate_id"], "card_hours": w["card_hours"],
                  "experiments": w["experiments"]})
-        elif res.status == "waiting" and res.waiting_for:
+        elif res.status == GoalStatus.WAITING and res.waiting_for:
             w = res.waiting_for
             card = w.get("card") or {}
             what = change_words(card, fmt=str) or "reference run"
@@ -195,7 +196,7 @@ class Worker:
                 f"candidate {w['candidate_id']} needs approval: {card.get('stage')} N={card.get('n')} {what} "
                 f"[{card.get('cost_class')}], card hash {w['card_hash']} ({w.get('why')})",
                 {"candidate_id": w["candidate_id"], "card_hash": w["card_hash"], "card": card})
-        elif res.status in ("done", "stopped", "paused"):
+        elif res.status in (GoalStatus.DONE, GoalStatus.STOPPED, GoalStatus.PAUSED):
             self.svc.notifier.notify("stopped", goal.id, f"loop {res.status}: {res.reason}",
                                      {"status": res.status, "reason": res.reason})
         return res

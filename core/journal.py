@@ -6,13 +6,23 @@ import rule (executor never imports state) holds and a test can pass any impleme
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 PhaseEvent = Literal["intent", "outcome"]
-# outcome statuses the executor writes; an intent is always written with status "started"
-PhaseStatus = Literal["started", "ok", "failed", "skipped", "unknown"]
+
+
+class PhaseStatus(StrEnum):
+    """A phase record's status: an intent is always written `started`, an outcome one of the others; the journal
+    keeps the value (a StrEnum compares equal to its string)."""
+
+    STARTED = "started"
+    OK = "ok"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    UNKNOWN = "unknown"
 
 
 class PhaseRecord(BaseModel):

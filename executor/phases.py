@@ -13,7 +13,7 @@ from typing import Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.journal import PhaseRecord
+from core.journal import PhaseRecord, PhaseStatus
 from core.records import default_runs_root
 
 CRASH_ENV = "TUNELOOP_CRASH_AT"  # <phase>:<before|after|mid|done>, optional :STOP to pause instead
@@ -89,7 +89,7 @@ def crashpoint(phase: str, when: Literal["before", "after", "mid", "done"]) -> N
 
 
 def ok_phases(records: Iterable[PhaseRecord]) -> set[str]:
-    return {r.phase for r in records if r.event == "outcome" and r.status == "ok"}
+    return {r.phase for r in records if r.event == "outcome" and r.status == PhaseStatus.OK}
 
 
 def last_outcome(records: list[PhaseRecord], phase: str) -> PhaseRecord | None:

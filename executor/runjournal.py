@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.journal import Journal, PhaseRecord, is_stale_epoch
+from core.journal import Journal, PhaseRecord, PhaseStatus, is_stale_epoch
 
 
 class LostLease(RuntimeError):
@@ -37,7 +37,7 @@ class RunJournal:
 
     def ok_before(self) -> set[str]:
         """Phases whose outcome an earlier invocation of this run recorded ok."""
-        return {r.phase for r in self.earlier if r.event == "outcome" and r.status == "ok"}
+        return {r.phase for r in self.earlier if r.event == "outcome" and r.status == PhaseStatus.OK}
 
     def began_before(self, phase: str) -> bool:
         return any(r.phase == phase and r.event == "intent" for r in self.earlier)
@@ -45,7 +45,7 @@ class RunJournal:
     def ok_detail(self, phase: str) -> dict[str, Any]:
         """The detail of the first ok outcome of `phase` in this run ({} when there is none)."""
         return next((r.detail or {} for r in self.records
-                     if r.phase == phase and r.event == "outcome" and r.status == "ok"), {})
+                     if r.phase == phase and r.event == "outcome" and r.status == PhaseStatus.OK), {})
 
     def current_phase(self) -> str:
         return self.records[-1].phase if self.records else "prepare"

@@ -5,15 +5,44 @@ which transitions are legal.
 """
 from __future__ import annotations
 
-from enum import Enum
-from typing import Literal
+from enum import Enum, StrEnum
 
 from state.errors import InvalidTransition
 
-CandidateStatus = Literal["proposed", "awaiting_approval", "approved", "rejected", "running", "done", "failed",
-                          "unknown", "cancelled"]
-RunStatus = Literal["pending", "running", "done", "failed", "unknown"]
-GoalStatus = Literal["running", "waiting", "paused", "stopped", "done"]
+
+class CandidateStatus(StrEnum):
+    """Where a card stands; the store's column keeps the value (a StrEnum compares equal to its string)."""
+
+    PROPOSED = "proposed"
+    AWAITING_APPROVAL = "awaiting_approval"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    CANCELLED = "cancelled"
+
+
+class RunStatus(StrEnum):
+    """Where a run stands (`unknown`: after an unclear fault, its target takes no work until re-verified)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+class GoalStatus(StrEnum):
+    """Where a goal stands."""
+
+    RUNNING = "running"
+    WAITING = "waiting"
+    PAUSED = "paused"
+    STOPPED = "stopped"
+    DONE = "done"
+
 
 TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
     "candidate": {
@@ -44,6 +73,9 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
     },
 }
 TERMINAL_CANDIDATE = frozenset({"done", "rejected", "cancelled"})
+UNDECIDED = (CandidateStatus.PROPOSED, CandidateStatus.AWAITING_APPROVAL)  # a card no one has decided yet
+STARTED = (CandidateStatus.RUNNING, CandidateStatus.FAILED, CandidateStatus.UNKNOWN)  # a card whose run began
+SET_ASIDE = (CandidateStatus.REJECTED, CandidateStatus.CANCELLED)  # a card decided never to run
 
 
 class WaitingFor(str, Enum):

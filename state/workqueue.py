@@ -11,6 +11,7 @@ pointed at a busy target waits; the executor's per-target lease still guards eve
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Float, ForeignKey, Integer, String, or_, select, text
@@ -21,7 +22,18 @@ from state.db import Database, utcnow
 from state.store import Store
 from state.tables import Base
 
-READY, CLAIMED, IDLE, FAILED = "ready", "claimed", "idle", "failed"
+
+
+class WorkState(StrEnum):
+    """A work item's state; the column keeps the value (a StrEnum compares equal to its string)."""
+
+    READY = "ready"
+    CLAIMED = "claimed"
+    IDLE = "idle"
+    FAILED = "failed"
+
+
+READY, CLAIMED, IDLE, FAILED = WorkState.READY, WorkState.CLAIMED, WorkState.IDLE, WorkState.FAILED
 _PG_CLAIM_KEY = 0x776F_726B  # "work"
 
 

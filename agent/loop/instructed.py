@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from agent.loop.record import OPEN_STATUSES
 from agent.planner import (CandidateCard, Change, History, RefusalKind, build_card, check, direction_of,
                            estimate, said)
+from state.lifecycle import STARTED, GoalStatus
 
 if TYPE_CHECKING:  # the store is only annotated here
     from state.store import Store
@@ -25,13 +26,13 @@ SAID_SO = frozenset({RefusalKind.AFFORDABLE, RefusalKind.KNOWN_NEGATIVE, Refusal
 
 def started(store: Store, goal_id: str, cand: Any) -> bool:
     """The card's experiment was launched (it runs, failed, is unknown, or has a run)."""
-    return cand.status in ("running", "failed", "unknown") or any(r.candidate_id == cand.id for r in store.runs(goal_id))
+    return cand.status in STARTED or any(r.candidate_id == cand.id for r in store.runs(goal_id))
 
 
 def awaiting_person(store: Store, goal_id: str) -> bool:
     """The goal waits for a person: a card asked about and not decided, or a budget extension."""
     goal = store.get_goal(goal_id)
-    if goal.status != "waiting":
+    if goal.status != GoalStatus.WAITING:
         return False
     if goal.waits_for_extension:
         return True

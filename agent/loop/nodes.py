@@ -22,7 +22,7 @@ from agent.loop.state import LoopState
 from core.station import Station
 from core.trial import TrialSpec
 from state.authorisation import instruction_effect
-from state.lifecycle import OutcomeKind
+from state.lifecycle import SET_ASIDE, STARTED, CandidateStatus, GoalStatus, OutcomeKind, RunStatus
 from state.ledger import tooling_note
 
 if TYPE_CHECKING:  # the store is only annotated here
@@ -104,7 +104,7 @@ class Loop:
         if gate:
             return Command(goto="stop", update={"stop_status": gate[0], "stop_reason": gate[1], "stop_by": gate[2]})
         goal = self.store.get_goal(self.goal_id)
-        if goal.status != "running" and not awaiting_person(self.store, self.goal_id):
+        if goal.status != GoalStatus.RUNNING and not awaiting_person(self.store, self.goal_id):
             # woken while a person owes a decision (an instruction queued behind it): the goal stays "waiting",
             # so that person's approval is never refused as "not waiting" while the loop asks again
             self.store.set_goal_status(self.goal_id, "running", "loop running")
@@ -158,9 +158,11 @@ class Loop:
             rec["ranked"] = [r.record() for r in plan.ranked[:8]]
         cand = self.store.add_candidate(self.goal_id, rec)
         vetoed = any(v.candidate_id == cand.id for v in self.store.vetoes(self.goal_id))
-        if cand.status == "rejected" and not vetoed:  # rejected while no loop ran: authorise records the veto
+        # rejected while no loop ran: authorise records the veto
+        if cand.status == CandidateStatus.REJECTED and not vetoed:
             return Command(goto="authorise", update={"candidate_id": cand.id})
-        if cand.status == "cancelled" and not vetoed:  # set aside unrun (superseded, asked again): a fresh card
+        # set aside unrun (superseded, asked again): a fresh card
+        if cand.status == CandidateStatus.CANCELLED and not vetoed:
             cand = self.store.add_candidate(self.goal_id, {**rec, "note": f"proposed again after candidate {cand.id} "
                                                                            f"was cancelled ({cand.status_reason})"})
         if cand.status not in OPEN_STATUSES:  # the very card decided before: never run it again, never spin
@@ -175,7 +177,7 @@ class Loop:
 
     def authorise(self, state: LoopState) -> Command[Literal["execute", "observe", "authorise", "stop"]]:
         cand = self.store.get_candidate(state["candidate_id"])
-        if cand.status in ("running", "failed", "unknown"):
+        if cand.status in STARTED:
             return Command(goto="execute")  # authorised before a restart
         card = card_of(cand.card)
         history = self.history()
@@ -189,7 +191,7 @@ class Loop:
             self.event("authorise", card=cand.card, why=why)
             return Command(goto="execute")
         if decision in ("stop", "spent"):  # the budget cannot pay for it and no extension can be had
-            if cand.status not in ("rejected", "cancelled"):
+            if cand.status not in SET_ASIDE:
                 self.store.set_candidate_status(cand.id, "cancelled", why)
             self.store.record_decision(self.goal_id, "note", candidate_id=cand.id, text=f"{card.title()} not run: {why}")
             return Command(goto="stop", update={"stop_status": "done" if decision == "spent" else "stopped",
@@ -204,7 +206,7 @@ class Loop:
         prior = self.store.approval(cand.id)
         by = prior.who if prior is not None and decision == "reject" else "authorisation table"
         reason = (prior.reason or "") if prior is not None and decision == "reject" else why
-        if decision == "deny" and cand.status not in ("rejected", "cancelled"):
+        if decision == "deny" and cand.status not in SET_ASIDE:
             self.store.set_candidate_status(cand.id, "cancelled", why)
         if not any(v.candidate_id == cand.id for v in self.store.vetoes(self.goal_id)):
             self.store.add_veto(self.goal_id, card.change.knob if card.change else None,
@@ -240,11 +242,11 @@ class Loop:
                          faults=list(self.faults(card, n_runs)) if self.faults else [],
                          profile_capture=card.profile_capture, contract=goal.contract(), slos=goal.slos() or None)
         self.store.create_run(spec, candidate_id=cand.id)
-        if cand.status != "running":
+        if cand.status != CandidateStatus.RUNNING:
             self.store.set_candidate_status(cand.id, "running")
         self.event("execute", card=cand.card, run_id=spec.run_id)
         run = self.store.get_run(spec.run_id)
-        if run.status in ("pending", "failed", "unknown"):
+        if run.status in (RunStatus.PENDING, RunStatus.FAILED, RunStatus.UNKNOWN):
             self.store.set_run_status(spec.run_id, "running")
         try:
             result = self.executor.run_trial(spec)
@@ -294,7 +296,7 @@ class Loop:
             figures = Figures.of(res.summary, goal.objective.metric, goal.constraints.violations(res.summary))
         done = [d for d in self.store.decisions(self.goal_id) if d.run_id == res.run_id and "outcome" in (d.data or {})]
         if done:  # judged before a restart: never judge (or count) a run twice
-            if cand.status not in ("done", "cancelled"):
+            if cand.status not in (CandidateStatus.DONE, CandidateStatus.CANCELLED):
                 self.store.set_candidate_status(cand.id, "done", done[0].text)
             return Command(goto="decide")
         outcome, reason = judge_run(card, res.verdict.kind, figures, history)
@@ -314,10 +316,10 @@ class Loop:
                                     run_id=res.run_id, candidate_id=cand.id, reason=reason)
         if outcome == "quality_pending":
             self._quality_gate(cand.id, card, res)
-        final = "done" if outcome not in ("fault",) else "failed"
+        final = CandidateStatus.DONE if outcome != "fault" else CandidateStatus.FAILED
         self.store.set_candidate_status(cand.id, final, reason)
-        if final == "failed":  # a fault is not a result; the card is closed without becoming a negative
-            self.store.set_candidate_status(cand.id, "cancelled", "fault: retries exhausted")
+        if final == CandidateStatus.FAILED:  # a fault is not a result; the card is closed without becoming a negative
+            self.store.set_candidate_status(cand.id, CandidateStatus.CANCELLED, "fault: retries exhausted")
         self.event("judge", card=cand.card, outcome=outcome, reason=text)
         return Command(goto="decide")
 
@@ -338,7 +340,7 @@ class Loop:
         """"Go back to the best": re-deploy the best (or the named) station, record who asked, then stop; an
         instruction still in force (a pause or a stop given before it, a pause or a round given after) is carried
         out next."""
-        if self.store.get_goal(self.goal_id).status != "running":
+        if self.store.get_goal(self.goal_id).status != GoalStatus.RUNNING:
             self.store.set_goal_status(self.goal_id, "running", "going back to the best station")
         reason = go_back(self.store, self.executor, self.goal_id, self.event)
         if self.store.current_instruction(self.goal_id) is not None:

@@ -13,11 +13,13 @@ from pydantic import BaseModel, Field
 
 from agent.planner import estimate
 from agent.loop.record import build_history, card_of
+from core.journal import PhaseStatus
+from state.lifecycle import RunStatus
 
 if TYPE_CHECKING:  # the store is only annotated here
     from state.store import Store
 
-OPEN_RUNS = ("pending", "running", "unknown")
+OPEN_RUNS = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.UNKNOWN)
 
 
 class Progress(BaseModel):
@@ -52,7 +54,7 @@ class Progress(BaseModel):
     def line(self) -> str:
         """One line, as `tuneloop run` shows it."""
         parts = [f"run {self.run_id}", self.title, f"phase {self.phase or '-'}"
-                 + (f" ({self.phase_state})" if self.phase_state and self.phase_state != "started" else "")]
+                 + (f" ({self.phase_state})" if self.phase_state and self.phase_state != PhaseStatus.STARTED else "")]
         if self.elapsed_s is not None:
             est = f" of ~{self.expected_s:.0f} s device time" if self.expected_s is not None else ""
             parts.append(f"{self.clock} {self.elapsed_s:.0f} s{est}")
@@ -97,7 +99,7 @@ def goal_progress(store: Store, goal_id: str, runs_root: str | Path, now: dateti
     if last is not None and last.phase == "load":
         total = run.n + int(run.spec.get("warmup") or 0)
         done, total = note.get("requests_done"), note.get("requests_total") or total
-        if last.event == "outcome" and last.status == "ok":
+        if last.event == "outcome" and last.status == PhaseStatus.OK:
             done = total  # the load ended; the count is final
     if clock == "simulated":  # the simulator's device seconds, never the wall's beside a device-time estimate
         elapsed = note.get("elapsed_s")

@@ -14,6 +14,7 @@ from agent.planner import (CandidateCard, CostModel, Figures, History, Negative,
                            card_of, card_record)  # noqa: F401  (the store side reads cards here too)
 from core.evidence import Evidence
 from core.scenarios import load
+from state.lifecycle import UNDECIDED, CandidateStatus
 from state.snapshots import Conditions
 from state.store import Store, best_of
 
@@ -22,7 +23,8 @@ KIND = {"reference": "baseline", "negative": "negative", "promising": "promising
         "tradeoff": "tradeoff", "quality_pending": "quality_pending", "quality_failed": "quality_failed",
         "fault": "fault", "invalid": "fault"}
 CHANGED = ("new_best", "tradeoff", "quality_pending")
-OPEN_STATUSES = ("proposed", "awaiting_approval", "approved", "running", "failed", "unknown")
+OPEN_STATUSES = (*UNDECIDED, CandidateStatus.APPROVED, CandidateStatus.RUNNING, CandidateStatus.FAILED,
+                 CandidateStatus.UNKNOWN)
 
 
 def outcome_data(outcome: str, verdict: str, figures: Figures | None, knobs: dict[str, Any]) -> dict[str, Any]:
@@ -106,7 +108,7 @@ def record_set_asides(store: Store, goal_id: str, plan: Plan) -> None:
     for s in plan.set_aside:
         card, pred, why = s.card, s.prediction, s.why
         cand = store.add_candidate(goal_id, card_record(card.model_copy(update={"prediction": pred})))
-        if cand.status in ("proposed", "awaiting_approval"):
+        if cand.status in UNDECIDED:
             store.set_candidate_status(cand.id, "cancelled", f"predicted negative (simulated, not measured): {why}")
         c = card.change
         assert c is not None

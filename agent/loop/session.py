@@ -16,7 +16,7 @@ from agent.planner import LLMEndpoint, Planner, build_planner
 from executor.phases import crashpoint
 from executor.runner import Executor
 from state.goal import GoalSpec
-from state.lifecycle import OutcomeKind, WaitingFor
+from state.lifecycle import GoalStatus, OutcomeKind, WaitingFor
 from state.snapshots import Goal
 from state.statefile import write_state
 from state.store import Store, default_url
@@ -39,7 +39,7 @@ def default_store_url(goal_path: str | Path | None = None) -> str:
 
 def finished(store: Store, goal: Goal) -> bool:
     """Done, and no instruction given since that asks for more (one more round, resume, go back)."""
-    if goal.status != "done":
+    if goal.status != GoalStatus.DONE:
         return False
     ins = store.current_instruction(goal.id)
     if ins is None or ins.kind in ("pause", "stop"):
@@ -168,7 +168,7 @@ def run_session(spec: GoalSpec, store_url: str, *, auto_approve: bool = False, p
         if interrupts:
             payload = interrupts[0].value
             reason = waiting_reason(payload)
-            if store.get_goal(goal.id).status == "running":
+            if store.get_goal(goal.id).status == GoalStatus.RUNNING:
                 store.set_goal_status(goal.id, "waiting", reason, waiting_for(payload))
             record_ask(store, goal.id, payload, reason)
             crashpoint("approval", "waiting")  # tests: SIGKILL while the loop waits for a person (checkpoint written)

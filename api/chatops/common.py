@@ -16,10 +16,11 @@ from api.chat import parse
 from api.service import Service
 from api.settings import Settings
 from state.errors import NotFound, StateError
+from state.lifecycle import GoalStatus
 from state.reasons import fold, reason_problem
 
 WINDOW_S = 300.0  # a signed request older (or newer) than this is refused: Slack's and our Feishu window
-ACTIVE = ("running", "waiting", "paused")
+ACTIVE = (GoalStatus.RUNNING, GoalStatus.WAITING, GoalStatus.PAUSED)
 PLATFORM = {"slack": "Slack", "feishu": "Feishu/Lark"}
 
 

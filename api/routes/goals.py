@@ -20,6 +20,7 @@ from core.ledger import by_source, median_abs_error
 from state.errors import GoalError
 from state.hypotheses import hypothesis_ledger
 from state.goal import parse_goal
+from state.workqueue import WorkState
 
 if TYPE_CHECKING:  # annotations only
     from api.service import Service
@@ -33,7 +34,7 @@ GOAL_BODY = {"$ref": "#/components/schemas/GoalSpec"}  # api.app puts state.goal
 def goal_out(g: Goal, svc: Service) -> GoalOut:
     store = svc.store
     w = store.work_item(g.id)
-    return GoalOut(id=g.id, name=g.name, status=shown_status(g, w is not None and w.state == "failed"),
+    return GoalOut(id=g.id, name=g.name, status=shown_status(g, w is not None and w.state == WorkState.FAILED),
                    status_reason=g.status_reason, target=g.spec.target, worker_state=w.state if w else None,
                    scenario=g.spec.scenario, spec_hash=g.spec_hash, spec=g.spec.model_dump(mode="json"),
                    created_at=g.created_at, updated_at=g.updated_at, budget=budget_out(store.budget(g.id)),

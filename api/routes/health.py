@@ -16,6 +16,8 @@ from prometheus_client import (
 
 from api.deps import ServiceDep
 from api.failures import shown_status
+from state.lifecycle import GoalStatus
+from state.workqueue import WorkState
 
 router = APIRouter(tags=["health"])
 REGISTRY = CollectorRegistry()
@@ -41,16 +43,16 @@ def health(svc: ServiceDep) -> dict[str, Any]:
 @router.get("/metrics", response_class=Response)
 def metrics(svc: ServiceDep) -> Response:
     counts: dict[str, int] = {}
-    failed = {w.goal_id for w in svc.store.work_items() if w.state == "failed"}
+    failed = {w.goal_id for w in svc.store.work_items() if w.state == WorkState.FAILED}
     for g in svc.store.goals():
         st = shown_status(g, g.id in failed)
         counts[st] = counts.get(st, 0) + 1
-    for s in ("running", "waiting", "paused", "stopped", "done", "failed"):
+    for s in (*GoalStatus, WorkState.FAILED):  # a goal shown "failed": its work item failed for good
         GOALS.labels(s).set(counts.get(s, 0))
     states: dict[str, int] = {}
     for w in svc.store.work_items():
         states[w.state] = states.get(w.state, 0) + 1
-    for s in ("ready", "claimed", "idle", "failed"):
+    for s in WorkState:
         WORK.labels(s).set(states.get(s, 0))
     WEBHOOKS.labels("sent").set(svc.notifier.sent)
     WEBHOOKS.labels("failed").set(svc.notifier.failed)
