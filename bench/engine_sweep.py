@@ -111,7 +111,7 @@ def compare(goal: Any, targets: dict[str, Any], out: Path, model_sha256: str, *,
     `rules_too`: after the loop, the same goal again as a new goal with the evidence rules alone (no twin), on the
     same warm machine, its experiments and device time beside the loop's."""
     from agent.loop.record import build_history
-    from agent.loop.session import bind_sim_profile, run_session
+    from agent.loop.session import run_session
     from core.trial import TrialSpec
     from executor.phases import ExecSettings
     from executor.runner import Executor
@@ -136,7 +136,7 @@ def compare(goal: Any, targets: dict[str, Any], out: Path, model_sha256: str, *,
     url = f"sqlite:///{out / 'bench.db'}"
     store = Store(url)
     ex = Executor(store, targets, ExecSettings(runs_root=out / "runs", holder="bench"))
-    bind_sim_profile(ex, goal)  # a simulated goal: the sweep runs the goal's profile, as the loop does
+    ex.bind_sim_profile(goal.target, goal.sim_profile)  # a simulated goal: the goal's profile, as the loop runs it
 
     # exhaustive sweep
     every = stations(space)

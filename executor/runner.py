@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable
 from core import records as rec
 from core.canonical import canon
 from core.errors import FieldError
+from core.executor_port import QualityEvaluation
 from core.journal import as_record
 from core.station import content_hash
 from core.summary import Reason, Verdict
@@ -60,7 +61,11 @@ class Executor:
         self.transports = transports
         self.twins = Twins(self.root)  # goals' twins fitted to their runs under this root (executor/twin.py)
 
-    # -- public API ------------------------------------------------------------------------------
+    # -- public API (core/executor_port.py ExecutorPort: what the loop and the planner see) ----------------
+    @property
+    def runs_root(self) -> Path:
+        return self.settings.runs_root
+
     def run_trial(self, spec: TrialSpec) -> TrialResult:
         """Run (or finish, or return) the trial; idempotent on spec.run_id."""
         return _sync(self.arun_trial(spec))
@@ -95,6 +100,21 @@ class Executor:
     def mark_unknown(self, spec: TrialSpec, why: str) -> None:
         self.store.mark_unknown(spec, why)
 
+    def calibrated(self, target: str) -> bool:
+        """Whether `target` has a calibrated profile to simulate stations on (else `predict_station` is None)."""
+        t = self.targets.get(target)
+        return t is not None and bool(t.calibrated_profile)
+
+    def bind_sim_profile(self, target: str, profile: str | None) -> None:
+        """A goal on a simulator target is simulated on the goal's own `sim_profile` (its cards, costs and engine),
+        whichever executor runs it: the built-in `sim` target alone would always be the dsv4 one. A target's
+        `truth_profile` (a truth the goal does not name, e.g. bench --perturb-truth) is left alone: the simulator
+        runs it, while the goal's profile stays the planner's prior. Nothing for another target."""
+        t = self.targets.get(target)
+        if t is None or t.kind != "sim" or not profile or t.profile == profile:
+            return
+        self.targets[target] = t.model_copy(update={"profile": profile})
+
     def predict_station(self, target: str, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0,
                         seed: int = 0, slos: dict[str, float] | None = None) -> dict[str, Any] | None:
         """The calibrated simulator's prediction of one station on a target (None: the target has no
@@ -119,7 +139,7 @@ class Executor:
             return None
         return lambda runs: self.twins.fit(prior, tuple(runs))
 
-    def evaluate_quality(self, target: str, knobs: dict[str, Any], seed: int = 0) -> Any:
+    def evaluate_quality(self, target: str, knobs: dict[str, Any], seed: int = 0) -> QualityEvaluation | None:
         """The accuracy evaluation behind the quality gate, where the target offers one (else None)."""
         return self.transports(self.targets[target], self.root).evaluate_quality(knobs, seed)
 

@@ -108,7 +108,7 @@ class Target(BaseModel):
     profile: str = "dsv4-flash-910c-p8d8"  # simulator profile (sim engine)
     # sim target only: the profile the simulator runs instead of `profile` (a name or YAML path), a truth the goal does
     # not name: the goal's `sim_profile` (the planner's prior) rebinds `profile` and leaves this alone (bench
-    # --perturb-truth; agent.loop.session.bind_sim_profile). None: the simulator runs `profile`.
+    # --perturb-truth; executor.runner.Executor.bind_sim_profile). None: the simulator runs `profile`.
     truth_profile: str | None = None
     # sim target only: the twin's prior where it is not `profile` (bench --prior derived: a prior derived from the
     # profile's deployment, as a real target's is, while the simulator runs the profile)

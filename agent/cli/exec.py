@@ -118,13 +118,11 @@ def restore_cmd(station: str = typer.Argument(..., help="station hash (or a run 
 
 def bind_goal(ex, station: str) -> None:  # type: ignore[no-untyped-def]
     """The executor as the station's goal ran it: a simulated goal on its own `sim_profile`, as the loop binds it
-    (agent.loop.session.bind_sim_profile). A station whose goal this store does not hold is restored on the target
-    as defined (its `differs` then names what that changed)."""
-    from agent.loop.session import bind_sim_profile
-
+    (executor.runner.Executor.bind_sim_profile). A station whose goal this store does not hold is restored on the
+    target as defined (its `differs` then names what that changed)."""
     spec, _ = ex.find_station(station)  # LookupError: no run froze it
     try:
         goal = ex.store.get_goal(spec.goal_id)
     except LookupError:
         return
-    bind_sim_profile(ex, goal.spec)
+    ex.bind_sim_profile(goal.spec.target, goal.spec.sim_profile)

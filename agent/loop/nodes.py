@@ -19,6 +19,7 @@ from agent.loop.record import (CHANGED, KIND, OPEN_STATUSES, build_history, card
 from agent.loop.instructed import awaiting_person, counts_as_round, instructed_card, started
 from agent.loop.restore import go_back
 from agent.loop.state import LoopState
+from core.executor_port import ExecutorPort
 from core.station import Station
 from core.trial import TrialSpec
 from state.authorisation import instruction_effect
@@ -40,7 +41,7 @@ class Loop:
     """Everything the nodes share: the store, the executor, the planner and the run's options."""
 
     store: Store
-    executor: Any
+    executor: ExecutorPort
     goal_id: str
     planner: Planner = field(default_factory=DeterministicPlanner)
     auto_approve: bool = False

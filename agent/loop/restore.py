@@ -5,15 +5,16 @@ what came back; the instruction then stops being in force (a restart after that 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
+from core.executor_port import ExecutorPort
 from state.lifecycle import OutcomeKind
 
 if TYPE_CHECKING:  # the store is only annotated here
     from state.store import Store
 
 
-def go_back(store: Store, executor: Any, goal_id: str, event: Callable[..., None]) -> str:
+def go_back(store: Store, executor: ExecutorPort, goal_id: str, event: Callable[..., None]) -> str:
     """Restore the best (or the instruction's) station; the stop reason."""
     ins = store.current_instruction(goal_id)
     if ins is None or ins.kind != "restore":  # carried out before a restart

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from agent.loop.graph import build_graph, checkpointer, run_config
 from agent.loop.nodes import Loop
 from agent.planner import LLMEndpoint, Planner, build_planner
+from core.executor_port import ExecutorPort
 from executor.phases import crashpoint
 from executor.runner import Executor
 from state.goal import GoalSpec
@@ -53,19 +54,6 @@ def finished(store: Store, goal: Goal) -> bool:
 def finished_reason(goal: Goal, state_path: str) -> str:
     return (f"goal {goal.id} already finished: {goal.status_reason or 'done'}. Results: {state_path}, "
             f"`tuneloop report {goal.id}`; run with --new to start a fresh goal with this spec")
-
-
-def bind_sim_profile(executor: Any, spec: GoalSpec) -> None:
-    """A goal on a simulator target is simulated on the goal's own `sim_profile` (its cards, costs and
-    engine), whichever executor runs it: the built-in `sim` target alone would always be the dsv4 one. A target's
-    `truth_profile` (a truth the goal does not name, e.g. bench --perturb-truth) is left alone: the simulator runs
-    it, while the goal's profile stays the planner's prior."""
-    targets = getattr(executor, "targets", None)
-    target = targets.get(spec.target) if isinstance(targets, dict) else None
-    if target is None or getattr(target, "kind", None) != "sim" or not spec.sim_profile:
-        return
-    if target.profile != spec.sim_profile:
-        targets[spec.target] = target.model_copy(update={"profile": spec.sim_profile})
 
 
 TWIN_ENV = "TUNELOOP_TWIN"  # on | off: whether the planner searches the goal's twin when a session does not say
@@ -116,7 +104,7 @@ def record_ask(store: Store, goal_id: str, payload: dict[str, Any], reason: str)
 
 
 def run_session(spec: GoalSpec, store_url: str, *, auto_approve: bool = False, planner: Planner | None = None,
-                executor: Any = None, faults: Callable | None = None, resume: Any = None,
+                executor: ExecutorPort | None = None, faults: Callable | None = None, resume: Any = None,
                 on_event: Callable[[str, dict[str, Any]], None] | None = None, who: str = "tuneloop run",
                 goal_id: str | None = None, targets: dict[str, Any] | None = None,
                 new_goal: bool = False, twin: bool | None = None) -> SessionResult:
@@ -137,7 +125,7 @@ def run_session(spec: GoalSpec, store_url: str, *, auto_approve: bool = False, p
         else:
             goal = store.create_goal(spec) if new_goal else store.open_goal(spec)
         executor = executor or Executor(store, targets)  # targets: e.g. a local llama.cpp server (issue 7)
-        runs_root = getattr(getattr(executor, "settings", None), "runs_root", None)
+        runs_root = executor.runs_root
         if resume is None and finished(store, goal):
             ins = store.current_instruction(goal.id)
             if ins is not None and ins.kind in ("pause", "stop"):  # nothing left for it to hold: say so
@@ -145,7 +133,7 @@ def run_session(spec: GoalSpec, store_url: str, *, auto_approve: bool = False, p
             path = str(write_state(store, goal.id, runs_root=runs_root))
             return SessionResult(goal.id, goal.status, finished_reason(goal, path), state_path=path,
                                  already_finished=True)
-        bind_sim_profile(executor, goal.spec)
+        executor.bind_sim_profile(goal.spec.target, goal.spec.sim_profile)
         state_path: list[str] = []
 
         def state_file(st: Store, gid: str, **info: Any) -> None:
@@ -153,8 +141,7 @@ def run_session(spec: GoalSpec, store_url: str, *, auto_approve: bool = False, p
 
         # a calibrated profile: screens are simulated before they run
         planner = build_planner(planner, simulator=executor, target=goal.spec.target)
-        fitter = executor.twin_fitter(goal.spec.target, goal.spec.sim_profile) \
-            if twin_enabled(twin) and hasattr(executor, "twin_fitter") else None
+        fitter = executor.twin_fitter(goal.spec.target, goal.spec.sim_profile) if twin_enabled(twin) else None
         loop = Loop(store=store, executor=executor, goal_id=goal.id, planner=planner,
                     auto_approve=auto_approve, who=who, faults=faults,
                     on_event=on_event or (lambda phase, info: None), state_file=state_file, twin=fitter)

@@ -4,12 +4,12 @@ executor can simulate the goal's target on a calibrated profile (agent/planner/p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from agent.planner.deterministic import DeterministicPlanner
 from agent.planner.llm import LLMPlanner
 from agent.planner.plan import Planner
-from agent.planner.prescreen import Prescreened, calibrated
+from agent.planner.prescreen import Prescreened
+from core.executor_port import StationSimulator
 
 DEFAULT_LLM_MODEL = "tuneloop-planner"
 
@@ -23,14 +23,14 @@ class LLMEndpoint:
     api_key: str | None = None
 
 
-def build_planner(base: Planner | None = None, *, llm: LLMEndpoint | None = None, simulator: Any = None,
-                  target: str = "") -> Planner:
+def build_planner(base: Planner | None = None, *, llm: LLMEndpoint | None = None,
+                  simulator: StationSimulator | None = None, target: str = "") -> Planner:
     """`base` where one is given, else the LLM planner on `llm`'s endpoint, else the deterministic planner; screens
     pre-screened when `simulator` (the executor) simulates `target` on a calibrated profile."""
     planner = base
     if planner is None:
         planner = LLMPlanner(llm.base_url, model=llm.model, api_key=llm.api_key or "not-needed") \
             if llm is not None and llm.base_url else DeterministicPlanner()
-    if simulator is not None and calibrated(simulator, target):
+    if simulator is not None and simulator.calibrated(target):
         planner = Prescreened(planner, simulator)
     return planner

@@ -17,7 +17,7 @@ later. An LLM planner's card is not re-ranked (each ask would be a model call).
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from agent.planner.candidates import CandidateCard
 from agent.planner.checks import estimate
@@ -26,6 +26,7 @@ from agent.planner.plan import PlanRow
 from agent.planner.judgement import CLEAR_LOSS, LATENCY_WIN
 from agent.planner.plan import Plan, Planner, SetAside
 from agent.planner.value import PREDICTED_DIGITS
+from core.executor_port import StationSimulator
 from core.goalview import effect
 from core.ledger import DRIFT_THRESHOLD, Interval, Prediction, relative
 
@@ -41,25 +42,12 @@ RANKED = "ranked first of"
 HELD = "held back while the pre-screen ranks the moves by simulated value per card-hour"
 
 
-class Simulator(Protocol):
-    """What the pre-screen asks of the executor: one station simulated on the target's calibrated profile."""
-
-    def predict_station(self, target: str, scenario: Any, knobs: dict[str, Any], n: int, *, warmup: Any,
-                        seed: int, slos: Any) -> dict[str, Any] | None: ...
-
-
-def calibrated(executor: Any, target: str) -> bool:
-    """The executor can simulate the goal's target on a calibrated profile (so screens are pre-screened)."""
-    t = (getattr(executor, "targets", None) or {}).get(target)
-    return bool(getattr(t, "calibrated_profile", None)) and hasattr(executor, "predict_station")
-
-
 class Prescreened:
     """A planner wrapper: asks the planner, simulates its move, and asks again while the move is predicted
     negative (each one set aside on the plan, for the loop to record) or, once one passes, to rank up to RANK
     passing moves."""
 
-    def __init__(self, inner: Planner, simulator: Simulator):
+    def __init__(self, inner: Planner, simulator: StationSimulator):
         self.inner, self.simulator = inner, simulator
         self.name = inner.name
         self._cache: dict[str, dict[str, Any]] = {}

@@ -32,8 +32,8 @@ def run_loop(goal: Any, profile: Profile, space: dict[str, list[Any]], workdir: 
         url = f"sqlite:///{Path(tmp) / 'tuneloop.db'}"
         store = Store(url)
         try:
-            # run_session simulates the goal on its own sim_profile (agent.loop.session.bind_sim_profile), or on the
-            # target's truth_profile where the bench set one (the goal never names it)
+            # run_session simulates the goal on its own sim_profile (executor.runner.Executor.bind_sim_profile), or
+            # on the target's truth_profile where the bench set one (the goal never names it)
             targets = None if truth is None and prior is None else {
                 goal.target: Target(name=goal.target, kind="sim", engine="sim", profile=goal.sim_profile,
                                     truth_profile=truth, twin_prior=prior)}
