@@ -209,7 +209,7 @@ class Problem:
                                           "idle)" for n in PREFILL}
         self.prefill_source = ", ".join(sorted(sources)) if dts else "nothing observed"
         width = max((len(rk) for rk in ranks), default=1)
-        self.p_dt, self.p_run = np.array(dts), np.array(idx)
+        self.p_dt, self.p_run = np.array(dts), np.array(idx, dtype=int)  # int even when empty: it indexes
         self.p_n, self.p_att = np.zeros((len(dts), width)), np.zeros((len(dts), width))
         self.p_cnt, self.p_mask = np.ones((len(dts), width)), np.zeros((len(dts), width), dtype=bool)
         for j, rk in enumerate(ranks):
