@@ -16,19 +16,11 @@ from core.errors import FieldError
 from core.knobs import catalog
 
 
-# the knobs that lay a role's ranks out (simulator.topology): modelled where a role's tp >= 1, else not
-TOPOLOGY_KNOBS = ("tensor_parallel_size", "data_parallel_size", "enable_expert_parallel")
-
-
 class Role(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     instances: int = Field(ge=1)
     cards_per_instance: int = Field(ge=1)
     dp: int = Field(1, ge=1)  # data-parallel ranks per instance, stepping in lockstep
-    # the profile's TP width per DP rank: 0 = the role's layout is fixed (the topology knobs leave it as it is);
-    # n >= 1: the coefficients are this layout's, and tensor_parallel_size / data_parallel_size /
-    # enable_expert_parallel re-lay the role's tp x dp ranks (simulator.topology)
-    tp: int = Field(0, ge=0)
 
 
 class PrefillCost(BaseModel):
@@ -41,16 +33,6 @@ class PrefillCost(BaseModel):
     sched_s: float = Field(0.0, ge=0)  # host-side scheduling per step (part of a, reported apart)
     comm_share: float = Field(0.2, ge=0, le=1)  # share of compute time that is collective communication
     prefix_cache_tokens: int = Field(ge=0)  # per instance
-    # topology (simulator.topology; read only where the role's tp >= 1): per step, the TP all-reduces' latency
-    # per log2(TP) and their bytes' time per token times 2(TP-1)/TP; the EP all-to-all's latency per log2(EP) and
-    # time per token times (EP-1)/EP. Already inside a and b at the profile's own layout.
-    tp_a: float = Field(0.0, ge=0)
-    tp_b: float = Field(0.0, ge=0)
-    ep_a: float = Field(0.0, ge=0)
-    ep_b: float = Field(0.0, ge=0)
-    # the share of the step's fixed cost a (and of the weights in memory) that is routed experts: divided over the
-    # EP ranks under expert parallelism, over the TP ranks otherwise (the rest always over TP)
-    expert_share: float = Field(0.0, ge=0, le=1)
 
 
 class DecodeCost(BaseModel):
@@ -73,11 +55,6 @@ class DecodeCost(BaseModel):
     index_cache_reuse_saving: float = Field(0.0, ge=0, lt=1)  # share of a+c time saved
     kv_tokens_at_full_memory: int = Field(ge=1)  # KV tokens per instance if all free memory held KV
     weights_memory_fraction: float = Field(ge=0, lt=1)  # of device memory, per card
-    tp_a: float = Field(0.0, ge=0)  # topology terms, as PrefillCost's (simulator.topology)
-    tp_b: float = Field(0.0, ge=0)
-    ep_a: float = Field(0.0, ge=0)
-    ep_b: float = Field(0.0, ge=0)
-    expert_share: float = Field(0.0, ge=0, le=1)
 
     def skew(self, layout: str) -> float:
         """The layout's persistent max/mean EP-rank load (1.0 where the profile gives none)."""
@@ -174,54 +151,7 @@ class Profile(BaseModel):
         if self.mixed and (self.prefill.instances != self.decode.instances or self.prefill.dp != 1):
             raise FieldError("mixed", "the prefill role must have as many instances as the decode role and dp 1 "
                              "(one engine does both)")
-        if self.mixed and (self.prefill.tp or self.decode.tp):
-            raise FieldError("mixed", "a mixed engine's layout is fixed (tp 0): the topology model is per role")
-        eff = self.knobs()
-        for role in ("prefill", "decode"):
-            r: Role = getattr(self, role)
-            if r.tp and self.layout(role, eff) != self.reference(role):
-                raise FieldError(f"{role}.tp", f"the profile's own knobs lay the role out as {self.layout(role, eff)} "
-                                 f"(tp, dp, ep), not as its coefficients' layout {self.reference(role)}: give "
-                                 "data_parallel_size / enable_expert_parallel in defaults")
         return self
-
-    def unmodelled(self) -> tuple[str, ...]:
-        """The catalog's sim knobs this profile gives no meaning: the topology knobs where no role's layout is a
-        knob (tp 0 on both), so they are neither searched nor said to be modelled."""
-        return () if self.prefill.tp or self.decode.tp else TOPOLOGY_KNOBS
-
-    def reference(self, role: str) -> tuple[int, int, int]:
-        """(TP, DP, EP) of the layout a role's coefficients were measured at (EP: the decode cost's, 1 for
-        prefill unless the profile's defaults enable expert parallelism)."""
-        r: Role = getattr(self, role)
-        tp = r.tp or 1
-        if role == "decode":
-            return tp, r.dp, self.decode_cost.ep
-        ep_on = bool((self.defaults or {}).get("enable_expert_parallel", False)) and self.decode_cost.ep > 1
-        return tp, r.dp, tp * r.dp if ep_on else 1
-
-    def layout(self, role: str, knobs: dict[str, Any]) -> tuple[int, int, int]:
-        """(TP, DP, EP) of each instance of a role under the knobs. A fixed role (tp 0) keeps its own. Else its
-        ranks (tp x dp) are fixed by its cards: tensor_parallel_size sets TP and DP = ranks / TP follows; with it
-        null, data_parallel_size sets DP and TP = ranks / DP (the catalog's meanings); enable_expert_parallel
-        shards a MoE model's experts over every rank (EP = TP x DP), else over none (EP 1, experts TP-sharded)."""
-        r: Role = getattr(self, role)
-        if not r.tp:
-            return self.reference(role)
-        ranks = r.tp * r.dp
-        tp_k = knobs.get("tensor_parallel_size")
-        if tp_k is not None:
-            field, tp = "tensor_parallel_size", int(tp_k)
-            dp = ranks // tp
-        else:
-            field, dp = "data_parallel_size", int(knobs.get("data_parallel_size") or 1)
-            tp = ranks // dp
-        if tp * dp != ranks:
-            raise FieldError(field, f"{tp_k if tp_k is not None else dp} does not divide the {role} instance's "
-                             f"{ranks} ranks ({r.tp} x {r.dp} in the profile)")
-        moe = self.decode_cost.ep > 1 or self.decode_cost.topk > 1
-        ep = ranks if moe and bool(knobs.get("enable_expert_parallel")) else 1
-        return tp, dp, ep
 
     def knobs(self, overrides: dict[str, Any] | None = None, start: bool = False) -> dict[str, Any]:
         """Effective knobs: catalog defaults < profile engine defaults (< start_knobs) < overrides."""

@@ -51,7 +51,7 @@ from core import records as rec
 from core import scenarios as sc
 from core.profiles import Profile
 from simulator.calibrate_evidence import EvidenceFit, fit_evidence
-from simulator.calibrate_problem import DECODE, PREFILL, TOPOLOGY, CalibrationError, Fitted, Problem, Run, load_run
+from simulator.calibrate_problem import DECODE, PREFILL, CalibrationError, Fitted, Problem, Run, load_run
 from simulator.calibrate_replay import ReplayProblem
 
 
@@ -72,8 +72,7 @@ class Calibration:
         out = []
         for f, names in ((self.prefill, PREFILL), (self.decode, DECODE)):
             cost = self.profile.prefill_cost if f.role == "prefill" else self.profile.decode_cost
-            topo = tuple(n for n in TOPOLOGY if n in f.values or n in f.held)  # where the runs re-laid the role
-            for n in names + topo:
+            for n in names:
                 out.append((f"{f.role}.{n}", getattr(cost, n), f.stderr.get(n), f.held.get(n, "fitted")))
             s = self.sched[f.role]
             note = "from the time breakdown (scheduling s / steps)" if s is not None else "kept: no breakdown"

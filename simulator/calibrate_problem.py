@@ -19,13 +19,11 @@ from core import records as rec
 from core.profiles import Profile
 from core.records import EngineSample, PrefillBatch, RequestRecord, RunInfo
 from simulator import calibrate_series as series
-from simulator import topology
 from simulator.calibrate_prefill import prefill_steps
 from simulator.stations import sim_knobs
 
 DECODE = ("a", "b", "c", "a_draft", "b_draft")
 PREFILL = ("a", "b", "c")
-TOPOLOGY = ("tp_a", "tp_b", "ep_a", "ep_b")  # fitted where the runs lay a role out at two TP (EP) sizes or more
 
 
 class CalibrationError(ValueError):
@@ -46,8 +44,6 @@ class Run:
     prefill_source: str = ""
     shared_steps: bool = False  # decode steps read exactly from shared chunk stamps
     samples: list[EngineSample] = field(default_factory=list)  # the engine's scraped metrics (metrics.jsonl)
-    layout: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # per role: (TP, DP, EP) it ran at
-    reference: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # the base profile's own
 
 
 def load_run(path: Path, base: Profile) -> Run:
@@ -61,8 +57,7 @@ def load_run(path: Path, base: Profile) -> Run:
     spec = path.parent / "spec.json"
     if not knobs and spec.exists():
         knobs = dict(json.loads(spec.read_text()).get("knobs") or {})
-    knobs = base.knobs(sim_knobs({k: v for k, v in knobs.items() if k not in ("concurrency", "request_rate")},
-                                 base)[0])
+    knobs = base.knobs(sim_knobs({k: v for k, v in knobs.items() if k not in ("concurrency", "request_rate")})[0])
     records = [r for r in rec.read_jsonl(path / rec.REQUESTS, RequestRecord) if r.ok and len(r.chunk_times) >= 2]
     if not records:
         raise CalibrationError(f"{path}: no finished request with two or more streamed chunks")
@@ -71,8 +66,6 @@ def load_run(path: Path, base: Profile) -> Run:
               batches=list(rec.read_jsonl(path / rec.PREFILL_BATCHES, PrefillBatch)), breakdown=br,
               samples=list(rec.read_jsonl(path / rec.METRICS, EngineSample)))
     run.k = int(knobs["num_speculative_tokens"]) if knobs.get("speculative_method", "none") != "none" else 0
-    for role in ("prefill", "decode"):
-        run.layout[role], run.reference[role] = base.layout(role, knobs), base.reference(role)
     return run
 
 
@@ -114,8 +107,7 @@ def decode_steps(run: Run, index: int) -> np.ndarray:
                 kv = sum([k for _, k in got])  # whole token counts: the same integer in any order
             rows.append((t - start, float(len(who)), float(kv), len(rows)))
     else:
-        lay, ref = run.layout["decode"], run.reference["decode"]
-        inst = max(1, int(run.knobs["num_decode_instances"])) * max(1, lay[1] // ref[1])  # DP replicas: engines
+        inst = max(1, int(run.knobs["num_decode_instances"]))
         spans = sorted(((r.chunk_times[0], r.chunk_times[-1], r) for r in recs), key=lambda s: s[:2])
         starts = np.array([s[0] for s in spans])
         ends = np.array([s[1] for s in spans])
@@ -209,7 +201,7 @@ class Problem:
                                           "idle)" for n in PREFILL}
         self.prefill_source = ", ".join(sorted(sources)) if dts else "nothing observed"
         width = max((len(rk) for rk in ranks), default=1)
-        self.p_dt, self.p_run = np.array(dts), np.array(idx, dtype=int)  # int even when empty: it indexes
+        self.p_dt, self.p_run = np.array(dts), np.array(idx)
         self.p_n, self.p_att = np.zeros((len(dts), width)), np.zeros((len(dts), width))
         self.p_cnt, self.p_mask = np.ones((len(dts), width)), np.zeros((len(dts), width), dtype=bool)
         for j, rk in enumerate(ranks):
@@ -220,72 +212,26 @@ class Problem:
         batches = sum(len({(b.instance.split(".dp")[0], b.t_start) for b in r.batches}) for r in runs)
         self.sched["prefill"] = _sched(runs, "prefill", batches) if batches else None
         self.names = [f"prefill.{n}" for n in PREFILL if dts] + [f"decode.{n}" for n in self.d_names]
-        self.names += self._topology_names(bool(dts))
         self.scale = np.array([max(self._base(n), 1e-12) for n in self.names])
-        # per run and role: compute share s = TP0 / TP and the layout's communication (per step, per token) for
-        # each topology coefficient at 1 (simulator.topology), at the run's layout and at the base's own
-        self.lay = {role: self._layout_terms(role) for role in ("prefill", "decode")}
-
-    def _topology_names(self, prefill_seen: bool) -> list[str]:
-        """The topology coefficients these runs identify: a role's TP terms where its runs ran at two TP widths or
-        more, its EP terms at two EP sizes or more (and the base gives them a scale: a prior of 0 is held)."""
-        out = []
-        for role in ("prefill", "decode"):
-            if role == "prefill" and not prefill_seen:
-                continue
-            for i, kind in ((0, "tp"), (2, "ep")):
-                seen = {r.layout[role][i] for r in self.runs}
-                for n in (f"{kind}_a", f"{kind}_b"):
-                    if len(seen) < 2:
-                        if self._base(f"{role}.{n}") > 0:
-                            self.held[f"{role}.{n}"] = (f"the runs ran the {role} role at one {kind.upper()} size: "
-                                                        "its communication is inside a and b")
-                    elif self._base(f"{role}.{n}") <= 0:
-                        self.held[f"{role}.{n}"] = "the base profile has no such term to scale (0)"
-                    else:
-                        out.append(f"{role}.{n}")
-        return out
-
-    def _layout_terms(self, role: str) -> dict[str, np.ndarray]:
-        """Per run: s, and (per step, per token) factors of tp and ep at the run's layout minus s x the base's."""
-        def factors(lay):
-            tp, _, ep = lay
-            return math.log2(tp), 2 * (tp - 1) / tp, math.log2(ep), (ep - 1) / ep
-        cost = self.base.prefill_cost if role == "prefill" else self.base.decode_cost
-        s, sa = np.array([topology.scales(cost, r.reference[role], r.layout[role]) for r in self.runs]).reshape(-1, 2).T
-        at = np.array([factors(r.layout[role]) for r in self.runs]).reshape(-1, 4)
-        ref = np.array([factors(r.reference[role]) for r in self.runs]).reshape(-1, 4)
-        d = at - np.stack([sa, s, sa, s], axis=1) * ref
-        return {"s": s, "sa": sa, "tp_a": d[:, 0], "tp_b": d[:, 1], "ep_a": d[:, 2], "ep_b": d[:, 3]}
-
-    def _coef(self, p: dict[str, float], role: str, run_idx: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Per row: a, b, c, a_draft, b_draft of the role at its run's layout (the base's own layout: as fitted)."""
-        cost = self.base.prefill_cost if role == "prefill" else self.base.decode_cost
-        g = {n: p.get(f"{role}.{n}", getattr(cost, n, 0.0)) for n in DECODE + TOPOLOGY}
-        L = self.lay[role]
-        s = L["s"]
-        a = g["a"] * L["sa"] + g["tp_a"] * L["tp_a"] + g["ep_a"] * L["ep_a"]
-        b = g["b"] * s + g["tp_b"] * L["tp_b"] + g["ep_b"] * L["ep_b"]
-        return tuple(x[run_idx] for x in (a, b, g["c"] * s, g["a_draft"] * s, g["b_draft"] * s))
 
     def _imb_save(self, run_idx: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per row: the MoE imbalance factor at its batch and the index-cache saving of its run."""
         dc, runs = self.base.decode_cost, self.runs
         imb = np.ones_like(batch)
-        eps = [r.layout["decode"][2] for r in runs]  # each run's EP size
-        if max(eps) > 1:
+        if dc.ep > 1:
             n_tok = batch * (np.array([r.k for r in runs], dtype=float)[run_idx] + 1)
             layout = np.array([dc.skew(str(r.knobs["expert_layout"])) for r in runs])[run_idx]
-            spread = np.array([2 * math.log(ep) * ep for ep in eps])[run_idx]  # 0 where EP is 1: IF = skew · 1
-            imb = np.where(spread > 0, layout * (1 + np.sqrt(spread / (np.maximum(n_tok, 1) * dc.topk))), 1.0)
+            imb = layout * (1 + np.sqrt(2 * math.log(dc.ep) * dc.ep / (np.maximum(n_tok, 1) * dc.topk)))
         save = np.array([dc.index_cache_reuse_saving if r.knobs.get("index_cache_reuse") else 0.0
                          for r in runs])[run_idx]
         return imb, save
 
-    def _td(self, p: dict[str, float], ks, B, KV, imb, save, run_idx) -> np.ndarray:
+    def _td(self, p: dict[str, float], ks, B, KV, imb, save) -> np.ndarray:
         """The decode step time t_D at each row's batch and resident KV (before the run's time factor)."""
-        a, b, c, ad, bd = self._coef(p, "decode", run_idx)
-        return self.d_sched + (a * (1 - save) + b * B * (ks + 1) + c * (1 - save) * KV) * imb + ks * (ad + bd * B)
+        dc = self.base.decode_cost
+        ad, bd = p.get("decode.a_draft", dc.a_draft), p.get("decode.b_draft", dc.b_draft)
+        return (self.d_sched + (p["decode.a"] * (1 - save) + p["decode.b"] * B * (ks + 1)
+                                + p["decode.c"] * (1 - save) * KV) * imb + ks * (ad + bd * B))
 
     def _base(self, name: str) -> float:
         role, k = name.split(".")
@@ -299,14 +245,14 @@ class Problem:
 
     def residuals(self, x: np.ndarray) -> np.ndarray:
         p, f = self.unpack(x)
-        pa, pb, pcc = (x[:, None] for x in self._coef(p, "prefill", self.p_run)[:3])
+        pc = self.base.prefill_cost
+        pa, pb, pcc = (p.get(f"prefill.{n}", getattr(pc, n)) for n in PREFILL)
         t = pa * self.p_cnt + pb * self.p_n + pcc * self.p_att
         tp = np.where(self.p_mask, t, -np.inf).max(axis=1) * f[self.p_run] if len(self.p_dt) else np.ones(0)
-        td = self._td(p, self.ks, self.B, self.KV, self.imb, self.save, self.d_run) * f[self.d_run]
+        td = self._td(p, self.ks, self.B, self.KV, self.imb, self.save) * f[self.d_run]
         s = self.s  # per scrape interval: its steps at the mean batch, plus a mixed step's prompt tokens
-        _, spb, spc = self._coef(p, "prefill", self.s_run)[:3]
-        ts = (s[:, 1] * self._td(p, self.s_ks, s[:, 2], s[:, 3], self.s_imb, self.s_save, self.s_run)
-              + spb * s[:, 4] + spc * s[:, 4] * s[:, 5] / 2) * f[self.s_run]
+        ts = (s[:, 1] * self._td(p, self.s_ks, s[:, 2], s[:, 3], self.s_imb, self.s_save)
+              + pb * s[:, 4] + pcc * s[:, 4] * s[:, 5] / 2) * f[self.s_run]
         return np.concatenate([self.p_dt / tp - 1.0, self.g_obs / np.bincount(self.d_group, weights=td) - 1.0,
                                s[:, 0] / ts - 1.0, self.priors(x, f)])
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from core.profiles import Profile
 from core.records import EngineSample, PrefillBatch
-from simulator import scrape, topology
+from simulator import scrape
 from simulator.construct import construct
 from simulator.decode import DecodeInstance
 from simulator.faults import Faults
@@ -45,24 +45,20 @@ class Cluster:
         self._jit_i = 0
         spec_k = int(k["num_speculative_tokens"]) if k["speculative_method"] != "none" else 0
         gmu = float(k["gpu_memory_utilization"])
-        # each role's layout and its costs there (simulator.topology: the profile's own where nothing changed)
-        self.layout = topology.roles(profile, k)
-        (_, pc, _), (_, dc, engines) = self.layout["prefill"], self.layout["decode"]
+        dc = profile.decode_cost
         kv_cap = int(dc.kv_tokens_at_full_memory * max(0.0, gmu - dc.weights_memory_fraction)
                      / (1.0 - dc.weights_memory_fraction))
         self.prefill = [
-            PrefillInstance(f"p{i}", self.layout["prefill"][0][1], pc, int(k["max_num_batched_tokens"]),
+            PrefillInstance(f"p{i}", profile.prefill.dp, profile.prefill_cost, int(k["max_num_batched_tokens"]),
                             k["max_prefill_reqs"], int(k["long_prefill_token_threshold"]),
-                            PrefixCache(pc.prefix_cache_tokens, bool(k["enable_prefix_caching"])))
+                            PrefixCache(profile.prefill_cost.prefix_cache_tokens, bool(k["enable_prefix_caching"])))
             for i in range(int(k["num_decode_instances" if profile.mixed else "num_prefill_instances"]))
         ]
-        # an instance's decode DP replicas beyond the profile's are engines of their own (a scheduler, a KV pool)
         self.decode = [
-            DecodeInstance(f"d{i}" if engines == 1 else f"d{i // engines}.dp{i % engines}", dc,
-                           int(k["max_num_seqs"]), kv_cap // engines, spec_k, profile.acceptance[self.task],
+            DecodeInstance(f"d{i}", dc, int(k["max_num_seqs"]), kv_cap, spec_k, profile.acceptance[self.task],
                            str(k["expert_layout"]), bool(k["index_cache_reuse"]), np.random.default_rng([seed, i]),
                            decay=profile.acceptance_decay, layout_seed=i)
-            for i in range(int(k["num_decode_instances"]) * engines)
+            for i in range(int(k["num_decode_instances"]))
         ]
         self.mixed = [MixedEngine(p, d) for p, d in zip(self.prefill, self.decode)] if profile.mixed else []
         self._m_pending = [False] * len(self.mixed)

@@ -75,7 +75,6 @@ class RoleShape(BaseModel):
     instances: int = Field(1, ge=1)
     cards_per_instance: int = Field(1, ge=1)
     dp: int = Field(1, ge=1)
-    tp: int = Field(0, ge=0)  # a profile's Role.tp, carried to the derived prior (0: the layout is not a knob)
 
 
 class Topology(BaseModel):

@@ -5,8 +5,7 @@ away from the library's figures by seeded factors, so a benchmark run on it (`be
 --perturb-truth SEED`) cannot be won by a planner that has the library's coefficients built in:
 
 * every step-cost coefficient of prefill and decode (a, b, c, sched_s; decode also a_draft, b_draft) times its own
-  factor, log-uniform in [COST_LO, COST_HI] = [0.6, 1.6]; where a role's layout is a knob (Role.tp >= 1), a and b's
-  compute parts take those factors and each non-zero TP / EP communication term (tp_a, tp_b, ep_a, ep_b) its own;
+  factor, log-uniform in [COST_LO, COST_HI] = [0.6, 1.6];
 * MTP acceptance per task: α × a factor uniform in [ACC_LO, ACC_HI] = [0.8, 1.1], clipped into [0, ALPHA_MAX];
   acceptance_decay is kept;
 * MoE expert imbalance (decode_cost.if_static, the max/mean EP-rank load per expert layout): the excess over a
@@ -29,14 +28,12 @@ from typing import Any
 import yaml
 
 from core.profiles import Profile
-from simulator import topology
 
 COST_LO, COST_HI = 0.6, 1.6
 ACC_LO, ACC_HI = 0.8, 1.1
 ALPHA_MAX = 0.989  # acceptance must stay below 1 (core.profiles); 0.99 excluded
 PREFILL_KEYS = ("a", "b", "c", "sched_s")
 DECODE_KEYS = ("a", "b", "c", "a_draft", "b_draft", "sched_s")
-TOPOLOGY_KEYS = ("tp_a", "tp_b", "ep_a", "ep_b")  # a re-laid role's communication terms (simulator.topology)
 
 
 def _rng(seed: int, name: str, what: str) -> random.Random:
@@ -65,26 +62,8 @@ def perturb(profile: Profile, seed: int) -> Profile:
             out[k] = getattr(cost, k) * f
         return out
 
-    def relaid(role: str, cost: Any) -> dict[str, float]:
-        """A role whose layout is a knob (tp >= 1): a and b's compute parts take their own factors (as a and b
-        do elsewhere) and each non-zero communication term its own (TOPOLOGY_KEYS); a and b at the profile's
-        layout are the perturbed compute plus the perturbed communication there (simulator.topology.comm)."""
-        out = scaled(role, cost, PREFILL_KEYS if role == "prefill" else DECODE_KEYS)
-        if not getattr(profile, role).tp:
-            return out
-        ref = profile.reference(role)
-        a0, b0 = topology.comm(cost, ref)
-        comm = {k: getattr(cost, k) for k in TOPOLOGY_KEYS if getattr(cost, k)}
-        for k in sorted(comm):
-            f = log_uniform(seed, name, f"{role}.{k}")
-            factors[f"{role}.{k}"] = round(f, 6)
-            comm[k] *= f
-        a1, b1 = topology.comm(cost.model_copy(update=comm), ref)
-        fa, fb = log_uniform(seed, name, f"{role}.a"), log_uniform(seed, name, f"{role}.b")
-        return out | comm | {"a": (cost.a - a0) * fa + a1, "b": (cost.b - b0) * fb + b1}
-
-    pc = profile.prefill_cost.model_copy(update=relaid("prefill", profile.prefill_cost))
-    dc_update: dict[str, Any] = relaid("decode", profile.decode_cost)
+    pc = profile.prefill_cost.model_copy(update=scaled("prefill", profile.prefill_cost, PREFILL_KEYS))
+    dc_update: dict[str, Any] = scaled("decode", profile.decode_cost, DECODE_KEYS)
     if profile.decode_cost.ep > 1:
         skew = {}
         for layout, v in sorted(profile.decode_cost.if_static.items()):

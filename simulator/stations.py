@@ -17,16 +17,14 @@ EQUIVALENT = {"parallel": "max_num_seqs", "ubatch_size": "max_num_batched_tokens
 LOAD_KNOBS = ("concurrency", "request_rate")
 
 
-def sim_knobs(knobs: dict[str, Any], profile: Profile | None = None) -> tuple[dict[str, Any], list[str]]:
-    """(the knobs the simulator takes, the names it left out); with a profile, also those it gives no meaning
-    (Profile.unmodelled: the topology knobs where its layout is fixed)."""
+def sim_knobs(knobs: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """(the knobs the simulator takes, the names it left out)."""
     cat = catalog()
     out: dict[str, Any] = {}
     left: list[str] = []
-    inert = profile.unmodelled() if profile is not None else ()
     for name, value in knobs.items():
         sim = EQUIVALENT.get(name, name)
-        if sim in cat and sim not in inert and ("sim" in cat.get(sim).engines or cat.get(sim).cost_class == "hot"):
+        if sim in cat and ("sim" in cat.get(sim).engines or cat.get(sim).cost_class == "hot"):
             out[sim] = value
         else:
             left.append(name)
@@ -36,7 +34,7 @@ def sim_knobs(knobs: dict[str, Any], profile: Profile | None = None) -> tuple[di
 def predict(profile: Profile, scenario: str, knobs: dict[str, Any], n: int, warmup: int = 0, seed: int = 0,
             arrival: str = "constant", burstiness: float = 1.0) -> dict[str, Any]:
     """The simulated figures of one station: output tok/s (whole window), mean TPOT and TTFT in ms, the cards in use."""
-    mapped, left = sim_knobs(knobs, profile)
+    mapped, left = sim_knobs(knobs)
     run = engine.simulate(profile, scenario, profile.knobs(mapped), n=n, warmup=warmup, seed=seed, arrival=arrival,
                           burstiness=burstiness, observe=False)
     s = summarize(run.records, run.info)

@@ -277,8 +277,7 @@ class GoalSpec(_Frozen):
         """The search space in force: the goal's own, or the catalog's default for its engine."""
         if self.search_space is not None:
             return dict(self.search_space)
-        inert = profiles.load(self.sim_profile).unmodelled() if self.engine == "sim" and self.sim_profile else ()
-        return {k: tuple(v) for k, v in default_space(self.engine).items() if k not in inert}
+        return {k: tuple(v) for k, v in default_space(self.engine).items()}
 
     def start_station(self) -> dict[str, Any]:
         """The full starting station. On the simulator: catalog defaults < the profile's layout, defaults

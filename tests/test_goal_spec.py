@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from core import profiles
 from core.knobs import catalog
 from state.errors import GoalError
 from state.goal import GoalSpec, load_goal, parse_goal
@@ -102,10 +101,7 @@ def test_default_search_space_comes_from_the_catalog():
     g = parse_goal(data)
     space = g.space()
     sim_knobs = {k.name for k in catalog().knobs if "sim" in k.engines or k.cost_class == "hot"}
-    # the topology knobs have a sim meaning only on a profile whose layout is a knob (core.profiles.unmodelled)
-    assert set(space) == sim_knobs - set(profiles.TOPOLOGY_KNOBS)
-    relaid = parse_goal(data | {"sim_profile": "llama31-8b-l40s-p4d4-tp"}).space()
-    assert set(relaid) == sim_knobs
+    assert set(space) == sim_knobs
     assert space["speculative_method"] == ("none", "mtp") and space["max_prefill_reqs"][:3] == (None, 1, 2)
     for name, values in space.items():  # every default value passes the catalog's own validation
         for v in values:

@@ -211,16 +211,3 @@ def test_coefficients_one_run_cannot_separate_keep_the_bases_split_of_the_step_t
         assert 0.5 < getattr(cal.profile.decode_cost, k) / getattr(truth.decode_cost, k) < 2.0, k
     (res,) = cal.decode.residuals.values()
     assert res["rms"] < 0.02 and abs(res["mean"]) < 0.005
-
-
-def test_a_run_where_no_prefill_step_was_observed_keeps_the_prefill_costs(tmp_path):
-    """No batch records and no request that found the prefill idle (a real P/D run on loaded cores: every prompt
-    queued behind another): the prefill coefficients keep the prior's values and say why, the fit goes on (it
-    raised IndexError on the empty row index, so the twin could not be fitted and the rules led)."""
-    dirs = _runs(tmp_path, [STATIONS[1]], n=120)
-    (dirs[0] / "prefill_batches.jsonl").unlink()
-    proc = _calibrate(dirs, tmp_path / "cal.yaml")
-    assert proc.returncode == 0, proc.stderr
-    assert "no prefill step observed" in proc.stdout
-    truth, prof = profiles.load(LLAMA), profiles.load(str(tmp_path / "cal.yaml"))
-    assert prof.prefill_cost.a == truth.prefill_cost.a and prof.prefill_cost.b == truth.prefill_cost.b

@@ -51,9 +51,6 @@ GOAL_SHAPES = {
     "llama33-70b-910b-qps-e2e-tail": ("heldout", "qps", {"e2e_p99_ms_lt"}),
     "llama31-8b-l40s-tok-s-ttft-p90-tpot-p99": ("heldout", "output_tok_s", {"ttft_p90_ms_lt", "tpot_p99_ms_lt"}),
 }
-# the topology cases (issue 55 item 4): a re-laid profile whose optimum changes the TP x DP layout per role
-TOPOLOGY = {"llama31-8b-l40s-tp2-dp2-wins": ("tune", "tensor_parallel_size"),
-            "llama31-8b-l40s-dp4-to-tp4": ("heldout", "data_parallel_size")}
 
 
 def _digest(tmp_path, profile: str, scenario: str, knobs: dict, n: int = 160, seed: int = 0) -> Evidence:
@@ -251,16 +248,11 @@ def test_sim_server_expert_distribution_recorder():
 def test_library_cases_split_into_tune_and_heldout_and_contain_their_start():
     """bench/scenarios.yaml: one case per library profile on its scenario, six to tune on and six held out; four
     goal shapes on library profiles, two to tune on and two held out (each judged by its own objective and limits,
-    none by the mean TPOT); two topology cases on a re-laid profile, one to tune on and one held out; each sweep
-    contains the start station (so the grid's optimum is comparable with where a
+    none by the mean TPOT); each sweep contains the start station (so the grid's optimum is comparable with where a
     tuner begins)."""
     cf = load_cases(Path(__file__).resolve().parents[1] / "bench" / "scenarios.yaml")
     sets = [c for c in cf.cases if c.set is not None]
-    lib = [c for c in sets if c.name not in GOAL_SHAPES and c.name not in TOPOLOGY]
-    topo = {c.name: (c.set, next(k for k in c.space if k in profiles.TOPOLOGY_KNOBS))
-            for c in sets if c.name in TOPOLOGY}
-    assert topo == TOPOLOGY
-    assert all(profiles.load(c.goal["sim_profile"]).decode.tp for c in sets if c.name in TOPOLOGY)
+    lib = [c for c in sets if c.name not in GOAL_SHAPES]
     assert sorted(c.goal["sim_profile"] for c in lib) == sorted(LIBRARY)
     assert all(c.goal["scenario"] == LIBRARY[c.goal["sim_profile"]] for c in lib)
     assert sorted(c.set for c in lib) == ["heldout"] * 6 + ["tune"] * 6

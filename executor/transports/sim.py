@@ -55,7 +55,7 @@ def predict_station(profile: str, scenario: str, knobs: dict[str, Any], n: int, 
     s, left = simulate_station(prof, scenario, knobs, n, warmup=warmup, seed=seed, slos=slos, arrival=arrival,
                                burstiness=burstiness)
     return {"profile": prof.name, "summary": s, "cards": s.cards, "knobs_not_modelled": left,
-            "knobs_used": stations.sim_knobs(knobs, prof)[0],
+            "knobs_used": stations.sim_knobs(knobs)[0],
             "output_tok_s": s.whole.output_tok_s if s.whole else None,
             "output_tok_s_per_card": s.whole.output_tok_s_per_card if s.whole else None,
             "tpot_mean_ms": s.tpot_ms.mean, "ttft_mean_ms": s.ttft_ms.mean}
@@ -68,7 +68,7 @@ def simulate_station(profile: Profile, scenario: str, knobs: dict[str, Any], n: 
     """One station simulated with a profile in memory, summarised by the code that summarises every run
     (core.metrics.summarize, with the goal's SLOs, so goodput is defined, and its native-window rule): the goal's
     twin predicts a whole Summary (executor/twin.py). Also the knobs the simulator does not model."""
-    mapped, left = stations.sim_knobs(knobs, profile)
+    mapped, left = stations.sim_knobs(knobs)
     run = engine.simulate(profile, scenario, profile.knobs(mapped), n=n, warmup=warmup, seed=seed, arrival=arrival,
                           burstiness=burstiness, observe=False)
     return summarize(run.records, run.info, slos=slos, native_min_requests=native_min_requests,
