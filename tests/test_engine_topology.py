@@ -372,3 +372,21 @@ def test_node_endpoints_of_one_instance_digest_as_its_ranks():
     assert list(got) == ["decode-0"]
     assert {k: v.running_mean for k, v in got["decode-0"].ranks.items()} == {
         "dp_rank=0": 4.0, "dp_rank=1": 5.0, "dp_rank=2": 6.0, "dp_rank=3": 7.0}
+
+
+def test_nixl_moving_host_memory_gets_its_sleeping_progress_thread_on_every_process_of_a_multinode_instance():
+    """The shim a one-host P/D instance gets when NIXL moves host memory (executor/engines/vllm_nixl.py) reaches every
+    process of an instance over several hosts, headless workers included, each in its own service directory; a
+    deployment whose KV stays on its cards gets none."""
+    from executor.engines.base import svc_dir
+    from executor.engines.vllm_nixl import SHIM, SITECUSTOMIZE
+
+    t = _target("vllm", _multinode_hosts(), FIELD, pd_connector_config={"kv_buffer_device": "cpu"},
+                env={"PYTHONPATH": "/opt/site"})
+    *engines, router = render(t, _station("vllm")).services
+    assert {s.role for s in engines} == {"prefill", "decode"} and any(s.leader for s in engines)
+    for s in engines:
+        assert s.files == {SITECUSTOMIZE: SHIM}
+        assert s.env["PYTHONPATH"] == f"{svc_dir(t, s.name, s.host)}:/opt/site"
+    assert not router.files
+    assert all(not s.files and "PYTHONPATH" not in s.env for s in _rendered("topology-vllm-p2x8-d32x1-6hosts").services)

@@ -30,6 +30,7 @@ from executor.engines.base import Rendered, ServiceSpec, svc_dir, with_router
 from executor.engines.topology import Group, PortPlan, groups, rank_devices
 from executor.engines.vllm_connectors import MOONCAKE, MOONCAKE_BOOTSTRAP_PORT, check_connector, env_port, merged
 from executor.engines.vllm_jsonargs import _compact, one_json_per_flag
+from executor.engines.vllm_nixl import host_memory_nixl, quiet_progress
 from executor.targets import Host, Target
 
 DP_RPC_PORT = 29550  # vLLM's default --data-parallel-rpc-port (vllm/config/parallel.py)
@@ -139,11 +140,16 @@ def render_groups(a: Any, target: Target, station: Station) -> Rendered:
         devices = rank_devices(p.host, p.j, g.tp) if p.j is not None else p.host.devices
         if devices:
             env[a.visible] = devices
+        files: dict[str, str] = {}
         if target.pd:
-            kv = a.group_kv(target, g.role, g.name, connector, peers, ports["kv"].get(g.name))
-            argv += ["--kv-transfer-config", _compact(merged(kv, target.pd_connector_config))]
+            kv = merged(a.group_kv(target, g.role, g.name, connector, peers, ports["kv"].get(g.name)),
+                        target.pd_connector_config)
+            argv += ["--kv-transfer-config", _compact(kv)]
             if p.name in ports["nixl"]:
                 env |= a.pd_env(p.host, connector, ports["nixl"][p.name])
+            if host_memory_nixl(kv, connector):  # as a one-host instance: NIXL's progress thread would spin a core
+                files, shim_env = quiet_progress(svc_dir(target, p.name, p.host.host), env)
+                env |= shim_env
             if g.name in ports["boot"]:
                 env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(ports["boot"][g.name])
         trace = f"{svc_dir(target, p.name, p.host.host)}/trace"
@@ -159,7 +165,7 @@ def render_groups(a: Any, target: Target, station: Station) -> Rendered:
         argv = one_json_per_flag(argv, list(target.extra_args.get(g.role, ())), f"extra_args.{g.role}")
         follower = {"leader": g.name, "health_host": g.leader.host, "health_port": g.leader.port} if p.headless else {}
         services.append(ServiceSpec(
-            name=p.name, role=g.role, host=p.host.host, port=p.port, argv=tuple(argv), env=env,
+            name=p.name, role=g.role, host=p.host.host, port=p.port, argv=tuple(argv), env=env, files=files,
             cards=g.tp * p.local, profile_dir=None if p.headless else trace,
             expert_ranks=g.tp * g.dp if static else None,
             metrics_name=f"{g.name}.r{p.first}" if p.j is not None else None, **follower))
