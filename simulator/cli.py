@@ -26,8 +26,7 @@ def parse_knobs(items: list[str]) -> dict[str, Any]:
 def run(
     profile: str = typer.Option("dsv4-flash-910c-p8d8", help="profile name or YAML path"),
     scenario: str = typer.Option("copy16k-zero-cache", help="scenario name or YAML path; a scenario with a `source:` "
-                                                           "replays a dataset or trace beside it (README: your own "
-                                                           "traffic)"),
+                                                           "replays a dataset or trace beside it (docs/traffic.md)"),
     n: int = typer.Option(640, help="formal requests"),
     concurrency: Optional[int] = typer.Option(None, help="concurrency cap C (default: the profile's start)"),
     request_rate: Optional[str] = typer.Option(None, "--rate", "--request-rate", help="req/s or inf"),
